@@ -1,0 +1,476 @@
+//! Authentication: who is making the request.
+//!
+//! An [`AuthnChain`] asks each [`Authenticator`] in order (x509 client certificates first;
+//! token authenticators are added with [`AuthnChain::with`]). Like upstream kube-apiserver:
+//!
+//! - the first authenticator that authenticates wins, and every authenticated user gets the
+//!   group `system:authenticated`;
+//! - if none authenticates and any found invalid credentials (an untrusted, expired or
+//!   wrong-usage client certificate, a bearer token nobody recognises), the request fails
+//!   with 401 `Unauthorized`;
+//! - a request with no credentials at all is `system:anonymous` in group
+//!   `system:unauthenticated` when anonymous auth is enabled, else 401.
+//!
+//! The [`authenticate`] middleware puts the [`UserInfo`] into the request extensions and
+//! removes the `Authorization` header. Failure reasons are logged at debug level; they never
+//! contain credentials (authenticators must not put tokens into them).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration as StdDuration;
+
+use anyhow::Context as _;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse as _, Response};
+use chrono::{DateTime, Duration, Utc};
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::WebPkiClientVerifier;
+use rustls::{CertificateError, RootCertStore};
+
+use crate::error::ApiError;
+use crate::pki::Pki;
+use crate::serve::PeerCertificates;
+
+pub const ANONYMOUS_USER: &str = "system:anonymous";
+pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
+pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+
+/// The authenticated identity of a request (`user.Info` upstream).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+impl UserInfo {
+    /// `system:anonymous` in `system:unauthenticated`.
+    pub fn anonymous() -> Self {
+        UserInfo { name: ANONYMOUS_USER.into(), groups: vec![UNAUTHENTICATED_GROUP.into()], ..Default::default() }
+    }
+}
+
+/// What one authenticator concluded about a request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AuthResult {
+    Authenticated(UserInfo),
+    /// Nothing this authenticator understands is present.
+    NoCredentials,
+    /// Credentials this authenticator handles are present but not valid (the reason is
+    /// logged; it must not contain the credential).
+    Invalid(String),
+}
+
+/// One way of authenticating requests.
+pub trait Authenticator: Send + Sync {
+    fn authenticate(&self, req: &http::request::Parts) -> AuthResult;
+}
+
+/// How long a verified client certificate is remembered (never past its NotAfter).
+const X509_CACHE_TTL: Duration = Duration::minutes(5);
+const X509_CACHE_MAX: usize = 1024;
+
+/// x509 client certificates (from [`PeerCertificates`]): the chain must verify against the
+/// CA bundle at the current time with extended key usage clientAuth. CN → user name, each
+/// O → a group. A certificate with an empty CN authenticates nobody (as upstream).
+pub struct X509Authenticator {
+    verifier: Arc<dyn ClientCertVerifier>,
+    /// Presented chain (concatenated DER) → user, valid until.
+    cache: Mutex<HashMap<Vec<u8>, CachedUser>>,
+}
+
+type CachedUser = (UserInfo, DateTime<Utc>);
+
+impl std::fmt::Debug for X509Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("X509Authenticator").finish_non_exhaustive()
+    }
+}
+
+impl X509Authenticator {
+    /// Trust the given CA certificates (DER). Several, so that a CA rotation can trust the
+    /// old and the new CA at once.
+    pub fn new(ca_bundle_der: &[Vec<u8>]) -> anyhow::Result<Self> {
+        if ca_bundle_der.is_empty() {
+            anyhow::bail!("the client CA bundle is empty");
+        }
+        let mut roots = RootCertStore::empty();
+        for der in ca_bundle_der {
+            roots.add(CertificateDer::from(der.clone())).context("adding a CA certificate to the client CA bundle")?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+            .allow_unauthenticated()
+            .build()
+            .context("building the client certificate verifier")?;
+        Ok(X509Authenticator { verifier, cache: Mutex::new(HashMap::new()) })
+    }
+
+    /// Trust every certificate of a PEM bundle.
+    pub fn from_pem(ca_bundle_pem: &str) -> anyhow::Result<Self> {
+        Self::new(&kustos_ca::certificates_from_pem(ca_bundle_pem).context("parsing the client CA bundle")?)
+    }
+
+    /// Verify a presented chain (leaf first) at `now`.
+    pub fn verify(&self, chain: &[CertificateDer<'_>], now: DateTime<Utc>) -> AuthResult {
+        let Some((leaf, intermediates)) = chain.split_first() else {
+            return AuthResult::NoCredentials;
+        };
+        let key: Vec<u8> = chain.iter().flat_map(|c| c.as_ref().iter().copied()).collect();
+        if let Ok(cache) = self.cache.lock() {
+            if let Some((user, until)) = cache.get(&key) {
+                if now < *until {
+                    return AuthResult::Authenticated(user.clone());
+                }
+            }
+        }
+        let unix = UnixTime::since_unix_epoch(StdDuration::from_secs(u64::try_from(now.timestamp()).unwrap_or(0)));
+        if let Err(e) = self.verifier.verify_client_cert(leaf, intermediates, unix) {
+            return AuthResult::Invalid(describe(&e));
+        }
+        let info = match kustos_ca::parse_certificate_der(leaf) {
+            Ok(i) => i,
+            Err(e) => return AuthResult::Invalid(format!("x509: {e}")),
+        };
+        if info.common_name.is_empty() {
+            return AuthResult::NoCredentials;
+        }
+        let user = UserInfo { name: info.common_name, groups: info.organizations, ..Default::default() };
+        if let Ok(mut cache) = self.cache.lock() {
+            if cache.len() >= X509_CACHE_MAX {
+                cache.retain(|_, (_, until)| now < *until);
+                if cache.len() >= X509_CACHE_MAX {
+                    cache.clear();
+                }
+            }
+            cache.insert(key, (user.clone(), (now + X509_CACHE_TTL).min(info.not_after)));
+        }
+        AuthResult::Authenticated(user)
+    }
+}
+
+/// Upstream's wording for the common failures.
+fn describe(e: &rustls::Error) -> String {
+    match e {
+        rustls::Error::InvalidCertificate(ce) => match ce {
+            CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                "x509: certificate signed by unknown authority".into()
+            }
+            CertificateError::Expired
+            | CertificateError::ExpiredContext { .. }
+            | CertificateError::NotValidYet
+            | CertificateError::NotValidYetContext { .. } => "x509: certificate has expired or is not yet valid".into(),
+            CertificateError::InvalidPurpose | CertificateError::InvalidPurposeContext { .. } => {
+                "x509: certificate specifies an incompatible key usage".into()
+            }
+            other => format!("x509: {other:?}"),
+        },
+        other => format!("x509: {other}"),
+    }
+}
+
+impl Authenticator for X509Authenticator {
+    fn authenticate(&self, req: &http::request::Parts) -> AuthResult {
+        match req.extensions.get::<PeerCertificates>() {
+            Some(peer) => self.verify(&peer.0, Utc::now()),
+            None => AuthResult::NoCredentials,
+        }
+    }
+}
+
+/// The bearer token of a request, if it has a non-empty one.
+pub fn bearer_token(req: &http::request::Parts) -> Option<&str> {
+    let value = req.headers.get(http::header::AUTHORIZATION)?.to_str().ok()?.trim();
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The authenticators in order, plus anonymous access.
+pub struct AuthnChain {
+    authenticators: Vec<Arc<dyn Authenticator>>,
+    anonymous: bool,
+}
+
+impl std::fmt::Debug for AuthnChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthnChain")
+            .field("authenticators", &self.authenticators.len())
+            .field("anonymous", &self.anonymous)
+            .finish()
+    }
+}
+
+impl AuthnChain {
+    /// x509 client certificates against the PKI's CA bundle; anonymous when `anonymous`.
+    pub fn new(pki: &Pki, anonymous: bool) -> anyhow::Result<Self> {
+        let x509 = X509Authenticator::new(&pki.ca_bundle_der()?)?;
+        Ok(Self::from_authenticators(vec![Arc::new(x509)], anonymous))
+    }
+
+    pub fn from_authenticators(authenticators: Vec<Arc<dyn Authenticator>>, anonymous: bool) -> Self {
+        AuthnChain { authenticators, anonymous }
+    }
+
+    /// Append an authenticator (asked after the ones already present).
+    pub fn with(mut self, authenticator: Arc<dyn Authenticator>) -> Self {
+        self.authenticators.push(authenticator);
+        self
+    }
+
+    /// The user, or the reasons for a 401.
+    pub fn authenticate(&self, req: &http::request::Parts) -> Result<UserInfo, Vec<String>> {
+        let mut errors = Vec::new();
+        for a in &self.authenticators {
+            match a.authenticate(req) {
+                AuthResult::Authenticated(mut user) => {
+                    let marked = user.groups.iter().any(|g| g == AUTHENTICATED_GROUP || g == UNAUTHENTICATED_GROUP);
+                    if !marked && user.name != ANONYMOUS_USER {
+                        user.groups.push(AUTHENTICATED_GROUP.into());
+                    }
+                    return Ok(user);
+                }
+                AuthResult::Invalid(reason) => errors.push(reason),
+                AuthResult::NoCredentials => {}
+            }
+        }
+        if errors.is_empty() && bearer_token(req).is_some() {
+            errors.push("invalid bearer token".into());
+        }
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        if self.anonymous {
+            Ok(UserInfo::anonymous())
+        } else {
+            Err(vec!["no credentials and anonymous access is disabled".into()])
+        }
+    }
+}
+
+/// Middleware: authenticate, record the [`UserInfo`] in the extensions and drop the
+/// `Authorization` header; or answer 401 `Unauthorized`.
+pub async fn authenticate(State(chain): State<Arc<AuthnChain>>, req: Request, next: Next) -> Response {
+    let (mut parts, body) = req.into_parts();
+    match chain.authenticate(&parts) {
+        Ok(user) => {
+            parts.headers.remove(http::header::AUTHORIZATION);
+            parts.extensions.insert(user);
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Err(reasons) => {
+            tracing::debug!(method = %parts.method, path = %parts.uri.path(), reasons = ?reasons, "authentication failed");
+            ApiError::Unauthorized("Unauthorized".into()).into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kustos_ca::{Ca, IssueParams, Usage};
+    use tower::ServiceExt as _;
+
+    struct Fixture {
+        ca: Ca,
+        chain: AuthnChain,
+    }
+
+    /// Accepts the token "good-token" as user "token-user".
+    struct StaticToken;
+
+    impl Authenticator for StaticToken {
+        fn authenticate(&self, req: &http::request::Parts) -> AuthResult {
+            match bearer_token(req) {
+                Some("good-token") => AuthResult::Authenticated(UserInfo {
+                    name: "token-user".into(),
+                    uid: "u-1".into(),
+                    groups: vec!["tokens".into()],
+                    ..Default::default()
+                }),
+                Some(_) => AuthResult::Invalid("unknown static token".into()),
+                None => AuthResult::NoCredentials,
+            }
+        }
+    }
+
+    fn fixture() -> Fixture {
+        let ca =
+            Ca::generate("kustos-ca", kustos_ca::DEFAULT_CA_VALIDITY, Utc::now() - Duration::days(3 * 365)).unwrap();
+        let x509 = X509Authenticator::from_pem(ca.cert_pem()).unwrap();
+        Fixture { ca, chain: AuthnChain::from_authenticators(vec![Arc::new(x509)], true) }
+    }
+
+    fn request(cert: Option<&[u8]>, authorization: Option<&str>) -> http::request::Parts {
+        let mut b = http::Request::builder().uri("/api");
+        if let Some(a) = authorization {
+            b = b.header(http::header::AUTHORIZATION, a);
+        }
+        let (mut parts, ()) = b.body(()).unwrap().into_parts();
+        let certs = cert.map(|c| vec![CertificateDer::from(c.to_vec())]).unwrap_or_default();
+        parts.extensions.insert(PeerCertificates(certs));
+        parts
+    }
+
+    fn issue(ca: &Ca, params: IssueParams, at: DateTime<Utc>) -> Vec<u8> {
+        ca.issue(params, at).unwrap().cert_der
+    }
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
+    }
+
+    #[test]
+    fn table() {
+        let f = fixture();
+        let now = Utc::now();
+        let other = Ca::generate("kustos-ca", Duration::days(3650), now).unwrap();
+        let valid =
+            issue(&f.ca, IssueParams::client("alice", vec!["devs".into(), "ops".into()], Duration::days(30)), now);
+        let foreign =
+            issue(&other, IssueParams::client("alice", vec!["system:masters".into()], Duration::days(30)), now);
+        let expired =
+            issue(&f.ca, IssueParams::client("old", vec![], Duration::days(365)), now - Duration::days(2 * 365));
+        let future = issue(&f.ca, IssueParams::client("early", vec![], Duration::days(365)), now + Duration::days(2));
+        let server_only = issue(&f.ca, IssueParams::server("web", vec!["web".into()], vec![], Duration::days(30)), now);
+        let no_eku = issue(
+            &f.ca,
+            IssueParams {
+                common_name: "plain".into(),
+                usages: vec![Usage::DigitalSignature],
+                validity: Duration::days(1),
+                ..Default::default()
+            },
+            now,
+        );
+        let no_cn = issue(&f.ca, IssueParams::client("", vec!["devs".into()], Duration::days(1)), now);
+
+        let unauthorized = |why: &str| Err::<UserInfo, String>(why.to_string());
+        type Case<'a> = (&'a str, Option<&'a [u8]>, Option<&'a str>, Result<UserInfo, String>);
+        let cases: Vec<Case> = vec![
+            ("valid client cert", Some(&valid), None, Ok(user("alice", &["devs", "ops", AUTHENTICATED_GROUP]))),
+            (
+                "cert from another CA",
+                Some(&foreign),
+                None,
+                unauthorized("x509: certificate signed by unknown authority"),
+            ),
+            ("expired cert", Some(&expired), None, unauthorized("x509: certificate has expired or is not yet valid")),
+            (
+                "not yet valid cert",
+                Some(&future),
+                None,
+                unauthorized("x509: certificate has expired or is not yet valid"),
+            ),
+            (
+                "server-auth-only cert",
+                Some(&server_only),
+                None,
+                unauthorized("x509: certificate specifies an incompatible key usage"),
+            ),
+            ("cert without EKU", Some(&no_eku), None, Ok(user("plain", &[AUTHENTICATED_GROUP]))),
+            ("cert without CN", Some(&no_cn), None, Ok(UserInfo::anonymous())),
+            ("garbage cert", Some(b"junk"), None, unauthorized("")),
+            ("no credentials", None, None, Ok(UserInfo::anonymous())),
+            ("unknown bearer token", None, Some("Bearer abc.def"), unauthorized("invalid bearer token")),
+            ("empty bearer token", None, Some("Bearer "), Ok(UserInfo::anonymous())),
+            ("basic auth is ignored", None, Some("Basic dXNlcjpwdw=="), Ok(UserInfo::anonymous())),
+            (
+                "valid cert wins over a bad token",
+                Some(&valid),
+                Some("Bearer nope"),
+                Ok(user("alice", &["devs", "ops", AUTHENTICATED_GROUP])),
+            ),
+        ];
+        for (name, cert, authz, want) in cases {
+            let got = f.chain.authenticate(&request(cert, authz));
+            match (&got, &want) {
+                (Ok(g), Ok(w)) => assert_eq!(g, w, "{name}"),
+                (Err(reasons), Err(w)) => {
+                    assert!(reasons.iter().any(|r| r.contains(w.as_str())), "{name}: {reasons:?}")
+                }
+                _ => panic!("{name}: got {got:?}, want {want:?}"),
+            }
+        }
+        // Cached results stay right, and the cache does not make an expired cert valid.
+        assert_eq!(
+            f.chain.authenticate(&request(Some(&valid), None)),
+            Ok(user("alice", &["devs", "ops", AUTHENTICATED_GROUP]))
+        );
+        let x509 = X509Authenticator::from_pem(f.ca.cert_pem()).unwrap();
+        let short = issue(&f.ca, IssueParams::client("short", vec![], Duration::hours(1)), now);
+        assert!(matches!(x509.verify(&[CertificateDer::from(short.clone())], now), AuthResult::Authenticated(_)));
+        assert!(matches!(
+            x509.verify(&[CertificateDer::from(short)], now + Duration::hours(2)),
+            AuthResult::Invalid(_)
+        ));
+    }
+
+    #[test]
+    fn anonymous_disabled_and_token_authenticators() {
+        let f = fixture();
+        let x509 = Arc::new(X509Authenticator::from_pem(f.ca.cert_pem()).unwrap());
+        let chain = AuthnChain::from_authenticators(vec![x509.clone()], false);
+        assert!(chain.authenticate(&request(None, None)).is_err());
+
+        let chain = AuthnChain::from_authenticators(vec![x509], true).with(Arc::new(StaticToken));
+        let want = UserInfo {
+            name: "token-user".into(),
+            uid: "u-1".into(),
+            groups: vec!["tokens".into(), AUTHENTICATED_GROUP.into()],
+            ..Default::default()
+        };
+        assert_eq!(chain.authenticate(&request(None, Some("Bearer good-token"))), Ok(want.clone()));
+        assert_eq!(chain.authenticate(&request(None, Some("bearer  good-token "))), Ok(want.clone()));
+        // An invalid client certificate does not stop a valid token (the first success wins).
+        let other = Ca::generate("x", Duration::days(10), Utc::now()).unwrap();
+        let foreign = issue(&other, IssueParams::client("m", vec![], Duration::days(1)), Utc::now());
+        assert_eq!(chain.authenticate(&request(Some(&foreign), Some("Bearer good-token"))), Ok(want));
+        let err = chain.authenticate(&request(Some(&foreign), Some("Bearer bad-token"))).unwrap_err();
+        assert_eq!(err.len(), 2, "{err:?}");
+        assert!(!err.iter().any(|e| e.contains("bad-token")), "reasons never contain the token: {err:?}");
+        assert!(X509Authenticator::new(&[]).is_err());
+    }
+
+    #[tokio::test]
+    async fn middleware_sets_the_user_strips_authorization_or_answers_401() {
+        let f = fixture();
+        let chain = Arc::new(f.chain.with(Arc::new(StaticToken)));
+        let app = axum::Router::new()
+            .fallback(|req: Request| async move {
+                let user = req.extensions().get::<UserInfo>().cloned().unwrap_or_default();
+                let has_auth = req.headers().contains_key(http::header::AUTHORIZATION);
+                format!("{} {}", user.name, has_auth)
+            })
+            .layer(axum::middleware::from_fn_with_state(chain, authenticate));
+        let send = |authz: Option<&str>| {
+            let mut b = http::Request::builder().uri("/api/v1/pods");
+            if let Some(a) = authz {
+                b = b.header(http::header::AUTHORIZATION, a);
+            }
+            app.clone().oneshot(b.body(axum::body::Body::empty()).unwrap())
+        };
+        let body = |r: Response| async move { axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap() };
+
+        let r = send(Some("Bearer good-token")).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(&body(r).await[..], b"token-user false");
+
+        let r = send(None).await.unwrap();
+        assert_eq!(&body(r).await[..], b"system:anonymous false");
+
+        let r = send(Some("Bearer wrong")).await.unwrap();
+        assert_eq!(r.status(), 401);
+        assert_eq!(r.headers()[http::header::CONTENT_TYPE], "application/json");
+        let status: serde_json::Value = serde_json::from_slice(&body(r).await).unwrap();
+        assert_eq!(
+            status,
+            serde_json::json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                               "message": "Unauthorized", "reason": "Unauthorized", "code": 401})
+        );
+    }
+}

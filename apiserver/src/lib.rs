@@ -1,0 +1,349 @@
+//! kustos-apiserver: a minimal Kubernetes-compatible apiserver.
+//!
+//! The request path, outermost first (each a small unit with its own tests):
+//!
+//! ```text
+//! TLS (serve.rs: rustls, client certificate captured per connection)
+//!  → panic catch → authentication (authn.rs: x509 client cert; none → anonymous; bad → 401)
+//!  → request info (request_info.rs: verb, group, version, resource, namespace, name)
+//!  → authorization (authz.rs: chain of authorizers, deny by default → 403)
+//!  → dispatch: discovery.rs, openapi.rs, health.rs, or the REST handlers (rest.rs, watch.rs)
+//!      → registry strategy (registry/: defaults, validation, subresources, Table columns)
+//!      → storage (storage/: revisioned KV with compare-and-swap, history and watch)
+//! ```
+//!
+//! Objects travel as `serde_json::Value` in wire form and are checked against the
+//! `k8s-openapi` types by each kind's strategy.
+
+pub mod authn;
+pub mod authz;
+pub mod discovery;
+mod dupcheck;
+pub mod error;
+pub mod gc;
+pub mod health;
+pub mod meta;
+pub mod negotiate;
+pub mod openapi;
+pub mod patch;
+pub mod pki;
+pub mod registry;
+pub mod request_info;
+pub mod rest;
+pub mod selectors;
+pub mod serve;
+pub mod storage;
+pub mod table;
+pub mod validation;
+pub mod watch;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::extract::{Request, State};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::Router;
+use http::{header, HeaderValue, StatusCode};
+use serde_json::json;
+
+use crate::authn::UserInfo;
+use crate::error::ApiError;
+use crate::registry::Registry;
+use crate::request_info::RequestInfo;
+use crate::rest::{Call, Params, Reply};
+use crate::storage::Storage;
+
+/// Everything the handlers share.
+pub struct AppState {
+    pub registry: Registry,
+    pub storage: Arc<dyn Storage>,
+    pub openapi: openapi::OpenApi,
+    pub health: health::Health,
+    /// `host:port` clients use (for `/api` serverAddressByClientCIDRs).
+    pub server_address: String,
+}
+
+impl AppState {
+    pub fn new(storage: Arc<dyn Storage>, server_address: String) -> Arc<Self> {
+        let registry = Registry::builtin();
+        let openapi = openapi::OpenApi::new(&registry);
+        Arc::new(AppState { registry, storage, openapi, health: health::Health::default(), server_address })
+    }
+}
+
+/// The one way to build the HTTP service, in `main` and in tests.
+pub fn router(state: Arc<AppState>, authn: Arc<authn::AuthnChain>, authz: Arc<dyn authz::Authorizer>) -> Router {
+    Router::new()
+        .fallback(dispatch)
+        .with_state(state)
+        .layer(middleware::from_fn_with_state(authz, authz::authorize))
+        .layer(middleware::from_fn(resolve_request_info))
+        .layer(middleware::from_fn_with_state(authn, authn::authenticate))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
+            ApiError::internal("the server panicked while handling the request").into_response()
+        }))
+}
+
+async fn resolve_request_info(mut req: Request, next: Next) -> Response {
+    let info = request_info::resolve(req.method(), req.uri().path(), req.uri().query());
+    req.extensions_mut().insert(info);
+    next.run(req).await
+}
+
+fn not_found_path() -> ApiError {
+    ApiError::NotFound {
+        message: "the server could not find the requested resource".into(),
+        subject: Default::default(),
+    }
+}
+
+async fn dispatch(State(state): State<Arc<AppState>>, req: Request) -> Response {
+    let (Some(info), Some(user)) =
+        (req.extensions().get::<RequestInfo>().cloned(), req.extensions().get::<UserInfo>().cloned())
+    else {
+        return ApiError::internal("request without identity").into_response();
+    };
+    if !info.is_resource_request {
+        return non_resource(&state, &info, req).await.unwrap_or_else(IntoResponse::into_response);
+    }
+    match resource(&state, &info, &user, req).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+fn json_response(body: &serde_json::Value, content_type: &'static str) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut r = (StatusCode::OK, bytes).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -> Result<Response, ApiError> {
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let query = req.uri().query().map(str::to_string);
+    if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
+        return Err(ApiError::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource ({})",
+            info.verb
+        )));
+    }
+    let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    if let Some((code, body)) = health::respond(&path, query.as_deref(), &state.health, &state.storage).await {
+        let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body).into_response();
+        r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+        r.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
+        return Ok(r);
+    }
+    let reg = &state.registry;
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["api"] => Ok(match discovery::wants_aggregated(&accept) {
+            Some(v) => aggregated_response(discovery::aggregated(reg, true, v), v),
+            None => json_response(&discovery::api_versions(&state.server_address), "application/json"),
+        }),
+        ["apis"] => Ok(match discovery::wants_aggregated(&accept) {
+            Some(v) => aggregated_response(discovery::aggregated(reg, false, v), v),
+            None => json_response(&discovery::api_group_list(reg), "application/json"),
+        }),
+        ["api", v] => discovery::api_resource_list(reg, "", v)
+            .map(|b| json_response(&b, "application/json"))
+            .ok_or_else(not_found_path),
+        ["apis", g] => {
+            discovery::api_group(reg, g).map(|b| json_response(&b, "application/json")).ok_or_else(not_found_path)
+        }
+        ["apis", g, v] => discovery::api_resource_list(reg, g, v)
+            .map(|b| json_response(&b, "application/json"))
+            .ok_or_else(not_found_path),
+        ["version"] => Ok(json_response(&discovery::version_info(), "application/json")),
+        ["openapi", "v2"] => Ok(state.openapi.v2_response(&accept)),
+        ["openapi", "v3"] => Ok(state.openapi.v3_index_response()),
+        ["openapi", "v3", rest @ ..] => {
+            state.openapi.v3_response(&rest.join("/"), query.as_deref()).ok_or_else(not_found_path)
+        }
+        _ => Err(not_found_path()),
+    }
+}
+
+fn aggregated_response(body: serde_json::Value, version: &'static str) -> Response {
+    let ct = if version == "v2" {
+        "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+    } else {
+        "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+    };
+    json_response(&body, ct)
+}
+
+async fn resource(
+    state: &Arc<AppState>,
+    info: &RequestInfo,
+    user: &UserInfo,
+    req: Request,
+) -> Result<Response, ApiError> {
+    let Some(def) = state.registry.find(&info.api_group, &info.api_version, &info.resource) else {
+        return Err(not_found_path());
+    };
+    let is_namespaces = def.group.is_empty() && def.resource == "namespaces";
+    if info.extra_parts > 0 {
+        return Err(not_found_path());
+    }
+    if !def.namespaced && !info.namespace.is_empty() && !is_namespaces {
+        return Err(not_found_path());
+    }
+    if def.namespaced && info.namespace.is_empty() && !matches!(info.verb.as_str(), "list" | "watch") {
+        return Err(if info.verb == "create" || info.verb == "deletecollection" {
+            ApiError::MethodNotAllowed(format!(
+                "the server does not allow this method on the requested resource ({})",
+                info.verb
+            ))
+        } else {
+            not_found_path()
+        });
+    }
+    if !info.subresource.is_empty() && !def.subresources.contains(&info.subresource.as_str()) {
+        return Err(not_found_path());
+    }
+    let headers = req.headers().clone();
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let out = negotiate::negotiate(accept.as_deref())?;
+    let params = Params::parse(req.uri().query());
+    let pretty = params.flag("pretty").unwrap_or(false);
+    let content_type = negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
+    let body = match axum::body::to_bytes(req.into_body(), rest::MAX_BODY).await {
+        Ok(b) => b,
+        Err(_) => {
+            return Err(ApiError::RequestEntityTooLarge(format!(
+                "Request entity too large: limit is {}",
+                rest::MAX_BODY
+            )));
+        }
+    };
+    let call = Call { state, def, info, user, params, out: out.clone() };
+    let reply: Reply = match info.verb.as_str() {
+        "get" => rest::get(&call).await?,
+        "list" => rest::list(&call).await?,
+        "watch" => return watch::watch(&call).await,
+        "create" => rest::create(&call, &body, &content_type).await?,
+        "update" => rest::update(&call, &body, &content_type).await?,
+        "patch" => rest::patch(&call, &body, &content_type).await?,
+        "delete" => rest::delete(&call, &body).await?,
+        "deletecollection" => rest::delete_collection(&call, &body).await?,
+        other => {
+            return Err(ApiError::MethodNotAllowed(format!(
+                "the server does not allow this method on the requested resource ({other})"
+            )))
+        }
+    };
+    Ok(rest::render(reply.code, &reply.body, &out, &headers, pretty, &reply.warnings))
+}
+
+/// Create what a fresh cluster has: the four system namespaces.
+pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
+    let Some(def) = state.registry.find("", "v1", "namespaces") else {
+        anyhow::bail!("namespaces are not registered");
+    };
+    let user =
+        UserInfo { name: "system:apiserver".into(), groups: vec!["system:masters".into()], ..Default::default() };
+    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+        if state.storage.get(&def.key(None, ns)).await?.is_some() {
+            continue;
+        }
+        let info = RequestInfo {
+            is_resource_request: true,
+            verb: "create".into(),
+            api_version: "v1".into(),
+            resource: "namespaces".into(),
+            ..Default::default()
+        };
+        let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
+        let body =
+            bytes::Bytes::from(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}).to_string());
+        match rest::create(&call, &body, "application/json").await {
+            Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
+            Err(e) => anyhow::bail!("creating namespace {ns}: {e}"),
+        }
+    }
+    Ok(())
+}
+
+/// Settings of `kustos server` / `kustos apiserver`.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub bind_address: IpAddr,
+    pub secure_port: u16,
+    pub tls_sans: Vec<String>,
+    pub anonymous_auth: bool,
+    /// Revisions of history kept for watch and continue (compaction).
+    pub history_revisions: u64,
+}
+
+impl Config {
+    pub fn new(data_dir: PathBuf) -> Self {
+        Config {
+            data_dir,
+            bind_address: IpAddr::from([127, 0, 0, 1]),
+            secure_port: 6443,
+            tls_sans: Vec::new(),
+            anonymous_auth: true,
+            history_revisions: 100_000,
+        }
+    }
+}
+
+/// A started server.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub kubeconfig: PathBuf,
+    pub state: Arc<AppState>,
+    pub pki: pki::Pki,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Stop accepting, finish, and wait for the serve loop.
+    pub async fn stop(mut self) {
+        self.state.health.shutting_down.store(true, Ordering::SeqCst);
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        let _ = self.task.await;
+    }
+
+    /// Wait until the serve loop ends.
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}
+
+/// Start the apiserver: PKI, store, bootstrap objects, admin kubeconfig, HTTPS listener.
+pub async fn start(cfg: Config) -> anyhow::Result<Running> {
+    std::fs::create_dir_all(&cfg.data_dir)?;
+    let now = chrono::Utc::now();
+    let pki = pki::ensure(&cfg.data_dir, &cfg.tls_sans, now)?;
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(cfg.bind_address, cfg.secure_port)).await?;
+    let addr = listener.local_addr()?;
+    let host = if cfg.bind_address.is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { cfg.bind_address };
+    let server_address = SocketAddr::new(host, addr.port()).to_string();
+    let store = storage::sqlite::SqliteStorage::open(&cfg.data_dir.join("kustos.db"))?;
+    let store = Arc::new(store);
+    storage::sqlite::SqliteStorage::spawn_compactor(store.clone(), cfg.history_revisions);
+    let state = AppState::new(store, server_address.clone());
+    bootstrap(&state).await?;
+    gc::spawn_startup_sweep(state.clone());
+    let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
+    let authn = Arc::new(authn::AuthnChain::new(&pki, cfg.anonymous_auth)?);
+    let authz: Arc<dyn authz::Authorizer> = Arc::new(authz::Chain::default_chain());
+    let app = router(state.clone(), authn, authz);
+    let tls = serve::tls_config(&pki)?;
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(serve::serve(listener, tls, app, async move {
+        let _ = rx.await;
+    }));
+    state.health.started.store(true, Ordering::SeqCst);
+    Ok(Running { addr, kubeconfig, state, pki, shutdown: Some(tx), task })
+}

@@ -1,0 +1,102 @@
+//! Object helpers: stored form ↔ wire form, metadata accessors, timestamps.
+//!
+//! The store keeps an object's JSON without `metadata.resourceVersion`; the key's `mod_rev`
+//! is the resourceVersion and is put back on every read.
+
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+use crate::storage::{KeyValue, Rev};
+
+/// Decode a stored value and set its resourceVersion.
+pub fn from_stored(kv: &KeyValue) -> Result<Value, ApiError> {
+    decode_at(&kv.value, kv.mod_rev)
+}
+
+/// Decode stored bytes and set `metadata.resourceVersion` to `rev`.
+pub fn decode_at(bytes: &[u8], rev: Rev) -> Result<Value, ApiError> {
+    let mut v: Value =
+        serde_json::from_slice(bytes).map_err(|e| ApiError::internal(format!("corrupt stored object: {e}")))?;
+    set_rv(&mut v, rev);
+    Ok(v)
+}
+
+/// Encode for the store (resourceVersion left out).
+pub fn to_stored(obj: &Value) -> Result<Vec<u8>, ApiError> {
+    let mut obj = obj.clone();
+    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    serde_json::to_vec(&obj).map_err(ApiError::internal)
+}
+
+pub fn set_rv(obj: &mut Value, rev: Rev) {
+    meta_mut(obj).insert("resourceVersion".into(), Value::String(rev.to_string()));
+}
+
+/// `metadata` as a mutable map, created if missing or not an object.
+pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
+    if !obj.is_object() {
+        *obj = Value::Object(Map::new());
+    }
+    let Value::Object(map) = obj else { unreachable_map() };
+    let entry = map.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    match entry {
+        Value::Object(m) => m,
+        _ => unreachable_map(),
+    }
+}
+
+#[allow(clippy::panic)]
+fn unreachable_map() -> ! {
+    // Both callers replace non-objects with objects right before matching.
+    unreachable!("value was just made an object")
+}
+
+pub fn meta_str<'a>(obj: &'a Value, field: &str) -> Option<&'a str> {
+    obj.get("metadata")?.get(field)?.as_str()
+}
+
+pub fn name(obj: &Value) -> &str {
+    meta_str(obj, "name").unwrap_or("")
+}
+
+pub fn namespace(obj: &Value) -> &str {
+    meta_str(obj, "namespace").unwrap_or("")
+}
+
+pub fn uid(obj: &Value) -> &str {
+    meta_str(obj, "uid").unwrap_or("")
+}
+
+pub fn rv(obj: &Value) -> &str {
+    meta_str(obj, "resourceVersion").unwrap_or("")
+}
+
+pub fn labels(obj: &Value) -> std::collections::BTreeMap<String, String> {
+    obj.get("metadata")
+        .and_then(|m| m.get("labels"))
+        .and_then(Value::as_object)
+        .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string()))).collect())
+        .unwrap_or_default()
+}
+
+pub fn finalizers(obj: &Value) -> Vec<String> {
+    obj.get("metadata")
+        .and_then(|m| m.get("finalizers"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+pub fn is_deleting(obj: &Value) -> bool {
+    obj.get("metadata").and_then(|m| m.get("deletionTimestamp")).is_some_and(|v| !v.is_null())
+}
+
+/// RFC 3339 UTC with second precision, as metav1.Time renders.
+pub fn now_rfc3339() -> String {
+    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+}

@@ -1,0 +1,758 @@
+//! The standalone apiserver's PKI on disk, and the admin kubeconfig.
+//!
+//! Under `DIR/pki/` (mode 0700):
+//!
+//! | file | what | lifetime |
+//! | --- | --- | --- |
+//! | `ca.crt`, `ca.key` | cluster CA, CN `kustos-ca` | 10 years; created once, never overwritten |
+//! | `apiserver.crt`, `apiserver.key` | serving certificate, CN `kube-apiserver` | 1 year; re-issued when the SAN set changes, it expires within 30 days, or it no longer matches the CA |
+//! | `sa.key`, `sa.pub` | service-account token signing key (ECDSA P-256) | created once |
+//!
+//! Private keys are created with mode 0600 (never chmod-ed after the fact) and written
+//! atomically (temporary file, fsync, rename). A CA or service-account key that exists but
+//! does not load is an error naming the file: it is never silently replaced. Key material is
+//! never logged.
+//!
+//! `DIR/admin.kubeconfig` (0600) holds an x509 client certificate for `kustos-admin` in group
+//! `system:masters`, reused while it is signed by the current CA and valid for more than 30
+//! days.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::fs;
+use std::io::Write as _;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context as _};
+use base64::Engine as _;
+use chrono::{DateTime, Duration, Utc};
+
+use kustos_ca::{Ca, IssueParams, KeyPair};
+
+/// Lifetime of a generated cluster CA.
+pub const CA_VALIDITY: Duration = Duration::days(3650);
+/// Lifetime of the serving and admin certificates.
+pub const CERT_VALIDITY: Duration = Duration::days(365);
+/// Certificates expiring sooner than this are re-issued at start.
+pub const RENEW_BEFORE: Duration = Duration::days(30);
+/// CN of the cluster CA.
+pub const CA_COMMON_NAME: &str = "kustos-ca";
+/// CN of the serving certificate.
+pub const SERVING_COMMON_NAME: &str = "kube-apiserver";
+/// User and group of the admin kubeconfig.
+pub const ADMIN_USER: &str = "kustos-admin";
+pub const ADMIN_GROUP: &str = "system:masters";
+/// Cluster and context name in generated kubeconfigs.
+pub const CLUSTER_NAME: &str = "kustos";
+
+/// The loaded PKI. `Debug` never shows private keys.
+#[derive(Clone)]
+pub struct Pki {
+    /// `DIR/pki`.
+    pub dir: PathBuf,
+    /// The cluster CA certificate (`ca.crt`), PEM.
+    pub ca_cert_pem: String,
+    /// CA certificates trusted for client certificates, PEM (today: the cluster CA).
+    pub ca_bundle_pem: String,
+    /// Serving certificate, PEM.
+    pub serving_cert_pem: String,
+    /// Serving key, PKCS#8 PEM. Secret.
+    pub serving_key_pem: String,
+    /// Service-account signing key, PKCS#8 PEM. Secret.
+    pub sa_key_pem: String,
+    /// Service-account verification key, SubjectPublicKeyInfo PEM.
+    pub sa_pub_pem: String,
+    ca: Ca,
+}
+
+impl fmt::Debug for Pki {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pki").field("dir", &self.dir).field("ca", &self.ca).finish_non_exhaustive()
+    }
+}
+
+impl Pki {
+    /// The cluster CA (certificate and key), e.g. to sign CSRs.
+    pub fn ca(&self) -> &Ca {
+        &self.ca
+    }
+
+    /// The cluster CA key, PKCS#8 PEM. Secret: never log it.
+    pub fn ca_key_pem(&self) -> String {
+        self.ca.key_pem()
+    }
+
+    /// The client CA bundle as DER certificates.
+    pub fn ca_bundle_der(&self) -> anyhow::Result<Vec<Vec<u8>>> {
+        kustos_ca::certificates_from_pem(&self.ca_bundle_pem).context("parsing the client CA bundle")
+    }
+}
+
+/// Create (first start) or load and check (later starts) `dir/pki/`.
+pub fn ensure(dir: &Path, tls_sans: &[String], now: DateTime<Utc>) -> anyhow::Result<Pki> {
+    let pki_dir = dir.join("pki");
+    ensure_private_dir(&pki_dir)?;
+    let ca = ensure_ca(&pki_dir, now)?;
+    let (serving_cert_pem, serving_key_pem) = ensure_serving(&pki_dir, &ca, tls_sans, now)?;
+    let (sa_key_pem, sa_pub_pem) = ensure_sa(&pki_dir)?;
+    Ok(Pki {
+        dir: pki_dir,
+        ca_cert_pem: ca.cert_pem().to_string(),
+        ca_bundle_pem: ca.cert_pem().to_string(),
+        serving_cert_pem,
+        serving_key_pem,
+        sa_key_pem,
+        sa_pub_pem,
+        ca,
+    })
+}
+
+fn ensure_private_dir(path: &Path) -> anyhow::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let meta = fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if !meta.is_dir() {
+        bail!("{} is not a directory", path.display());
+    }
+    if meta.permissions().mode() & 0o077 != 0 {
+        fs::set_permissions(path, fs::Permissions::from_mode(0o700))
+            .with_context(|| format!("restricting the permissions of {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Contents of `path`, or `None` when it does not exist.
+fn read_optional(path: &Path) -> anyhow::Result<Option<String>> {
+    match fs::read_to_string(path) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
+    }
+}
+
+/// Write `contents` to `path` atomically, the new file created with `mode`.
+fn write_atomic(path: &Path, contents: &[u8], mode: u32) -> anyhow::Result<()> {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp"));
+    match fs::remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("removing {}", tmp.display())),
+    }
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(&tmp)
+        .with_context(|| format!("creating {}", tmp.display()))?;
+    f.write_all(contents).and_then(|()| f.sync_all()).with_context(|| format!("writing {}", tmp.display()))?;
+    drop(f);
+    fs::rename(&tmp, path).with_context(|| format!("renaming {} to {}", tmp.display(), path.display()))?;
+    if let Some(parent) = path.parent() {
+        // Make the rename durable; not all filesystems allow syncing a directory.
+        let _ = fs::File::open(parent).and_then(|d| d.sync_all());
+    }
+    Ok(())
+}
+
+fn write_private(path: &Path, contents: &str) -> anyhow::Result<()> {
+    write_atomic(path, contents.as_bytes(), 0o600)
+}
+
+fn write_public(path: &Path, contents: &str) -> anyhow::Result<()> {
+    write_atomic(path, contents.as_bytes(), 0o644)
+}
+
+/// Existing key files readable by others are restricted to 0600.
+fn restrict_key_file(path: &Path) -> anyhow::Result<()> {
+    let meta = fs::metadata(path).with_context(|| format!("reading {}", path.display()))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        tracing::warn!(file = %path.display(), "private key file was readable by others; restricting it to 0600");
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("restricting the permissions of {}", path.display()))?;
+    }
+    Ok(())
+}
+
+fn ensure_ca(pki_dir: &Path, now: DateTime<Utc>) -> anyhow::Result<Ca> {
+    let cert_path = pki_dir.join("ca.crt");
+    let key_path = pki_dir.join("ca.key");
+    let ca = match (read_optional(&cert_path)?, read_optional(&key_path)?) {
+        (Some(cert), Some(key)) => {
+            restrict_key_file(&key_path)?;
+            kustos_ca::certificates_from_pem(&cert)
+                .with_context(|| format!("{} is not a valid certificate", cert_path.display()))?;
+            KeyPair::from_pem(&key).with_context(|| format!("{} is not a valid private key", key_path.display()))?;
+            Ca::from_pem(&cert, &key).with_context(|| {
+                format!("loading the cluster CA from {} and {}", cert_path.display(), key_path.display())
+            })?
+        }
+        (None, None) => {
+            let ca = Ca::generate(CA_COMMON_NAME, CA_VALIDITY, now).context("generating the cluster CA")?;
+            write_private(&key_path, &ca.key_pem())?;
+            write_public(&cert_path, ca.cert_pem())?;
+            tracing::info!(dir = %pki_dir.display(), not_after = %ca.not_after(), "created the cluster CA");
+            ca
+        }
+        (Some(_), None) => bail!(
+            "{} exists but {} is missing: restore the CA key, or remove both to create a new CA",
+            cert_path.display(),
+            key_path.display()
+        ),
+        (None, Some(_)) => bail!(
+            "{} exists but {} is missing: restore the CA certificate, or remove both to create a new CA",
+            key_path.display(),
+            cert_path.display()
+        ),
+    };
+    if ca.not_after() <= now {
+        bail!("the cluster CA in {} expired at {}", cert_path.display(), ca.not_after());
+    }
+    if ca.not_after() - now < RENEW_BEFORE {
+        tracing::warn!(not_after = %ca.not_after(), "the cluster CA expires within 30 days");
+    }
+    Ok(ca)
+}
+
+/// The SANs the serving certificate must carry.
+pub fn serving_sans(tls_sans: &[String]) -> (Vec<String>, Vec<IpAddr>) {
+    let mut dns: Vec<String> = vec!["localhost".into()];
+    let hostname = gethostname::gethostname().to_string_lossy().trim().to_ascii_lowercase();
+    if is_dns_name(&hostname) {
+        dns.push(hostname);
+    }
+    for d in ["kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"] {
+        dns.push(d.into());
+    }
+    let mut ips: Vec<IpAddr> = vec![IpAddr::from(Ipv4Addr::LOCALHOST), IpAddr::from(Ipv6Addr::LOCALHOST)];
+    for san in tls_sans {
+        let san = san.trim();
+        if san.is_empty() {
+            continue;
+        }
+        match san.trim_start_matches('[').trim_end_matches(']').parse::<IpAddr>() {
+            Ok(ip) => ips.push(ip),
+            Err(_) => dns.push(san.to_ascii_lowercase()),
+        }
+    }
+    let mut seen = BTreeSet::new();
+    dns.retain(|d| seen.insert(d.clone()));
+    let mut seen = BTreeSet::new();
+    ips.retain(|ip| seen.insert(*ip));
+    (dns, ips)
+}
+
+fn is_dns_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+}
+
+/// Why an existing leaf certificate cannot be reused, or `None` when it can.
+fn reuse_problem(ca: &Ca, cert_pem: &str, key_pem: &str, now: DateTime<Utc>) -> Option<String> {
+    let info = match kustos_ca::parse_certificate_pem(cert_pem) {
+        Ok(i) => i,
+        Err(e) => return Some(format!("the certificate does not parse: {e}")),
+    };
+    let key = match KeyPair::from_pem(key_pem) {
+        Ok(k) => k,
+        Err(e) => return Some(format!("the key does not load: {e}")),
+    };
+    if key.public_key_der() != info.public_key_der {
+        return Some("the key does not belong to the certificate".into());
+    }
+    let der = kustos_ca::certificates_from_pem(cert_pem).ok().and_then(|c| c.into_iter().next()).unwrap_or_default();
+    if !ca.signed(&der) {
+        return Some("the certificate is not signed by the current CA".into());
+    }
+    if !info.valid_at(now) || info.not_after - now < RENEW_BEFORE {
+        return Some(format!("the certificate expires at {}", info.not_after));
+    }
+    None
+}
+
+fn ensure_serving(
+    pki_dir: &Path,
+    ca: &Ca,
+    tls_sans: &[String],
+    now: DateTime<Utc>,
+) -> anyhow::Result<(String, String)> {
+    let cert_path = pki_dir.join("apiserver.crt");
+    let key_path = pki_dir.join("apiserver.key");
+    let (dns, ips) = serving_sans(tls_sans);
+    let reason = match (read_optional(&cert_path)?, read_optional(&key_path)?) {
+        (Some(cert), Some(key)) => {
+            let problem = reuse_problem(ca, &cert, &key, now).or_else(|| {
+                let info = kustos_ca::parse_certificate_pem(&cert).ok()?;
+                let have_dns: BTreeSet<&String> = info.dns_names.iter().collect();
+                let have_ips: BTreeSet<&IpAddr> = info.ip_addresses.iter().collect();
+                let same = have_dns == dns.iter().collect() && have_ips == ips.iter().collect();
+                (!same).then(|| "the requested subject alternative names changed".to_string())
+            });
+            match problem {
+                None => {
+                    restrict_key_file(&key_path)?;
+                    // Normalized to PKCS#8 for the TLS layer.
+                    let key = KeyPair::from_pem(&key).with_context(|| format!("loading {}", key_path.display()))?;
+                    return Ok((cert, key.private_key_pem()));
+                }
+                Some(p) => p,
+            }
+        }
+        (None, None) => "first start".to_string(),
+        _ => "the certificate or its key is missing".to_string(),
+    };
+    let issued = ca
+        .issue(IssueParams::server(SERVING_COMMON_NAME, dns.clone(), ips.clone(), CERT_VALIDITY), now)
+        .context("issuing the serving certificate")?;
+    let key_pem = issued.key_pem.clone().unwrap_or_default();
+    write_private(&key_path, &key_pem)?;
+    write_public(&cert_path, &issued.cert_pem)?;
+    tracing::info!(
+        file = %cert_path.display(),
+        reason = %reason,
+        dns = ?dns,
+        ips = ?ips,
+        not_after = %issued.not_after,
+        "issued the serving certificate"
+    );
+    Ok((issued.cert_pem, key_pem))
+}
+
+fn ensure_sa(pki_dir: &Path) -> anyhow::Result<(String, String)> {
+    let key_path = pki_dir.join("sa.key");
+    let pub_path = pki_dir.join("sa.pub");
+    match read_optional(&key_path)? {
+        Some(key_pem) => {
+            restrict_key_file(&key_path)?;
+            let key = KeyPair::from_pem(&key_pem).with_context(|| {
+                format!("{} is not a valid private key (it is never replaced automatically)", key_path.display())
+            })?;
+            let pub_pem = key.public_key_pem();
+            let current = read_optional(&pub_path)?;
+            let matches = current
+                .as_deref()
+                .and_then(|p| kustos_ca::public_key_der_from_pem(p).ok())
+                .is_some_and(|der| der == key.public_key_der());
+            if !matches {
+                if current.is_some() {
+                    tracing::warn!(file = %pub_path.display(), "does not match sa.key; rewriting it from sa.key");
+                }
+                write_public(&pub_path, &pub_pem)?;
+            }
+            Ok((key.private_key_pem(), pub_pem))
+        }
+        None => {
+            if read_optional(&pub_path)?.is_some() {
+                tracing::warn!(file = %pub_path.display(), "sa.key is missing; generating a new service-account key pair");
+            }
+            let pair = kustos_ca::generate_sa_keypair().context("generating the service-account key")?;
+            write_private(&key_path, &pair.private_key_pem)?;
+            write_public(&pub_path, &pair.public_key_pem)?;
+            tracing::info!(file = %key_path.display(), "created the service-account signing key");
+            Ok((pair.private_key_pem, pair.public_key_pem))
+        }
+    }
+}
+
+/// How a kubeconfig user authenticates.
+#[derive(Clone, PartialEq, Eq)]
+pub enum KubeconfigAuth {
+    /// x509 client certificate and key, PEM.
+    ClientCert { cert_pem: String, key_pem: String },
+    /// Bearer token.
+    Token(String),
+}
+
+impl fmt::Debug for KubeconfigAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KubeconfigAuth::ClientCert { .. } => f.write_str("ClientCert"),
+            KubeconfigAuth::Token(_) => f.write_str("Token"),
+        }
+    }
+}
+
+/// A YAML double-quoted scalar.
+fn quote(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            c if c.is_control() => out.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn b64(s: &str) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s.as_bytes())
+}
+
+/// A kubeconfig with one cluster (`kustos`: `server`, CA data), one user (`user`) and one
+/// context (`kustos`, current), usable as is by kubectl, client-go, kube-rs and the Python
+/// client.
+pub fn kubeconfig_yaml(server: &str, ca_pem: &str, user: &str, auth: KubeconfigAuth) -> String {
+    let user_fields = match &auth {
+        KubeconfigAuth::ClientCert { cert_pem, key_pem } => format!(
+            "    client-certificate-data: {}\n    client-key-data: {}\n",
+            quote(&b64(cert_pem)),
+            quote(&b64(key_pem))
+        ),
+        KubeconfigAuth::Token(token) => format!("    token: {}\n", quote(token)),
+    };
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {cluster}\n  cluster:\n    server: {server}\n    \
+         certificate-authority-data: {ca}\nusers:\n- name: {user}\n  user:\n{user_fields}contexts:\n- name: {cluster}\n  \
+         context:\n    cluster: {cluster}\n    user: {user}\ncurrent-context: {cluster}\npreferences: {{}}\n",
+        cluster = quote(CLUSTER_NAME),
+        server = quote(server),
+        ca = quote(&b64(ca_pem)),
+        user = quote(user),
+    )
+}
+
+/// What an existing admin kubeconfig holds.
+struct ExistingKubeconfig {
+    server: String,
+    ca_pem: String,
+    cert_pem: String,
+    key_pem: String,
+}
+
+fn read_admin_kubeconfig(text: &str) -> Option<ExistingKubeconfig> {
+    let v: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
+    let decode = |v: &serde_yaml::Value| -> Option<String> {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str()?.trim()).ok()?;
+        String::from_utf8(bytes).ok()
+    };
+    let cluster = v
+        .get("clusters")?
+        .as_sequence()?
+        .iter()
+        .find(|c| c.get("name").and_then(|n| n.as_str()) == Some(CLUSTER_NAME))?;
+    let user =
+        v.get("users")?.as_sequence()?.iter().find(|u| u.get("name").and_then(|n| n.as_str()) == Some(ADMIN_USER))?;
+    Some(ExistingKubeconfig {
+        server: cluster.get("cluster")?.get("server")?.as_str()?.to_string(),
+        ca_pem: decode(cluster.get("cluster")?.get("certificate-authority-data")?)?,
+        cert_pem: decode(user.get("user")?.get("client-certificate-data")?)?,
+        key_pem: decode(user.get("user")?.get("client-key-data")?)?,
+    })
+}
+
+/// Write (or keep) `dir/admin.kubeconfig` for `server_url`: user `kustos-admin` in group
+/// `system:masters`. The client certificate is reused while it is signed by the current CA
+/// and valid for more than 30 days; otherwise a new one (1 year) is issued.
+pub fn write_admin_kubeconfig(dir: &Path, pki: &Pki, server_url: &str, now: DateTime<Utc>) -> anyhow::Result<PathBuf> {
+    let path = dir.join("admin.kubeconfig");
+    let existing = match read_optional(&path)? {
+        Some(text) => {
+            let parsed = read_admin_kubeconfig(&text);
+            if parsed.is_none() {
+                tracing::warn!(file = %path.display(), "unreadable admin kubeconfig; writing a new one");
+            }
+            parsed
+        }
+        None => None,
+    };
+    let reusable = existing.as_ref().filter(|e| {
+        let admin_subject = kustos_ca::parse_certificate_pem(&e.cert_pem)
+            .is_ok_and(|i| i.common_name == ADMIN_USER && i.organizations.iter().any(|o| o == ADMIN_GROUP));
+        admin_subject && reuse_problem(&pki.ca, &e.cert_pem, &e.key_pem, now).is_none()
+    });
+    let (cert_pem, key_pem) = match reusable {
+        Some(e) => {
+            if e.server == server_url && e.ca_pem == pki.ca_cert_pem {
+                restrict_key_file(&path)?;
+                return Ok(path);
+            }
+            (e.cert_pem.clone(), e.key_pem.clone())
+        }
+        None => {
+            let issued = pki
+                .ca
+                .issue(IssueParams::client(ADMIN_USER, vec![ADMIN_GROUP.to_string()], CERT_VALIDITY), now)
+                .context("issuing the admin client certificate")?;
+            tracing::info!(file = %path.display(), not_after = %issued.not_after, "issued the admin client certificate");
+            (issued.cert_pem, issued.key_pem.unwrap_or_default())
+        }
+    };
+    let yaml =
+        kubeconfig_yaml(server_url, &pki.ca_cert_pem, ADMIN_USER, KubeconfigAuth::ClientCert { cert_pem, key_pem });
+    write_private(&path, &yaml)?;
+    Ok(path)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone as _;
+
+    fn now() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2031, 5, 6, 7, 8, 9).unwrap()
+    }
+
+    fn mode(p: &Path) -> u32 {
+        fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn first_start_creates_everything_with_private_keys_0600() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pki = ensure(tmp.path(), &["api.example.com".into(), "10.0.0.7".into()], now()).unwrap();
+        let d = tmp.path().join("pki");
+        assert_eq!(mode(&d), 0o700);
+        for key in ["ca.key", "apiserver.key", "sa.key"] {
+            assert_eq!(mode(&d.join(key)), 0o600, "{key}");
+        }
+        for public in ["ca.crt", "apiserver.crt", "sa.pub"] {
+            assert_eq!(mode(&d.join(public)), 0o644, "{public}");
+        }
+        assert!(fs::read_dir(&d).unwrap().all(|e| !e.unwrap().file_name().to_string_lossy().ends_with(".tmp")));
+        let ca = kustos_ca::parse_certificate_pem(&pki.ca_cert_pem).unwrap();
+        assert_eq!(ca.common_name, "kustos-ca");
+        assert!(ca.is_ca);
+        assert_eq!(ca.not_after, now() + CA_VALIDITY);
+        let serving = kustos_ca::parse_certificate_pem(&pki.serving_cert_pem).unwrap();
+        assert_eq!(serving.common_name, "kube-apiserver");
+        assert_eq!(serving.not_after, now() + CERT_VALIDITY);
+        for d in ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"] {
+            assert!(serving.dns_names.iter().any(|n| n == d), "{d}");
+        }
+        assert!(serving.dns_names.iter().any(|n| n == "kubernetes.default.svc.cluster.local"));
+        assert!(serving.dns_names.iter().any(|n| n == "api.example.com"));
+        for ip in ["127.0.0.1", "::1", "10.0.0.7"] {
+            assert!(serving.ip_addresses.contains(&ip.parse().unwrap()), "{ip}");
+        }
+        assert!(pki.ca().signed(&kustos_ca::certificates_from_pem(&pki.serving_cert_pem).unwrap()[0]));
+        assert_eq!(fs::read_to_string(d.join("sa.pub")).unwrap(), pki.sa_pub_pem);
+        assert_eq!(
+            KeyPair::from_pem(&pki.sa_key_pem).unwrap().public_key_der(),
+            kustos_ca::public_key_der_from_pem(&pki.sa_pub_pem).unwrap()
+        );
+        assert_eq!(pki.ca_bundle_der().unwrap(), vec![pki.ca().cert_der().to_vec()]);
+        let shown = format!("{pki:?}");
+        assert!(!shown.contains("PRIVATE KEY"), "{shown}");
+    }
+
+    #[test]
+    fn second_start_reuses_everything() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = ensure(tmp.path(), &[], now()).unwrap();
+        let files: Vec<Vec<u8>> = ["ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub"]
+            .iter()
+            .map(|f| fs::read(tmp.path().join("pki").join(f)).unwrap())
+            .collect();
+        let second = ensure(tmp.path(), &[], now() + Duration::days(1)).unwrap();
+        assert_eq!(first.ca_cert_pem, second.ca_cert_pem);
+        assert_eq!(first.ca_key_pem(), second.ca_key_pem());
+        assert_eq!(first.serving_cert_pem, second.serving_cert_pem);
+        assert_eq!(first.sa_key_pem, second.sa_key_pem);
+        let again: Vec<Vec<u8>> = ["ca.crt", "ca.key", "apiserver.crt", "apiserver.key", "sa.key", "sa.pub"]
+            .iter()
+            .map(|f| fs::read(tmp.path().join("pki").join(f)).unwrap())
+            .collect();
+        assert_eq!(files, again);
+    }
+
+    #[test]
+    fn changed_sans_or_near_expiry_reissue_the_serving_cert_with_the_same_ca() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = ensure(tmp.path(), &[], now()).unwrap();
+        let second = ensure(tmp.path(), &["new.example.com".into()], now()).unwrap();
+        assert_eq!(first.ca_cert_pem, second.ca_cert_pem);
+        assert_ne!(first.serving_cert_pem, second.serving_cert_pem);
+        assert_ne!(first.serving_key_pem, second.serving_key_pem);
+        let info = kustos_ca::parse_certificate_pem(&second.serving_cert_pem).unwrap();
+        assert!(info.dns_names.iter().any(|d| d == "new.example.com"));
+        // Same SANs again (order and case do not matter): reused.
+        let third = ensure(tmp.path(), &["NEW.example.com".into()], now()).unwrap();
+        assert_eq!(second.serving_cert_pem, third.serving_cert_pem);
+        // 340 days later the certificate has less than 30 days left: re-issued.
+        let later = now() + Duration::days(340);
+        let fourth = ensure(tmp.path(), &["new.example.com".into()], later).unwrap();
+        assert_ne!(third.serving_cert_pem, fourth.serving_cert_pem);
+        assert_eq!(
+            kustos_ca::parse_certificate_pem(&fourth.serving_cert_pem).unwrap().not_after,
+            later + CERT_VALIDITY
+        );
+        assert_eq!(first.ca_cert_pem, fourth.ca_cert_pem);
+    }
+
+    #[test]
+    fn a_corrupt_serving_key_is_replaced() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = ensure(tmp.path(), &[], now()).unwrap();
+        fs::write(tmp.path().join("pki/apiserver.key"), "junk").unwrap();
+        let second = ensure(tmp.path(), &[], now()).unwrap();
+        assert_ne!(first.serving_cert_pem, second.serving_cert_pem);
+        assert_eq!(first.ca_cert_pem, second.ca_cert_pem);
+    }
+
+    #[test]
+    fn corrupt_or_half_present_ca_files_are_errors_naming_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        ensure(tmp.path(), &[], now()).unwrap();
+        let key_path = tmp.path().join("pki/ca.key");
+        fs::write(&key_path, "-----BEGIN PRIVATE KEY-----\nAAAA\n-----END PRIVATE KEY-----\n").unwrap();
+        let err = format!("{:#}", ensure(tmp.path(), &[], now()).unwrap_err());
+        assert!(err.contains("ca.key"), "{err}");
+        // Not overwritten.
+        assert!(fs::read_to_string(&key_path).unwrap().contains("AAAA"));
+
+        // A key from another CA: mismatch.
+        let other = Ca::generate("other", CA_VALIDITY, now()).unwrap();
+        fs::write(&key_path, other.key_pem()).unwrap();
+        let err = format!("{:#}", ensure(tmp.path(), &[], now()).unwrap_err());
+        assert!(err.contains("ca.crt") && err.contains("does not belong"), "{err}");
+
+        let cert_path = tmp.path().join("pki/ca.crt");
+        fs::write(&cert_path, "not a cert").unwrap();
+        let err = format!("{:#}", ensure(tmp.path(), &[], now()).unwrap_err());
+        assert!(err.contains("ca.crt"), "{err}");
+
+        fs::remove_file(&cert_path).unwrap();
+        let err = format!("{:#}", ensure(tmp.path(), &[], now()).unwrap_err());
+        assert!(err.contains("ca.crt") && err.contains("missing"), "{err}");
+        assert!(key_path.exists());
+    }
+
+    #[test]
+    fn corrupt_sa_key_is_an_error_and_a_stale_sa_pub_is_rewritten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = ensure(tmp.path(), &[], now()).unwrap();
+        let pub_path = tmp.path().join("pki/sa.pub");
+        fs::write(&pub_path, "stale").unwrap();
+        let second = ensure(tmp.path(), &[], now()).unwrap();
+        assert_eq!(first.sa_pub_pem, second.sa_pub_pem);
+        assert_eq!(fs::read_to_string(&pub_path).unwrap(), first.sa_pub_pem);
+        fs::write(tmp.path().join("pki/sa.key"), "junk").unwrap();
+        let err = format!("{:#}", ensure(tmp.path(), &[], now()).unwrap_err());
+        assert!(err.contains("sa.key"), "{err}");
+    }
+
+    #[test]
+    fn existing_world_readable_keys_are_restricted() {
+        let tmp = tempfile::tempdir().unwrap();
+        ensure(tmp.path(), &[], now()).unwrap();
+        let key = tmp.path().join("pki/ca.key");
+        fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
+        fs::set_permissions(tmp.path().join("pki"), fs::Permissions::from_mode(0o755)).unwrap();
+        ensure(tmp.path(), &[], now()).unwrap();
+        assert_eq!(mode(&key), 0o600);
+        assert_eq!(mode(&tmp.path().join("pki")), 0o700);
+    }
+
+    #[test]
+    fn serving_sans_parse_ips_and_dedupe() {
+        let (dns, ips) =
+            serving_sans(&["10.1.2.3".into(), "[fd00::1]".into(), "localhost".into(), " ".into(), "x.io".into()]);
+        assert_eq!(dns.iter().filter(|d| *d == "localhost").count(), 1);
+        assert!(dns.contains(&"x.io".to_string()));
+        assert!(ips.contains(&"10.1.2.3".parse().unwrap()));
+        assert!(ips.contains(&"fd00::1".parse().unwrap()));
+        assert!(is_dns_name("node-1.example") && !is_dns_name("bad_host") && !is_dns_name(""));
+    }
+
+    fn kubeconfig_value(path: &Path) -> serde_yaml::Value {
+        serde_yaml::from_str(&fs::read_to_string(path).unwrap()).unwrap()
+    }
+
+    fn data(v: &serde_yaml::Value) -> String {
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(v.as_str().unwrap()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn admin_kubeconfig_is_written_and_reused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pki = ensure(tmp.path(), &[], now()).unwrap();
+        let path = write_admin_kubeconfig(tmp.path(), &pki, "https://127.0.0.1:6443", now()).unwrap();
+        assert_eq!(path, tmp.path().join("admin.kubeconfig"));
+        assert_eq!(mode(&path), 0o600);
+        let v = kubeconfig_value(&path);
+        assert_eq!(v["current-context"].as_str(), Some("kustos"));
+        assert_eq!(v["contexts"][0]["name"].as_str(), Some("kustos"));
+        assert_eq!(v["contexts"][0]["context"]["cluster"].as_str(), Some("kustos"));
+        assert_eq!(v["contexts"][0]["context"]["user"].as_str(), Some("kustos-admin"));
+        assert_eq!(v["clusters"][0]["name"].as_str(), Some("kustos"));
+        assert_eq!(v["clusters"][0]["cluster"]["server"].as_str(), Some("https://127.0.0.1:6443"));
+        assert_eq!(data(&v["clusters"][0]["cluster"]["certificate-authority-data"]), pki.ca_cert_pem);
+        assert_eq!(v["users"][0]["name"].as_str(), Some("kustos-admin"));
+        let cert = data(&v["users"][0]["user"]["client-certificate-data"]);
+        let key = data(&v["users"][0]["user"]["client-key-data"]);
+        let info = kustos_ca::parse_certificate_pem(&cert).unwrap();
+        assert_eq!(info.common_name, "kustos-admin");
+        assert_eq!(info.organizations, vec!["system:masters"]);
+        assert!(info.usages.contains(&kustos_ca::Usage::ClientAuth));
+        assert_eq!(info.not_after, now() + CERT_VALIDITY);
+        assert_eq!(KeyPair::from_pem(&key).unwrap().public_key_der(), info.public_key_der);
+
+        // Same inputs: the file is left alone.
+        let before = fs::read(&path).unwrap();
+        write_admin_kubeconfig(tmp.path(), &pki, "https://127.0.0.1:6443", now() + Duration::days(1)).unwrap();
+        assert_eq!(before, fs::read(&path).unwrap());
+
+        // New port: rewritten, same certificate.
+        write_admin_kubeconfig(tmp.path(), &pki, "https://127.0.0.1:7443", now() + Duration::days(1)).unwrap();
+        let v = kubeconfig_value(&path);
+        assert_eq!(v["clusters"][0]["cluster"]["server"].as_str(), Some("https://127.0.0.1:7443"));
+        assert_eq!(data(&v["users"][0]["user"]["client-certificate-data"]), cert);
+
+        // Near expiry: a new certificate.
+        let later = now() + Duration::days(340);
+        write_admin_kubeconfig(tmp.path(), &pki, "https://127.0.0.1:7443", later).unwrap();
+        let v = kubeconfig_value(&path);
+        assert_ne!(data(&v["users"][0]["user"]["client-certificate-data"]), cert);
+
+        // Another CA (e.g. DIR/pki was replaced): a new certificate from the current CA.
+        let other_dir = tempfile::tempdir().unwrap();
+        let other = ensure(other_dir.path(), &[], now()).unwrap();
+        write_admin_kubeconfig(tmp.path(), &other, "https://127.0.0.1:7443", now()).unwrap();
+        let v = kubeconfig_value(&path);
+        let cert = data(&v["users"][0]["user"]["client-certificate-data"]);
+        assert!(other.ca().signed(&kustos_ca::certificates_from_pem(&cert).unwrap()[0]));
+        assert_eq!(data(&v["clusters"][0]["cluster"]["certificate-authority-data"]), other.ca_cert_pem);
+
+        // Garbage: replaced.
+        fs::write(&path, "{{{{").unwrap();
+        write_admin_kubeconfig(tmp.path(), &other, "https://127.0.0.1:7443", now()).unwrap();
+        assert!(kubeconfig_value(&path)["users"][0]["user"]["client-key-data"].as_str().is_some());
+    }
+
+    #[test]
+    fn token_kubeconfig_and_quoting() {
+        let y = kubeconfig_yaml(
+            "https://h:1",
+            "CA",
+            "kubelet-bootstrap",
+            KubeconfigAuth::Token("abcdef.0123456789abcdef".into()),
+        );
+        let v: serde_yaml::Value = serde_yaml::from_str(&y).unwrap();
+        assert_eq!(v["users"][0]["user"]["token"].as_str(), Some("abcdef.0123456789abcdef"));
+        assert_eq!(v["users"][0]["name"].as_str(), Some("kubelet-bootstrap"));
+        assert!(v["users"][0]["user"].get("client-key-data").is_none());
+        let y = kubeconfig_yaml("https://h:1", "CA", "we\"ird\\user: x", KubeconfigAuth::Token("t".into()));
+        let v: serde_yaml::Value = serde_yaml::from_str(&y).unwrap();
+        assert_eq!(v["users"][0]["name"].as_str(), Some("we\"ird\\user: x"));
+        assert_eq!(format!("{:?}", KubeconfigAuth::Token("secret".into())), "Token");
+    }
+}

@@ -1,0 +1,267 @@
+//! The registry: every kind the apiserver serves, with its per-kind strategy.
+//!
+//! A `Strategy` holds the kind's rules with no I/O (like upstream's `rest.RESTCreateStrategy`):
+//! defaults, validation, what a write to the main resource or a subresource may change,
+//! selectable fields and Table columns. The generic REST handlers (`crate::rest`) do the I/O
+//! and call these hooks in a fixed order:
+//!
+//! create:  decode → `prepare_for_create` → generic metadata → `validate` → store
+//! update:  decode → `prepare_for_update(new, old)` → generic metadata → `validate` +
+//!          `validate_update(new, old)` → store
+//! subresource (status, approval): `prepare_for_subresource(sub, new, old)` →
+//!          `validate` + `validate_subresource(sub, new, old)` → store
+//!
+//! Objects are `serde_json::Value`s in their wire form; strategies decode into the
+//! `k8s-openapi` types where typing helps (validation, unknown-field detection).
+
+pub mod certificates;
+pub mod coordination;
+pub mod core;
+pub mod rbac;
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::FieldError;
+
+/// One Table column, as `columnDefinitions[]` carries it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Column {
+    pub name: &'static str,
+    /// `string`, `integer`, `number`, `boolean` or `date`... upstream uses `string`/`date`/`integer`.
+    pub type_: &'static str,
+    /// e.g. `name` for the Name column, otherwise empty.
+    pub format: &'static str,
+    pub description: &'static str,
+    /// 0 = shown by default; 1 = only with `-o wide`.
+    pub priority: u32,
+}
+
+/// The rules for one kind. Every method has no I/O.
+pub trait Strategy: Send + Sync + 'static {
+    /// Decode the object into its typed form and back: Ok(pruned) with unknown fields removed,
+    /// Err(message) if a known field has the wrong type (→ 400 BadRequest).
+    /// The caller compares input and output to find unknown fields (fieldValidation).
+    fn roundtrip(&self, obj: &Value) -> Result<Value, String>;
+
+    /// Defaults and server-owned fields on create (e.g. clear `status` when the kind has a
+    /// status subresource). Metadata (uid, timestamps, generation) is done by the caller.
+    fn prepare_for_create(&self, _obj: &mut Value) {}
+
+    /// On PUT/PATCH of the main resource: carry over what the main resource may not change
+    /// (e.g. `status` from `old` when the kind has a status subresource).
+    fn prepare_for_update(&self, _new: &mut Value, _old: &Value) {}
+
+    /// Full validation of the object (metadata name/namespace are checked by the caller).
+    fn validate(&self, _obj: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// Extra rules for an update of the main resource (immutability etc.).
+    fn validate_update(&self, _new: &Value, _old: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// On PUT/PATCH of a subresource (`status`, `approval`): keep everything but what the
+    /// subresource owns from `old`.
+    fn prepare_for_subresource(&self, _sub: &str, _new: &mut Value, _old: &Value) {}
+
+    /// Extra rules for an update through a subresource.
+    fn validate_subresource(&self, _sub: &str, _new: &Value, _old: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// Whether a spec change bumps `metadata.generation` (kinds with spec/status split).
+    fn tracks_generation(&self) -> bool {
+        false
+    }
+
+    /// Value of a selectable field other than `metadata.name`/`metadata.namespace`
+    /// (e.g. `spec.signerName`, `type`). None = the field is not selectable (→ 400).
+    fn field(&self, _obj: &Value, _path: &str) -> Option<String> {
+        None
+    }
+
+    /// Upstream prints some kinds (events) with Name last, at priority 1 (`-o wide` only).
+    fn name_column_last(&self) -> bool {
+        false
+    }
+
+    /// Table columns after Name. Default: `Created At` like upstream's printer-less kinds.
+    fn columns(&self) -> Vec<Column> {
+        Vec::new()
+    }
+
+    /// One row's cells for the columns of `columns()` (Name excluded: the caller adds it).
+    /// `now` is for ages.
+    fn cells(&self, _obj: &Value, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+        Vec::new()
+    }
+}
+
+/// One served resource.
+#[derive(Clone)]
+pub struct ResourceDef {
+    pub group: &'static str,
+    pub version: &'static str,
+    /// Plural lowercase name: `configmaps`.
+    pub resource: &'static str,
+    pub singular: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    /// Subresources besides the main one: `status`, `approval`.
+    pub subresources: &'static [&'static str],
+    pub strategy: Arc<dyn Strategy>,
+    /// JSON schema of the kind: `|g| g.subschema_for::<k8s_openapi::api::core::v1::ConfigMap>()`
+    /// (a `$ref`; the generator collects the definitions). Used for OpenAPI v2/v3.
+    pub schema: SchemaFn,
+}
+
+/// See `ResourceDef::schema`.
+pub type SchemaFn = fn(&mut schemars::SchemaGenerator) -> schemars::Schema;
+
+impl ResourceDef {
+    /// `v1` or `group/version`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+    pub fn list_kind(&self) -> String {
+        format!("{}List", self.kind)
+    }
+    /// Storage prefix of the whole resource: `/registry/<group or core>/<resource>/`.
+    pub fn prefix(&self) -> String {
+        let g = if self.group.is_empty() { "core" } else { self.group };
+        format!("/registry/{g}/{}/", self.resource)
+    }
+    /// Storage prefix of one namespace (namespaced kinds) or the whole resource.
+    pub fn ns_prefix(&self, namespace: Option<&str>) -> String {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => format!("{}{ns}/", self.prefix()),
+            _ => self.prefix(),
+        }
+    }
+    /// Storage key of one object.
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        match (self.namespaced, namespace) {
+            (true, Some(ns)) => format!("{}{ns}/{name}", self.prefix()),
+            _ => format!("{}{name}", self.prefix()),
+        }
+    }
+}
+
+/// All served resources.
+#[derive(Clone)]
+pub struct Registry {
+    pub resources: Vec<ResourceDef>,
+}
+
+impl Registry {
+    /// The built-in kinds.
+    pub fn builtin() -> Self {
+        let mut resources = Vec::new();
+        resources.extend(core::resources());
+        resources.extend(coordination::resources());
+        resources.extend(certificates::resources());
+        resources.extend(rbac::resources());
+        Registry { resources }
+    }
+
+    pub fn find(&self, group: &str, version: &str, resource: &str) -> Option<&ResourceDef> {
+        self.resources.iter().find(|r| r.group == group && r.version == version && r.resource == resource)
+    }
+
+    pub fn find_kind(&self, group: &str, kind: &str) -> Option<&ResourceDef> {
+        self.resources.iter().find(|r| r.group == group && r.kind == kind)
+    }
+
+    /// Distinct groups (core first as ""), in registration order.
+    pub fn groups(&self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for r in &self.resources {
+            if !out.contains(&r.group) {
+                out.push(r.group);
+            }
+        }
+        out
+    }
+
+    /// Versions served for a group (registration order).
+    pub fn versions(&self, group: &str) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = Vec::new();
+        for r in self.resources.iter().filter(|r| r.group == group) {
+            if !out.contains(&r.version) {
+                out.push(r.version);
+            }
+        }
+        out
+    }
+}
+
+/// Decode into a typed k8s-openapi object and encode back (helper for `Strategy::roundtrip`).
+pub fn typed_roundtrip<T>(obj: &Value) -> Result<Value, String>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let typed: T = serde_json::from_value(obj.clone()).map_err(|e| e.to_string())?;
+    serde_json::to_value(&typed).map_err(|e| e.to_string())
+}
+
+/// Age column value like kubectl's (`5s`, `3m`, `2d`); used by strategies' cells.
+pub fn age(ts: Option<&str>, now: chrono::DateTime<chrono::Utc>) -> Value {
+    let Some(ts) = ts else { return Value::String("<unknown>".into()) };
+    let Ok(t) = chrono::DateTime::parse_from_rfc3339(ts) else { return Value::String("<unknown>".into()) };
+    let secs = (now - t.with_timezone(&chrono::Utc)).num_seconds().max(0);
+    Value::String(human_duration(secs))
+}
+
+/// kubectl's short human duration (`HumanDuration`).
+pub fn human_duration(secs: i64) -> String {
+    let (m, h, d) = (secs / 60, secs / 3600, secs / 86400);
+    if secs < 120 {
+        format!("{secs}s")
+    } else if m < 10 {
+        let s = secs % 60;
+        if s == 0 {
+            format!("{m}m")
+        } else {
+            format!("{m}m{s}s")
+        }
+    } else if h < 3 {
+        format!("{m}m")
+    } else if h < 8 {
+        let mm = m % 60;
+        if mm == 0 {
+            format!("{h}h")
+        } else {
+            format!("{h}h{mm}m")
+        }
+    } else if h < 48 {
+        format!("{h}h")
+    } else if d < 8 {
+        let hh = h % 24;
+        if hh == 0 {
+            format!("{d}d")
+        } else {
+            format!("{d}d{hh}h")
+        }
+    } else if d < 365 * 2 {
+        format!("{d}d")
+    } else if d < 365 * 8 {
+        let y = d / 365;
+        let dd = d % 365;
+        if dd == 0 {
+            format!("{y}y")
+        } else {
+            format!("{y}y{dd}d")
+        }
+    } else {
+        format!("{}y", d / 365)
+    }
+}

@@ -1,0 +1,1423 @@
+//! Generic REST handlers for every registered kind: get, list, create, update, patch,
+//! delete, deletecollection (watch lives in `watch.rs`). Each handler does the I/O and calls
+//! the kind's `Strategy` hooks in a fixed order (see `registry`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{header, HeaderMap, HeaderValue, StatusCode};
+use serde_json::{json, Map, Value};
+
+use crate::authn::UserInfo;
+use crate::error::{ApiError, FieldError, Result};
+use crate::meta;
+use crate::negotiate::Output;
+use crate::patch::{self, PatchType};
+use crate::registry::ResourceDef;
+use crate::request_info::RequestInfo;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::storage::{self, ListOptions, Rev, Storage};
+use crate::table::{self, IncludeObject};
+use crate::validation;
+use crate::AppState;
+
+/// Request bodies above this size are refused (413), like kube-apiserver's 3 MiB limit.
+pub const MAX_BODY: usize = 3 * 1024 * 1024;
+/// Responses at least this big are gzipped when the client accepts it.
+pub const GZIP_MIN: usize = 128 * 1024;
+/// How long a continue token stays valid after its snapshot revision left the history.
+const GENERATE_NAME_ATTEMPTS: usize = 8;
+
+/// Parsed query parameters of a resource request.
+#[derive(Debug, Clone, Default)]
+pub struct Params {
+    pub pairs: Vec<(String, String)>,
+}
+
+impl Params {
+    pub fn parse(query: Option<&str>) -> Self {
+        Params { pairs: query.map(crate::request_info::url_pairs).unwrap_or_default() }
+    }
+    pub fn get(&self, k: &str) -> Option<&str> {
+        self.pairs.iter().find(|(pk, _)| pk == k).map(|(_, v)| v.as_str())
+    }
+    pub fn all(&self, k: &str) -> Vec<&str> {
+        self.pairs.iter().filter(|(pk, _)| pk == k).map(|(_, v)| v.as_str()).collect()
+    }
+    pub fn flag(&self, k: &str) -> Result<bool> {
+        match self.get(k) {
+            None | Some("") | Some("false") | Some("0") => Ok(false),
+            Some("true") | Some("1") => Ok(true),
+            Some(v) => Err(ApiError::BadRequest(format!("invalid value for {k}: {v:?}: expected true or false"))),
+        }
+    }
+    pub fn int(&self, k: &str) -> Result<Option<i64>> {
+        match self.get(k) {
+            None | Some("") => Ok(None),
+            Some(v) => v
+                .parse::<i64>()
+                .map(Some)
+                .map_err(|_| ApiError::BadRequest(format!("invalid value for {k}: {v:?}: not an integer"))),
+        }
+    }
+    /// `dryRun=All` (repeatable); anything else is an error, a bare `dryRun` is a normal write.
+    pub fn dry_run(&self) -> Result<bool> {
+        let vals: Vec<&str> = self.all("dryRun").into_iter().filter(|v| !v.is_empty()).collect();
+        for v in &vals {
+            if *v != "All" {
+                return Err(ApiError::BadRequest(format!("Invalid dry run value: {v:?}: supported values: \"All\"")));
+            }
+        }
+        Ok(!vals.is_empty())
+    }
+    pub fn field_validation(&self) -> Result<FieldValidation> {
+        match self.get("fieldValidation") {
+            None | Some("") | Some("Warn") => Ok(FieldValidation::Warn),
+            Some("Strict") => Ok(FieldValidation::Strict),
+            Some("Ignore") => Ok(FieldValidation::Ignore),
+            Some(v) => Err(ApiError::BadRequest(format!(
+                "fieldValidation: Unsupported value: {v:?}: supported values: \"Ignore\", \"Warn\", \"Strict\""
+            ))),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldValidation {
+    Ignore,
+    Warn,
+    Strict,
+}
+
+/// A JSON response with optional `Warning` headers, rendered per `Output`.
+pub struct Reply {
+    pub code: StatusCode,
+    pub body: Value,
+    pub warnings: Vec<String>,
+}
+
+impl Reply {
+    pub fn ok(body: Value) -> Self {
+        Reply { code: StatusCode::OK, body, warnings: Vec::new() }
+    }
+}
+
+/// Serialize a body per the negotiated output (JSON or YAML), gzip when big and accepted.
+pub fn render(
+    code: StatusCode,
+    body: &Value,
+    out: &Output,
+    headers: &HeaderMap,
+    pretty: bool,
+    warnings: &[String],
+) -> Response {
+    let (bytes, ctype) = if out.yaml {
+        match serde_yaml::to_string(body) {
+            Ok(s) => (s.into_bytes(), "application/yaml"),
+            Err(e) => return ApiError::internal(e).into_response(),
+        }
+    } else {
+        let r = if pretty { serde_json::to_vec_pretty(body) } else { serde_json::to_vec(body) };
+        match r {
+            Ok(b) => (b, "application/json"),
+            Err(e) => return ApiError::internal(e).into_response(),
+        }
+    };
+    let gzip = bytes.len() >= GZIP_MIN
+        && headers
+            .get(header::ACCEPT_ENCODING)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip")));
+    let mut resp = if gzip {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        match enc.write_all(&bytes).and_then(|_| enc.finish()) {
+            Ok(z) => {
+                let mut r = (code, z).into_response();
+                r.headers_mut().insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+                r
+            }
+            Err(e) => return ApiError::internal(e).into_response(),
+        }
+    } else {
+        (code, bytes).into_response()
+    };
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
+    for w in warnings {
+        let text = format!("299 - \"{}\"", w.replace('"', "\\\""));
+        if let Ok(v) = HeaderValue::from_str(&text) {
+            resp.headers_mut().append(header::WARNING, v);
+        }
+    }
+    resp
+}
+
+/// Everything a handler needs about the request.
+pub struct Call<'a> {
+    pub state: &'a Arc<AppState>,
+    pub def: &'a ResourceDef,
+    pub info: &'a RequestInfo,
+    pub user: &'a UserInfo,
+    pub params: Params,
+    pub out: Output,
+}
+
+impl Call<'_> {
+    fn store(&self) -> &Arc<dyn Storage> {
+        &self.state.storage
+    }
+    fn ns(&self) -> Option<&str> {
+        if self.def.namespaced && !self.info.namespace.is_empty() {
+            Some(self.info.namespace.as_str())
+        } else {
+            None
+        }
+    }
+    fn not_found(&self, name: &str) -> ApiError {
+        ApiError::not_found(self.def.group, self.def.resource, name)
+    }
+    fn storage_err(&self, name: &str, e: storage::Error) -> ApiError {
+        map_storage_error(self.def, name, e)
+    }
+    fn include_object(&self) -> IncludeObject {
+        IncludeObject::parse(self.params.get("includeObject"))
+    }
+    /// Render one object per the negotiated output (Table/metadata/full).
+    pub fn object_body(&self, obj: Value) -> Value {
+        if self.out.table {
+            let list_meta = json!({"resourceVersion": meta::rv(&obj)});
+            table::table(self.def, &[obj], self.include_object(), list_meta, true)
+        } else if self.out.metadata_only {
+            table::partial_object_metadata(&obj)
+        } else {
+            obj
+        }
+    }
+}
+
+pub fn map_storage_error(def: &ResourceDef, name: &str, e: storage::Error) -> ApiError {
+    match e {
+        storage::Error::NotFound(_) => ApiError::not_found(def.group, def.resource, name),
+        storage::Error::AlreadyExists(_) => ApiError::already_exists(def.group, def.resource, name),
+        storage::Error::Conflict { .. } => ApiError::conflict(
+            def.group,
+            def.resource,
+            name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ),
+        storage::Error::Compacted { requested, compacted } => ApiError::Expired {
+            message: format!("too old resource version: {requested} ({compacted})"),
+            continue_token: None,
+        },
+        storage::Error::FutureRevision { .. } => {
+            ApiError::Timeout { message: "Too large resource version".into(), retry_after: Some(1) }
+        }
+        storage::Error::Backend(m) => ApiError::internal(m),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Reads
+// ---------------------------------------------------------------------------------------
+
+/// Parse a resourceVersion query value.
+fn parse_rv(s: &str) -> Result<Rev> {
+    s.parse::<Rev>().map_err(|_| ApiError::BadRequest(format!("invalid resource version: {s:?}")))
+}
+
+/// Wait (bounded) until the store has reached `rv`; else 504 "Too large resource version".
+pub async fn wait_for_rv(store: &Arc<dyn Storage>, rv: Rev) -> Result<()> {
+    for _ in 0..30 {
+        if store.current_rev() >= rv {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(ApiError::Timeout {
+        message: format!("Timeout: Too large resource version: {rv}, current: {}", store.current_rev()),
+        retry_after: Some(1),
+    })
+}
+
+pub async fn get(c: &Call<'_>) -> Result<Reply> {
+    if let Some(rv) = c.params.get("resourceVersion").filter(|v| !v.is_empty() && *v != "0") {
+        let rv = parse_rv(rv)?;
+        wait_for_rv(c.store(), rv).await?;
+    }
+    let name = &c.info.name;
+    let key = c.def.key(c.ns(), name);
+    let kv = c.store().get(&key).await.map_err(|e| c.storage_err(name, e))?;
+    let Some(kv) = kv else { return Err(c.not_found(name)) };
+    let obj = meta::from_stored(&kv)?;
+    Ok(Reply::ok(c.object_body(obj)))
+}
+
+/// The continue token: base64 of `{"v":"meta.k8s.io/v1","rv":N,"start":"<key suffix>"}`.
+fn encode_continue(rv: Rev, start_after: &str) -> String {
+    use base64::Engine;
+    let doc = json!({"v": "meta.k8s.io/v1", "rv": rv, "start": start_after});
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(doc.to_string())
+}
+
+fn decode_continue(token: &str) -> Result<(Rev, String)> {
+    use base64::Engine;
+    let bad = || ApiError::BadRequest(format!("continue key is not valid: {token:?}"));
+    let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(token.trim_end_matches('='))
+        .or_else(|_| base64::engine::general_purpose::STANDARD.decode(token))
+        .map_err(|_| bad())?;
+    let doc: Value = serde_json::from_slice(&raw).map_err(|_| bad())?;
+    if doc.get("v").and_then(Value::as_str) != Some("meta.k8s.io/v1") {
+        return Err(bad());
+    }
+    let rv = doc.get("rv").and_then(Value::as_u64).filter(|r| *r > 0).ok_or_else(bad)?;
+    let start = doc.get("start").and_then(Value::as_str).ok_or_else(bad)?.to_string();
+    if start.contains("..") || start.starts_with('/') {
+        return Err(bad());
+    }
+    Ok((rv, start))
+}
+
+/// Label and field selectors of a list/watch/deletecollection, with field names checked
+/// against what the kind supports.
+pub struct Filter {
+    pub labels: Option<LabelSelector>,
+    pub fields: Option<FieldSelector>,
+}
+
+impl Filter {
+    pub fn from_params(def: &ResourceDef, params: &Params) -> Result<Self> {
+        let labels = match params.get("labelSelector").filter(|s| !s.trim().is_empty()) {
+            Some(s) => Some(LabelSelector::parse(s).map_err(ApiError::BadRequest)?),
+            None => None,
+        };
+        let fields = match params.get("fieldSelector").filter(|s| !s.trim().is_empty()) {
+            Some(s) => {
+                let fs = FieldSelector::parse(s).map_err(ApiError::BadRequest)?;
+                let probe = json!({"metadata": {}});
+                for f in fs.fields() {
+                    let supported =
+                        f == "metadata.name" || f == "metadata.namespace" || def.strategy.field(&probe, &f).is_some();
+                    if !supported {
+                        return Err(ApiError::BadRequest(format!("field label not supported: {f}")));
+                    }
+                }
+                Some(fs)
+            }
+            None => None,
+        };
+        Ok(Filter { labels, fields })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.labels.is_none() && self.fields.is_none()
+    }
+
+    pub fn matches(&self, def: &ResourceDef, obj: &Value) -> bool {
+        if let Some(l) = &self.labels {
+            if !l.matches(&meta::labels(obj)) {
+                return false;
+            }
+        }
+        if let Some(f) = &self.fields {
+            let get = |field: &str| -> Option<String> {
+                match field {
+                    "metadata.name" => Some(meta::name(obj).to_string()),
+                    "metadata.namespace" => Some(meta::namespace(obj).to_string()),
+                    other => def.strategy.field(obj, other),
+                }
+            };
+            if !f.matches(get) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// The list RV semantics of the seed table (§5): returns the revision to read at, if any.
+fn list_read_rev(params: &Params, has_limit: bool, has_continue: bool) -> Result<Option<Rev>> {
+    let rv = params.get("resourceVersion").filter(|v| !v.is_empty());
+    let rvm = params.get("resourceVersionMatch").filter(|v| !v.is_empty());
+    if has_continue {
+        if rv.is_some_and(|v| v != "0") {
+            return Err(ApiError::BadRequest("specifying resource version is not allowed when using continue".into()));
+        }
+        if rvm.is_some() {
+            return Err(ApiError::BadRequest("resourceVersionMatch is forbidden when continue is provided".into()));
+        }
+        return Ok(None);
+    }
+    match (rvm, rv) {
+        (Some(m), None) => Err(invalid_list_options(format!(
+            "resourceVersionMatch is forbidden unless resourceVersion is provided (got {m:?})"
+        ))),
+        (Some("Exact"), Some("0")) => {
+            Err(invalid_list_options("resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"".into()))
+        }
+        (Some("Exact"), Some(v)) => Ok(Some(parse_rv(v)?)),
+        (Some("NotOlderThan"), Some(v)) => {
+            let _ = parse_rv(v)?;
+            Ok(None)
+        }
+        (Some(m), Some(_)) => Err(invalid_list_options(format!(
+            "resourceVersionMatch: Unsupported value: {m:?}: supported values: \"Exact\", \"NotOlderThan\""
+        ))),
+        (None, Some("0")) | (None, None) => Ok(None),
+        (None, Some(v)) => {
+            let r = parse_rv(v)?;
+            // With a limit, a given RV means Exact; without one, NotOlderThan.
+            if has_limit {
+                Ok(Some(r))
+            } else {
+                Ok(None)
+            }
+        }
+    }
+}
+
+fn invalid_list_options(msg: String) -> ApiError {
+    ApiError::invalid("meta.k8s.io", "ListOptions", "", vec![FieldError::forbidden("resourceVersionMatch", msg)])
+}
+
+/// Read a list: items, list RV, continue token, remaining count.
+pub struct Listed {
+    pub items: Vec<Value>,
+    pub rev: Rev,
+    pub continue_token: Option<String>,
+    pub remaining: Option<u64>,
+}
+
+pub async fn read_list(
+    store: &Arc<dyn Storage>,
+    def: &ResourceDef,
+    ns: Option<&str>,
+    params: &Params,
+    filter: &Filter,
+) -> Result<Listed> {
+    let limit = params.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
+    let cont = params.get("continue").filter(|c| !c.is_empty());
+    let mut at_rev = list_read_rev(params, limit.is_some(), cont.is_some())?;
+    if let Some(v) = params.get("resourceVersion").filter(|v| !v.is_empty() && *v != "0") {
+        if at_rev.is_none() && cont.is_none() {
+            wait_for_rv(store, parse_rv(v)?).await?;
+        }
+    }
+    let prefix = def.ns_prefix(ns);
+    let mut start_after = None;
+    if let Some(token) = cont {
+        let (rv, start) = decode_continue(token)?;
+        at_rev = Some(rv);
+        start_after = Some(format!("{prefix}{start}"));
+    }
+    if let Some(r) = at_rev {
+        if r > store.current_rev() {
+            wait_for_rv(store, r).await?;
+        }
+    }
+    let mut items = Vec::new();
+    let mut read_rev = at_rev;
+    let mut cursor = start_after;
+    // Key of the last returned item and how many keys follow it, when more remain.
+    let mut more: Option<(String, u64)> = None;
+    // Page through the store until `limit` matches are found or the prefix is exhausted.
+    loop {
+        let need = limit.map(|l| l - items.len());
+        let page_limit = match need {
+            Some(n) if filter.is_empty() => Some(n),
+            Some(n) => Some(n.max(256)),
+            None => None,
+        };
+        let page = store
+            .list(&prefix, ListOptions { at_rev: read_rev, start_after: cursor.clone(), limit: page_limit })
+            .await
+            .map_err(|e| match e {
+                storage::Error::Compacted { .. } if cont.is_some() => ApiError::Expired {
+                    message: "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.".into(),
+                    continue_token: cursor
+                        .as_deref()
+                        .map(|k| encode_continue(store.current_rev(), k.strip_prefix(&prefix).unwrap_or(k))),
+                },
+                other => map_storage_error(def, "", other),
+            })?;
+        read_rev = Some(page.rev);
+        let mut filled_at = None;
+        for (i, kv) in page.items.iter().enumerate() {
+            let obj = meta::from_stored(kv)?;
+            if filter.matches(def, &obj) {
+                items.push(obj);
+                if limit == Some(items.len()) {
+                    filled_at = Some(i);
+                    break;
+                }
+            }
+        }
+        if let Some(i) = filled_at {
+            let left = (page.items.len() - i - 1) as u64 + page.remaining;
+            if left > 0 {
+                more = Some((page.items[i].key.clone(), left));
+            }
+            break;
+        }
+        match page.items.last() {
+            Some(last) if limit.is_some() && page.remaining > 0 => cursor = Some(last.key.clone()),
+            _ => break,
+        }
+    }
+    let rev = read_rev.unwrap_or_else(|| store.current_rev());
+    let continue_token = more.as_ref().map(|(k, _)| encode_continue(rev, k.strip_prefix(&prefix).unwrap_or(k)));
+    let remaining = more.as_ref().filter(|_| filter.is_empty()).map(|(_, n)| *n);
+    Ok(Listed { items, rev, continue_token, remaining })
+}
+
+pub async fn list(c: &Call<'_>) -> Result<Reply> {
+    let filter = Filter::from_params(c.def, &c.params)?;
+    let l = read_list(c.store(), c.def, c.ns(), &c.params, &filter).await?;
+    let mut list_meta = Map::new();
+    list_meta.insert("resourceVersion".into(), json!(l.rev.to_string()));
+    if let Some(t) = &l.continue_token {
+        list_meta.insert("continue".into(), json!(t));
+    }
+    if let Some(r) = l.remaining {
+        list_meta.insert("remainingItemCount".into(), json!(r));
+    }
+    let body = if c.out.table {
+        table::table(c.def, &l.items, c.include_object(), Value::Object(list_meta), true)
+    } else if c.out.metadata_only {
+        json!({
+            "kind": "PartialObjectMetadataList",
+            "apiVersion": "meta.k8s.io/v1",
+            "metadata": list_meta,
+            "items": l.items.iter().map(table::partial_object_metadata).collect::<Vec<_>>(),
+        })
+    } else {
+        json!({
+            "kind": c.def.list_kind(),
+            "apiVersion": c.def.api_version(),
+            "metadata": list_meta,
+            "items": l.items,
+        })
+    };
+    Ok(Reply::ok(body))
+}
+
+// ---------------------------------------------------------------------------------------
+// Body decoding and field validation
+// ---------------------------------------------------------------------------------------
+
+/// Decode a JSON or YAML request body into an object.
+pub fn decode_body(def: &ResourceDef, body: &Bytes, content_type: &str) -> Result<Value> {
+    if body.is_empty() {
+        return Err(ApiError::BadRequest("request body is empty".into()));
+    }
+    let v: Value = match content_type {
+        "" | "application/json" | "*/*" => serde_json::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))?,
+        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body)
+            .map_err(|e| ApiError::BadRequest(format!("error converting YAML to JSON: {e}")))?,
+        other => {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other:?})"
+            )))
+        }
+    };
+    if !v.is_object() {
+        return Err(ApiError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: the body must be a JSON object",
+            def.kind, def.version, def.kind
+        )));
+    }
+    check_type_meta(def, &v)?;
+    Ok(v)
+}
+
+/// apiVersion/kind in a body must name this resource's kind (when present).
+pub fn check_type_meta(def: &ResourceDef, v: &Value) -> Result<()> {
+    let api_version = v.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    let kind = v.get("kind").and_then(Value::as_str).unwrap_or("");
+    if kind.is_empty() && api_version.is_empty() {
+        return Ok(());
+    }
+    if (!api_version.is_empty() && api_version != def.api_version()) || (!kind.is_empty() && kind != def.kind) {
+        return Err(ApiError::BadRequest(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({}) or the kind ({kind}) does not match {}",
+            def.api_version(),
+            def.kind
+        )));
+    }
+    Ok(())
+}
+
+/// Paths present (non-null) in `input` but gone from `pruned`: unknown fields.
+fn unknown_fields(input: &Value, pruned: &Value, path: &str, out: &mut Vec<String>) {
+    match (input, pruned) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in a {
+                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                match b.get(k) {
+                    None if !v.is_null() => out.push(p),
+                    None => {}
+                    Some(bv) => unknown_fields(v, bv, &p, out),
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
+                unknown_fields(x, y, &format!("{path}[{i}]"), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Decode through the typed model: type errors → 400; unknown fields pruned and reported
+/// per `fieldValidation` (Strict → 400, Warn → warnings, Ignore → nothing).
+pub fn typed_check(
+    def: &ResourceDef,
+    obj: &Value,
+    mode: FieldValidation,
+    duplicates: &[String],
+) -> Result<(Value, Vec<String>)> {
+    let mut for_check = obj.clone();
+    // apiVersion/kind are always known.
+    if let Some(m) = for_check.as_object_mut() {
+        m.insert("apiVersion".into(), json!(def.api_version()));
+        m.insert("kind".into(), json!(def.kind));
+    }
+    let pruned = def.strategy.roundtrip(&for_check).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {e}",
+            def.kind, def.version, def.kind
+        ))
+    })?;
+    let mut unknown = Vec::new();
+    unknown_fields(&for_check, &pruned, "", &mut unknown);
+    let mut problems: Vec<String> = unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect();
+    problems.extend(duplicates.iter().map(|p| format!("duplicate field \"{p}\"")));
+    match mode {
+        FieldValidation::Strict if !problems.is_empty() => Err(ApiError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
+            def.kind,
+            def.version,
+            def.kind,
+            problems.join(", ")
+        ))),
+        FieldValidation::Warn => Ok((pruned, problems)),
+        _ => Ok((pruned, Vec::new())),
+    }
+}
+
+/// Keys that appear twice in one JSON object of `body`, as dotted paths.
+pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    crate::dupcheck::duplicate_keys(body)
+}
+
+// ---------------------------------------------------------------------------------------
+// Writes
+// ---------------------------------------------------------------------------------------
+
+fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
+    let name_fn: fn(&str) -> Vec<String> = name_rule(def);
+    let empty = json!({});
+    let m = obj.get("metadata").unwrap_or(&empty);
+    validation::validate_object_meta(m, def.namespaced, name_fn, "metadata")
+}
+
+/// Which name rule applies to a kind (upstream's per-kind ValidateName).
+pub fn name_rule(def: &ResourceDef) -> fn(&str) -> Vec<String> {
+    match (def.group, def.resource) {
+        ("", "namespaces") => validation::is_dns1123_label,
+        ("rbac.authorization.k8s.io", _) | ("certificates.k8s.io", _) | ("", "events") => {
+            validation::validate_path_segment_name
+        }
+        _ => validation::is_dns1123_subdomain,
+    }
+}
+
+fn invalid(def: &ResourceDef, obj: &Value, errs: Vec<FieldError>) -> ApiError {
+    ApiError::invalid(def.group, def.kind, meta::name(obj), errs)
+}
+
+/// Namespaced writes need the namespace to exist and not be terminating.
+async fn check_namespace(c: &Call<'_>, creating: bool) -> Result<()> {
+    let Some(ns) = c.ns() else { return Ok(()) };
+    let key = format!("/registry/core/namespaces/{ns}");
+    let kv = c.store().get(&key).await.map_err(|e| c.storage_err(ns, e))?;
+    let Some(kv) = kv else {
+        return Err(ApiError::not_found("", "namespaces", ns));
+    };
+    if creating {
+        let nsobj = meta::from_stored(&kv)?;
+        if meta::is_deleting(&nsobj) {
+            return Err(ApiError::forbidden(
+                c.def.group,
+                c.def.resource,
+                "",
+                format!(
+                    "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    crate::error::group_resource(c.def.group, c.def.resource)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Server-owned metadata on create.
+fn init_metadata(def: &ResourceDef, obj: &mut Value, ns: Option<&str>) {
+    let tracks = def.strategy.tracks_generation();
+    let m = meta::meta_mut(obj);
+    m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+    for k in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"] {
+        m.remove(k);
+    }
+    if tracks {
+        m.insert("generation".into(), json!(1));
+    } else {
+        m.remove("generation");
+    }
+    match ns {
+        Some(ns) if def.namespaced => {
+            m.insert("namespace".into(), json!(ns));
+        }
+        // Cluster-scoped kinds: an empty namespace is dropped, a set one fails validation.
+        _ if !def.namespaced && m.get("namespace").and_then(Value::as_str).is_some_and(str::is_empty) => {
+            m.remove("namespace");
+        }
+        _ => {}
+    }
+    if m.get("generateName").and_then(Value::as_str).is_some_and(str::is_empty) {
+        m.remove("generateName");
+    }
+}
+
+/// Admission for creates: the requester's identity on CSRs.
+fn admit_create(def: &ResourceDef, obj: &mut Value, user: &UserInfo) {
+    if def.group == "certificates.k8s.io" && def.resource == "certificatesigningrequests" {
+        if !obj.get("spec").is_some_and(Value::is_object) {
+            obj["spec"] = json!({});
+        }
+        let spec = &mut obj["spec"];
+        spec["username"] = json!(user.name);
+        if user.uid.is_empty() {
+            if let Some(m) = spec.as_object_mut() {
+                m.remove("uid");
+            }
+        } else {
+            spec["uid"] = json!(user.uid);
+        }
+        spec["groups"] = json!(user.groups);
+        if user.extra.is_empty() {
+            if let Some(m) = spec.as_object_mut() {
+                m.remove("extra");
+            }
+        } else {
+            spec["extra"] = json!(user.extra);
+        }
+    }
+}
+
+pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
+    if !c.info.subresource.is_empty() {
+        return Err(ApiError::MethodNotAllowed(format!(
+            "create is not supported on {}/{}",
+            c.def.resource, c.info.subresource
+        )));
+    }
+    let dry_run = c.params.dry_run()?;
+    let mode = c.params.field_validation()?;
+    let raw = decode_body(c.def, body, content_type)?;
+    let dups =
+        if content_type.is_empty() || content_type == "application/json" { duplicate_fields(body) } else { Vec::new() };
+    let (mut obj, warnings) = typed_check(c.def, &raw, mode, &dups)?;
+    // Namespace in the body must agree with the path.
+    if c.def.namespaced {
+        let body_ns = meta::namespace(&obj).to_string();
+        let Some(path_ns) = c.ns() else {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        };
+        if !body_ns.is_empty() && body_ns != path_ns {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+    }
+    obj["apiVersion"] = json!(c.def.api_version());
+    obj["kind"] = json!(c.def.kind);
+    init_metadata(c.def, &mut obj, c.ns());
+    let generate = meta::name(&obj).is_empty() && meta::meta_str(&obj, "generateName").is_some();
+    if generate {
+        let prefix = meta::meta_str(&obj, "generateName").unwrap_or("").to_string();
+        meta::meta_mut(&mut obj).insert("name".into(), json!(validation::generate_name(&prefix)));
+    }
+    c.def.strategy.prepare_for_create(&mut obj);
+    admit_create(c.def, &mut obj, c.user);
+    let mut errs = validate_meta(c.def, &obj);
+    errs.extend(c.def.strategy.validate(&obj));
+    if !errs.is_empty() {
+        return Err(invalid(c.def, &obj, errs));
+    }
+    check_namespace(c, true).await?;
+    if dry_run {
+        return Ok(Reply { code: StatusCode::CREATED, body: c.object_body(obj), warnings });
+    }
+    let mut attempts = 0;
+    loop {
+        let name = meta::name(&obj).to_string();
+        let key = c.def.key(c.ns(), &name);
+        match c.store().create(&key, meta::to_stored(&obj)?).await {
+            Ok(rev) => {
+                meta::set_rv(&mut obj, rev);
+                return Ok(Reply { code: StatusCode::CREATED, body: c.object_body(obj), warnings });
+            }
+            Err(storage::Error::AlreadyExists(_)) if generate && attempts + 1 < GENERATE_NAME_ATTEMPTS => {
+                attempts += 1;
+                let prefix = meta::meta_str(&obj, "generateName").unwrap_or("").to_string();
+                meta::meta_mut(&mut obj).insert("name".into(), json!(validation::generate_name(&prefix)));
+            }
+            Err(e) => return Err(c.storage_err(&name, e)),
+        }
+    }
+}
+
+/// The metadata a subresource write may not change (upstream ResetObjectMetaForStatus).
+const STATUS_RESET_META: &[&str] =
+    &["labels", "annotations", "finalizers", "ownerReferences", "deletionTimestamp", "generation"];
+/// Metadata that always comes from the stored object.
+const SERVER_META: &[&str] = &[
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "selfLink",
+    "managedFields",
+];
+
+/// Spec changes bump generation for kinds that track it.
+fn spec_changed(new: &Value, old: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(new) != strip(old)
+}
+
+/// Shared tail of update and patch: prepare, validate, store. `old_rev` is the revision
+/// the caller read `old` at (the CAS precondition).
+pub async fn finish_update(
+    c: &Call<'_>,
+    old: &Value,
+    old_rev: Rev,
+    mut new: Value,
+    warnings: Vec<String>,
+    dry_run: bool,
+) -> Result<Reply> {
+    let sub = c.info.subresource.as_str();
+    let name = meta::name(old).to_string();
+    // Identity and server-owned metadata come from the stored object.
+    new["apiVersion"] = json!(c.def.api_version());
+    new["kind"] = json!(c.def.kind);
+    {
+        let old_meta = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+        let m = meta::meta_mut(&mut new);
+        for k in SERVER_META {
+            match old_meta.get(*k) {
+                Some(v) => m.insert((*k).to_string(), v.clone()),
+                None => m.remove(*k),
+            };
+        }
+        if !sub.is_empty() {
+            for k in STATUS_RESET_META {
+                match old_meta.get(*k) {
+                    Some(v) => m.insert((*k).to_string(), v.clone()),
+                    None => m.remove(*k),
+                };
+            }
+        }
+        if m.get("namespace").and_then(Value::as_str).is_none_or(str::is_empty) {
+            if let Some(ns) = old_meta.get("namespace") {
+                m.insert("namespace".into(), ns.clone());
+            }
+        }
+        if m.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
+            m.insert("name".into(), json!(name));
+        }
+        m.remove("resourceVersion");
+    }
+    if sub.is_empty() {
+        c.def.strategy.prepare_for_update(&mut new, old);
+    } else {
+        c.def.strategy.prepare_for_subresource(sub, &mut new, old);
+    }
+    if sub.is_empty() && c.def.strategy.tracks_generation() && spec_changed(&new, old) {
+        let g = old.get("metadata").and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0);
+        meta::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+    }
+    // Validation.
+    let mut errs = validate_meta(c.def, &new);
+    let empty = json!({});
+    errs.extend(validation::validate_object_meta_update(
+        new.get("metadata").unwrap_or(&empty),
+        old.get("metadata").unwrap_or(&empty),
+    ));
+    if meta::is_deleting(old) {
+        let old_f = meta::finalizers(old);
+        if meta::finalizers(&new).iter().any(|f| !old_f.contains(f)) {
+            errs.push(FieldError::forbidden(
+                "metadata.finalizers",
+                "no new finalizers can be added if the object is being deleted",
+            ));
+        }
+    }
+    errs.extend(c.def.strategy.validate(&new));
+    if sub.is_empty() {
+        errs.extend(c.def.strategy.validate_update(&new, old));
+    } else {
+        errs.extend(c.def.strategy.validate_subresource(sub, &new, old));
+    }
+    if !errs.is_empty() {
+        return Err(invalid(c.def, &new, errs));
+    }
+    let key = c.def.key(c.ns(), &name);
+    // A write that changes nothing is not stored (the resourceVersion stays).
+    let mut old_cmp = old.clone();
+    meta::meta_mut(&mut old_cmp).remove("resourceVersion");
+    if new == old_cmp {
+        let mut same = new;
+        meta::set_rv(&mut same, old_rev);
+        return Ok(Reply { code: StatusCode::OK, body: c.object_body(same), warnings });
+    }
+    if dry_run {
+        meta::set_rv(&mut new, old_rev);
+        return Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings });
+    }
+    // The last finalizer removed from a deleting object completes its deletion.
+    if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !is_namespace(c.def) {
+        let rev = c.store().delete(&key, old_rev).await.map_err(|e| c.storage_err(&name, e))?;
+        meta::set_rv(&mut new, rev);
+        crate::gc::after_delete(c.state, c.def, &new);
+        return Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings });
+    }
+    let rev = c.store().update(&key, meta::to_stored(&new)?, old_rev).await.map_err(|e| c.storage_err(&name, e))?;
+    meta::set_rv(&mut new, rev);
+    Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings })
+}
+
+fn is_namespace(def: &ResourceDef) -> bool {
+    def.group.is_empty() && def.resource == "namespaces"
+}
+
+fn check_subresource(c: &Call<'_>, verb: &str) -> Result<()> {
+    let sub = c.info.subresource.as_str();
+    if !sub.is_empty() && !c.def.subresources.contains(&sub) {
+        return Err(ApiError::not_found(c.def.group, &format!("{}/{sub}", c.def.resource), &c.info.name));
+    }
+    if sub == "finalize" && verb != "update" {
+        return Err(ApiError::MethodNotAllowed(format!("{verb} is not supported on namespaces/finalize")));
+    }
+    Ok(())
+}
+
+pub async fn update(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
+    check_subresource(c, "update")?;
+    let dry_run = c.params.dry_run()?;
+    let mode = c.params.field_validation()?;
+    let raw = decode_body(c.def, body, content_type)?;
+    let dups =
+        if content_type.is_empty() || content_type == "application/json" { duplicate_fields(body) } else { Vec::new() };
+    let (new, warnings) = typed_check(c.def, &raw, mode, &dups)?;
+    let name = c.info.name.clone();
+    let body_name = meta::name(&new);
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::BadRequest(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    if c.def.namespaced {
+        let body_ns = meta::namespace(&new);
+        if !body_ns.is_empty() && Some(body_ns) != c.ns() {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+    }
+    let key = c.def.key(c.ns(), &name);
+    let kv = c.store().get(&key).await.map_err(|e| c.storage_err(&name, e))?;
+    let Some(kv) = kv else { return Err(c.not_found(&name)) };
+    let old = meta::from_stored(&kv)?;
+    let body_rv = meta::rv(&new);
+    if !body_rv.is_empty() && body_rv != kv.mod_rev.to_string() {
+        return Err(ApiError::conflict(
+            c.def.group,
+            c.def.resource,
+            &name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    finish_update(c, &old, kv.mod_rev, new, warnings, dry_run).await
+}
+
+/// Merge keys for strategic merge patch, per kind.
+fn merge_keys(def: &ResourceDef) -> patch::TableMergeKeys {
+    use patch::ListStrategy::*;
+    static SA: &[(&[&str], patch::ListStrategy)] = &[(&["secrets"], MergeByKey("name"))];
+    static NS: &[(&[&str], patch::ListStrategy)] = &[(&["status", "conditions"], MergeByKey("type"))];
+    static NONE: &[(&[&str], patch::ListStrategy)] = &[];
+    match (def.group, def.resource) {
+        ("", "serviceaccounts") => patch::TableMergeKeys(SA),
+        ("", "namespaces") => patch::TableMergeKeys(NS),
+        _ => patch::TableMergeKeys(NONE),
+    }
+}
+
+pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
+    check_subresource(c, "patch")?;
+    let Some(pt) = PatchType::from_content_type(content_type) else {
+        return Err(ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+        )));
+    };
+    if pt == PatchType::Apply {
+        return Err(ApiError::UnsupportedMediaType(
+            "server-side apply (application/apply-patch+yaml) is not supported by this server yet".into(),
+        ));
+    }
+    if c.params.get("force").is_some() {
+        return Err(ApiError::BadRequest("force: Forbidden: may not be specified for non-apply patch".into()));
+    }
+    let dry_run = c.params.dry_run()?;
+    let mode = c.params.field_validation()?;
+    if body.len() > MAX_BODY {
+        return Err(ApiError::RequestEntityTooLarge("Request entity too large: limit is 3145728".into()));
+    }
+    let name = c.info.name.clone();
+    let key = c.def.key(c.ns(), &name);
+    let keys = merge_keys(c.def);
+    // Retry on write conflicts unless the patch itself pins a resourceVersion.
+    for _ in 0..8 {
+        let kv = c.store().get(&key).await.map_err(|e| c.storage_err(&name, e))?;
+        let Some(kv) = kv else { return Err(c.not_found(&name)) };
+        let old = meta::from_stored(&kv)?;
+        let patched = patch::apply_patch(&old, body, pt, &keys).map_err(|e| match e {
+            patch::PatchError::BadRequest(m) => ApiError::BadRequest(m),
+            patch::PatchError::Invalid(m) => ApiError::Invalid {
+                message: m,
+                subject: crate::error::Subject {
+                    group: c.def.group.into(),
+                    kind: c.def.kind.into(),
+                    name: name.clone(),
+                },
+                causes: Vec::new(),
+            },
+        })?;
+        if !patched.is_object() {
+            return Err(ApiError::BadRequest("the patch produced a value that is not an object".into()));
+        }
+        check_type_meta(c.def, &patched)?;
+        let patched_rv = meta::rv(&patched).to_string();
+        let pinned = patched_rv != kv.mod_rev.to_string();
+        if pinned && !patched_rv.is_empty() {
+            return Err(ApiError::conflict(
+                c.def.group,
+                c.def.resource,
+                &name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+        if meta::name(&patched) != name {
+            return Err(invalid(
+                c.def,
+                &patched,
+                vec![FieldError::immutable("metadata.name", &json!(meta::name(&patched)))],
+            ));
+        }
+        let (new, warnings) = typed_check(c.def, &patched, mode, &[])?;
+        match finish_update(c, &old, kv.mod_rev, new, warnings, dry_run).await {
+            Err(ApiError::Conflict { .. }) if !pinned => continue,
+            other => return other,
+        }
+    }
+    Err(ApiError::conflict(c.def.group, c.def.resource, &name, "too many concurrent writes, please retry"))
+}
+
+/// DeleteOptions from the body (JSON) and query.
+#[derive(Debug, Default, Clone)]
+pub struct DeleteOptions {
+    pub grace_period: Option<i64>,
+    pub propagation: Option<String>,
+    pub uid: Option<String>,
+    pub rv: Option<String>,
+    pub dry_run: bool,
+}
+
+pub fn delete_options(params: &Params, body: &Bytes) -> Result<DeleteOptions> {
+    let mut o = DeleteOptions {
+        grace_period: params.int("gracePeriodSeconds")?,
+        dry_run: params.dry_run()?,
+        ..Default::default()
+    };
+    if let Some(p) = params.get("propagationPolicy").filter(|p| !p.is_empty()) {
+        o.propagation = Some(p.to_string());
+    }
+    if params.flag("orphanDependents").unwrap_or(false) {
+        o.propagation.get_or_insert_with(|| "Orphan".into());
+    }
+    if !body.is_empty() {
+        let v: Value =
+            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?;
+        if !v.is_object() {
+            return Err(ApiError::BadRequest("invalid DeleteOptions: not an object".into()));
+        }
+        if let Some(g) = v.get("gracePeriodSeconds").filter(|g| !g.is_null()) {
+            o.grace_period =
+                Some(g.as_i64().ok_or_else(|| ApiError::BadRequest("gracePeriodSeconds must be an integer".into()))?);
+        }
+        if let Some(p) = v.get("propagationPolicy").and_then(Value::as_str) {
+            o.propagation = Some(p.to_string());
+        }
+        if v.get("orphanDependents").and_then(Value::as_bool) == Some(true) {
+            if o.propagation.is_some() {
+                return Err(ApiError::invalid(
+                    "meta.k8s.io",
+                    "DeleteOptions",
+                    "",
+                    vec![FieldError::invalid(
+                        "propagationPolicy",
+                        &json!(o.propagation),
+                        "orphanDependents and deletionPropagation cannot be both set",
+                    )],
+                ));
+            }
+            o.propagation = Some("Orphan".into());
+        }
+        if let Some(pre) = v.get("preconditions") {
+            o.uid = pre.get("uid").and_then(Value::as_str).map(str::to_string);
+            o.rv = pre.get("resourceVersion").and_then(Value::as_str).map(str::to_string);
+        }
+        if let Some(d) = v.get("dryRun").and_then(Value::as_array) {
+            for x in d {
+                match x.as_str() {
+                    Some("All") => o.dry_run = true,
+                    _ => {
+                        return Err(ApiError::BadRequest(format!(
+                            "Invalid dry run value: {x}: supported values: \"All\""
+                        )))
+                    }
+                }
+            }
+        }
+    }
+    if let Some(g) = o.grace_period {
+        if g < 0 {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "DeleteOptions",
+                "",
+                vec![FieldError::invalid("gracePeriodSeconds", &json!(g), "must be greater than or equal to 0")],
+            ));
+        }
+    }
+    if let Some(p) = &o.propagation {
+        if !["Orphan", "Background", "Foreground"].contains(&p.as_str()) {
+            return Err(ApiError::invalid(
+                "meta.k8s.io",
+                "DeleteOptions",
+                "",
+                vec![FieldError::not_supported(
+                    "propagationPolicy",
+                    &json!(p),
+                    &["Foreground", "Background", "Orphan", "nil"],
+                )],
+            ));
+        }
+    }
+    Ok(o)
+}
+
+/// Delete one object (used by delete and deletecollection). Returns the response body.
+pub async fn delete_one(c: &Call<'_>, name: &str, opts: &DeleteOptions) -> Result<Value> {
+    let key = c.def.key(c.ns(), name);
+    for _ in 0..8 {
+        let kv = c.store().get(&key).await.map_err(|e| c.storage_err(name, e))?;
+        let Some(kv) = kv else { return Err(c.not_found(name)) };
+        let mut obj = meta::from_stored(&kv)?;
+        if let Some(u) = &opts.uid {
+            if u != meta::uid(&obj) {
+                return Err(ApiError::conflict(
+                    c.def.group,
+                    c.def.resource,
+                    name,
+                    &format!("Precondition failed: UID in precondition: {u}, UID in object meta: {}", meta::uid(&obj)),
+                ));
+            }
+        }
+        if let Some(r) = &opts.rv {
+            if *r != kv.mod_rev.to_string() {
+                return Err(ApiError::conflict(
+                    c.def.group,
+                    c.def.resource,
+                    name,
+                    &format!(
+                        "Precondition failed: ResourceVersion in precondition: {r}, ResourceVersion in object meta: {}",
+                        kv.mod_rev
+                    ),
+                ));
+            }
+        }
+        let mut finalizers = meta::finalizers(&obj);
+        match opts.propagation.as_deref() {
+            Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
+                finalizers.push("foregroundDeletion".into())
+            }
+            Some("Orphan") if !finalizers.iter().any(|f| f == "orphan") => finalizers.push("orphan".into()),
+            _ => {}
+        }
+        let graceful = !finalizers.is_empty() || is_namespace(c.def);
+        if !graceful {
+            if opts.dry_run {
+                return Ok(deleted_status(c.def, &obj));
+            }
+            match c.store().delete(&key, kv.mod_rev).await {
+                Ok(_) => {
+                    crate::gc::after_delete(c.state, c.def, &obj);
+                    return Ok(deleted_status(c.def, &obj));
+                }
+                Err(storage::Error::Conflict { .. }) => continue,
+                Err(e) => return Err(c.storage_err(name, e)),
+            }
+        }
+        if meta::is_deleting(&obj) && meta::finalizers(&obj) == finalizers {
+            return Ok(obj);
+        }
+        {
+            let m = meta::meta_mut(&mut obj);
+            if m.get("deletionTimestamp").is_none_or(Value::is_null) {
+                m.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                if c.def.strategy.tracks_generation() {
+                    let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
+                    m.insert("generation".into(), json!(g + 1));
+                }
+            }
+            m.insert("finalizers".into(), json!(finalizers));
+            m.remove("resourceVersion");
+        }
+        if is_namespace(c.def) {
+            if !obj.get("status").is_some_and(Value::is_object) {
+                obj["status"] = json!({});
+            }
+            obj["status"]["phase"] = json!("Terminating");
+        }
+        if opts.dry_run {
+            meta::set_rv(&mut obj, kv.mod_rev);
+            return Ok(obj);
+        }
+        match c.store().update(&key, meta::to_stored(&obj)?, kv.mod_rev).await {
+            Ok(rev) => {
+                meta::set_rv(&mut obj, rev);
+                crate::gc::after_mark_deleting(c.state, c.def, &obj);
+                return Ok(obj);
+            }
+            Err(storage::Error::Conflict { .. }) => continue,
+            Err(e) => return Err(c.storage_err(name, e)),
+        }
+    }
+    Err(ApiError::conflict(c.def.group, c.def.resource, name, "too many concurrent writes, please retry"))
+}
+
+/// `Status{Success}` for an object that is gone.
+fn deleted_status(def: &ResourceDef, obj: &Value) -> Value {
+    let mut details = json!({"name": meta::name(obj), "kind": def.resource, "uid": meta::uid(obj)});
+    if !def.group.is_empty() {
+        details["group"] = json!(def.group);
+    }
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
+}
+
+/// NamespaceLifecycle: these namespaces may not be deleted.
+const UNDELETABLE_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+pub async fn delete(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
+    if is_namespace(c.def) && UNDELETABLE_NAMESPACES.contains(&c.info.name.as_str()) {
+        return Err(ApiError::forbidden(
+            "",
+            "namespaces",
+            &c.info.name,
+            format!("namespaces \"{}\" is forbidden: this namespace may not be deleted", c.info.name),
+        ));
+    }
+    if !c.info.subresource.is_empty() {
+        return Err(ApiError::MethodNotAllowed(format!(
+            "delete is not supported on {}/{}",
+            c.def.resource, c.info.subresource
+        )));
+    }
+    let opts = delete_options(&c.params, body)?;
+    let out = delete_one(c, &c.info.name.clone(), &opts).await?;
+    let body = if out.get("kind").and_then(Value::as_str) == Some("Status") { out } else { c.object_body(out) };
+    Ok(Reply::ok(body))
+}
+
+pub async fn delete_collection(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
+    let opts = delete_options(&c.params, body)?;
+    let filter = Filter::from_params(c.def, &c.params)?;
+    let mut params = c.params.clone();
+    params.pairs.retain(|(k, _)| k != "limit" && k != "continue");
+    let l = read_list(c.store(), c.def, c.ns(), &params, &filter).await?;
+    let mut deleted = Vec::new();
+    for obj in l.items {
+        let ns = meta::namespace(&obj).to_string();
+        let info = RequestInfo { namespace: ns, name: meta::name(&obj).to_string(), ..c.info.clone() };
+        let call = Call {
+            state: c.state,
+            def: c.def,
+            info: &info,
+            user: c.user,
+            params: c.params.clone(),
+            out: Output::default(),
+        };
+        match delete_one(&call, &info.name, &opts).await {
+            Ok(v) if v.get("kind").and_then(Value::as_str) == Some("Status") => deleted.push(obj),
+            Ok(v) => deleted.push(v),
+            Err(ApiError::NotFound { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let body = json!({
+        "kind": c.def.list_kind(),
+        "apiVersion": c.def.api_version(),
+        "metadata": {"resourceVersion": c.store().current_rev().to_string()},
+        "items": deleted,
+    });
+    Ok(Reply::ok(body))
+}
+
+/// Group objects by namespace (used by namespace cleanup).
+pub fn by_namespace(items: Vec<Value>) -> BTreeMap<String, Vec<Value>> {
+    let mut out: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for i in items {
+        out.entry(meta::namespace(&i).to_string()).or_default().push(i);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn continue_tokens_round_trip_and_reject_garbage() {
+        let t = encode_continue(42, "default/b");
+        assert_eq!(decode_continue(&t).ok(), Some((42, "default/b".to_string())));
+        for bad in ["", "not-base64!", "eyJ2IjoxfQ", &encode_continue(0, "x")] {
+            assert!(decode_continue(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn list_resource_version_rules_follow_the_seed_table() {
+        let p = |q: &str| Params::parse(Some(q));
+        struct Case {
+            name: &'static str,
+            q: &'static str,
+            limit: bool,
+            cont: bool,
+            want: std::result::Result<Option<Rev>, u16>,
+        }
+        let cases = [
+            Case { name: "unset is most recent", q: "", limit: false, cont: false, want: Ok(None) },
+            Case { name: "zero is any", q: "resourceVersion=0", limit: true, cont: false, want: Ok(None) },
+            Case {
+                name: "rv without limit is not-older-than",
+                q: "resourceVersion=5",
+                limit: false,
+                cont: false,
+                want: Ok(None),
+            },
+            Case {
+                name: "rv with limit is exact",
+                q: "resourceVersion=5",
+                limit: true,
+                cont: false,
+                want: Ok(Some(5)),
+            },
+            Case {
+                name: "exact",
+                q: "resourceVersion=7&resourceVersionMatch=Exact",
+                limit: false,
+                cont: false,
+                want: Ok(Some(7)),
+            },
+            Case {
+                name: "match without rv is invalid",
+                q: "resourceVersionMatch=NotOlderThan",
+                limit: false,
+                cont: false,
+                want: Err(422),
+            },
+            Case {
+                name: "exact zero is invalid",
+                q: "resourceVersion=0&resourceVersionMatch=Exact",
+                limit: false,
+                cont: false,
+                want: Err(422),
+            },
+            Case {
+                name: "continue with rv is a bad request",
+                q: "resourceVersion=123",
+                limit: true,
+                cont: true,
+                want: Err(400),
+            },
+            Case {
+                name: "continue with rv zero is fine",
+                q: "resourceVersion=0",
+                limit: true,
+                cont: true,
+                want: Ok(None),
+            },
+            Case { name: "garbage rv", q: "resourceVersion=abc", limit: false, cont: false, want: Err(400) },
+        ];
+        for c in cases {
+            let got = list_read_rev(&p(c.q), c.limit, c.cont).map_err(|e| e.code().as_u16());
+            assert_eq!(got, c.want, "{}", c.name);
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_paths_missing_after_the_roundtrip() {
+        let input = json!({"metadata": {"name": "a", "bogus": 1, "labels": null}, "data": {"k": "v"}, "spec": {"x": 1}, "items": [{"a": 1, "b": 2}]});
+        let pruned = json!({"metadata": {"name": "a"}, "data": {"k": "v"}, "items": [{"a": 1}]});
+        let mut out = Vec::new();
+        unknown_fields(&input, &pruned, "", &mut out);
+        assert_eq!(out, vec!["items[0].b", "metadata.bogus", "spec"]);
+    }
+
+    #[test]
+    fn delete_options_are_validated() {
+        let q = Params::parse(Some("gracePeriodSeconds=-1"));
+        assert_eq!(delete_options(&q, &Bytes::new()).err().map(|e| e.code().as_u16()), Some(422));
+        let q = Params::parse(None);
+        let body = Bytes::from_static(br#"{"propagationPolicy":"Sideways"}"#);
+        assert_eq!(delete_options(&q, &body).err().map(|e| e.code().as_u16()), Some(422));
+        let body = Bytes::from_static(
+            br#"{"preconditions":{"uid":"u1","resourceVersion":"3"},"propagationPolicy":"Background"}"#,
+        );
+        let o = delete_options(&q, &body).ok();
+        assert_eq!(o.as_ref().and_then(|o| o.uid.clone()).as_deref(), Some("u1"));
+        assert_eq!(o.as_ref().and_then(|o| o.rv.clone()).as_deref(), Some("3"));
+        let body = Bytes::from_static(b"[1,2]");
+        assert_eq!(delete_options(&q, &body).err().map(|e| e.code().as_u16()), Some(400));
+    }
+}

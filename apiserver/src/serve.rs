@@ -1,0 +1,411 @@
+//! HTTPS serving: the rustls configuration and the accept loop.
+//!
+//! TLS asks every client for a certificate (hinting the cluster CA subjects) but does not
+//! require one, and accepts any certificate whose handshake signature checks out: chain,
+//! validity and usage are verified per request by `authn::X509Authenticator`, so an untrusted
+//! client certificate gets an HTTP 401 `Status` like upstream kube-apiserver, not a TLS alert.
+//!
+//! Each connection does its handshake in its own task (bounded by [`HANDSHAKE_TIMEOUT`]) and
+//! is then served with hyper-util's auto builder (HTTP/1.1 and HTTP/2, ALPN `h2` and
+//! `http/1.1`). Every request carries two extensions: [`PeerCertificates`] (empty when the
+//! client sent none) and axum's [`ConnectInfo<SocketAddr>`]. There is no per-request timeout
+//! here (watches stream for as long as they last). On shutdown the listener closes, open
+//! connections are asked to finish gracefully, and whatever is still open after
+//! [`SHUTDOWN_GRACE`] (e.g. watch streams) is dropped.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::extract::ConnectInfo;
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::client::danger::HandshakeSignatureValid;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
+
+use crate::pki::Pki;
+
+/// Longest time a client may take to complete the TLS handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long open connections may take to finish after shutdown begins.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// HTTP/2 streams per connection (upstream kube-apiserver's default).
+pub const HTTP2_MAX_STREAMS: u32 = 1000;
+
+/// The certificate chain the client presented in the TLS handshake (leaf first), not yet
+/// verified; empty when it presented none. In every request's extensions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerCertificates(pub Vec<CertificateDer<'static>>);
+
+impl PeerCertificates {
+    /// The client's own certificate.
+    pub fn leaf(&self) -> Option<&CertificateDer<'static>> {
+        self.0.first()
+    }
+}
+
+/// Requests a client certificate and accepts any, checking only the handshake signature
+/// (proof that the client holds the certificate's key).
+#[derive(Debug)]
+struct RequestAnyClientCert {
+    hints: Vec<DistinguishedName>,
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
+}
+
+impl ClientCertVerifier for RequestAnyClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        &self.hints
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        // Verified per request by the x509 authenticator (401 instead of a TLS alert).
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+/// The server TLS configuration: the serving certificate and key, optional client
+/// certificates (hinting the CA bundle), ALPN `h2` and `http/1.1`, the ring provider.
+pub fn tls_config(pki: &Pki) -> anyhow::Result<Arc<ServerConfig>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut pki.serving_cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .context("parsing the serving certificate")?;
+    if certs.is_empty() {
+        anyhow::bail!("the serving certificate PEM holds no certificate");
+    }
+    let key = rustls_pemfile::private_key(&mut pki.serving_key_pem.as_bytes())
+        .context("parsing the serving key")?
+        .ok_or_else(|| anyhow::anyhow!("the serving key PEM holds no private key"))?;
+    let mut roots = RootCertStore::empty();
+    for der in pki.ca_bundle_der()? {
+        roots.add(CertificateDer::from(der)).context("adding a CA certificate to the client CA hints")?;
+    }
+    let verifier = Arc::new(RequestAnyClientCert {
+        hints: roots.subjects(),
+        algorithms: provider.signature_verification_algorithms,
+    });
+    let mut config = ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .context("TLS protocol versions")?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .context("the serving certificate and key do not form a usable pair")?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Accept and serve connections until `shutdown` completes, then shut down gracefully
+/// (open connections get [`SHUTDOWN_GRACE`] to finish). Errors on one connection never
+/// stop the loop.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    serve_with_grace(listener, tls, app, shutdown, SHUTDOWN_GRACE).await;
+}
+
+async fn serve_with_grace(
+    listener: TcpListener,
+    tls: Arc<ServerConfig>,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send,
+    grace: Duration,
+) {
+    let acceptor = TlsAcceptor::from(tls);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut connections = JoinSet::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            biased;
+            () = &mut shutdown => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => match accepted {
+                Ok((tcp, remote)) => {
+                    connections.spawn(serve_connection(tcp, remote, acceptor.clone(), app.clone(), stop_rx.clone()));
+                }
+                Err(e) => {
+                    // E.g. out of file descriptors: back off briefly instead of spinning.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+        }
+    }
+    drop(listener);
+    let _ = stop_tx.send(true);
+    let drained = tokio::time::timeout(grace, async { while connections.join_next().await.is_some() {} }).await;
+    if drained.is_err() {
+        tracing::info!(open = connections.len(), "closing connections still open after the shutdown grace period");
+        connections.shutdown().await;
+    }
+}
+
+async fn serve_connection(
+    tcp: TcpStream,
+    remote: SocketAddr,
+    acceptor: TlsAcceptor,
+    app: Router,
+    mut stop: watch::Receiver<bool>,
+) {
+    let _ = tcp.set_nodelay(true);
+    let handshake = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp));
+    let stream = tokio::select! {
+        res = handshake => match res {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => {
+                tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                tracing::debug!(%remote, "TLS handshake timed out");
+                return;
+            }
+        },
+        // Shutting down: no point finishing a handshake.
+        _ = stop.wait_for(|stopping| *stopping) => return,
+    };
+    let peer = PeerCertificates(stream.get_ref().1.peer_certificates().map(<[_]>::to_vec).unwrap_or_default());
+    let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
+        req.extensions_mut().insert(peer.clone());
+        req.extensions_mut().insert(ConnectInfo(remote));
+        app.clone().oneshot(req)
+    });
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http2().max_concurrent_streams(HTTP2_MAX_STREAMS);
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    let mut draining = *stop.borrow();
+    if draining {
+        conn.as_mut().graceful_shutdown();
+    }
+    loop {
+        tokio::select! {
+            res = conn.as_mut() => {
+                if let Err(e) = res {
+                    tracing::debug!(%remote, error = %e, "connection ended with an error");
+                }
+                break;
+            }
+            _ = stop.changed(), if !draining => {
+                draining = true;
+                conn.as_mut().graceful_shutdown();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use axum::extract::Extension;
+    use axum::routing::get;
+    use chrono::Utc;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    async fn whoami(
+        Extension(peer): Extension<PeerCertificates>,
+        ConnectInfo(remote): ConnectInfo<SocketAddr>,
+    ) -> String {
+        let cn = match peer.leaf() {
+            Some(der) => kustos_ca::parse_certificate_der(der).map(|i| i.common_name).unwrap_or_default(),
+            None => "anonymous".to_string(),
+        };
+        format!("{cn} from {}", remote.ip())
+    }
+
+    async fn forever() -> axum::body::Body {
+        let stream = futures::stream::pending::<Result<bytes::Bytes, std::io::Error>>();
+        axum::body::Body::from_stream(stream)
+    }
+
+    struct Server {
+        addr: SocketAddr,
+        pki: Pki,
+        _tmp: tempfile::TempDir,
+        stop: Option<tokio::sync::oneshot::Sender<()>>,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn start(grace: Duration) -> Server {
+        let tmp = tempfile::tempdir().unwrap();
+        let pki = crate::pki::ensure(tmp.path(), &[], Utc::now()).unwrap();
+        let tls = tls_config(&pki).unwrap();
+        let app = Router::new().route("/whoami", get(whoami)).route("/forever", get(forever));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let shutdown = async move {
+            let _ = rx.await;
+        };
+        let task = tokio::spawn(serve_with_grace(listener, tls, app, shutdown, grace));
+        Server { addr, pki, _tmp: tmp, stop: Some(tx), task }
+    }
+
+    type Tls = tokio_rustls::client::TlsStream<TcpStream>;
+
+    /// A TLS connection trusting the cluster CA, optionally with a client certificate.
+    async fn connect(s: &Server, identity: Option<(&str, &str)>, alpn: &[&[u8]]) -> Tls {
+        let mut roots = RootCertStore::empty();
+        roots.add(CertificateDer::from(s.pki.ca().cert_der().to_vec())).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots);
+        let mut config = match identity {
+            Some((cert, key)) => {
+                let certs = rustls_pemfile::certs(&mut cert.as_bytes()).collect::<Result<Vec<_>, _>>().unwrap();
+                let key = rustls_pemfile::private_key(&mut key.as_bytes()).unwrap().unwrap();
+                builder.with_client_auth_cert(certs, key).unwrap()
+            }
+            None => builder.with_no_client_auth(),
+        };
+        config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = TcpStream::connect(s.addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        connector.connect(name, tcp).await.unwrap()
+    }
+
+    /// An HTTP/1.1 GET with `Connection: close`; the whole response as text.
+    async fn get_http1(s: &Server, identity: Option<(&str, &str)>, path: &str) -> String {
+        let mut tls = connect(s, identity, &[b"http/1.1"]).await;
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+        tls.write_all(req.as_bytes()).await.unwrap();
+        let mut out = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            match tls.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn serves_with_and_without_client_certificates() {
+        let mut s = start(SHUTDOWN_GRACE).await;
+        let now = Utc::now();
+        let alice = s
+            .pki
+            .ca()
+            .issue(kustos_ca::IssueParams::client("alice", vec!["devs".into()], chrono::Duration::days(1)), now)
+            .unwrap();
+        let alice_key = alice.key_pem.clone().unwrap();
+        // A certificate from another CA still completes the handshake (authn rejects it later).
+        let other = kustos_ca::Ca::generate("other", chrono::Duration::days(10), now).unwrap();
+        let mallory =
+            other.issue(kustos_ca::IssueParams::client("mallory", vec![], chrono::Duration::days(1)), now).unwrap();
+        let mallory_key = mallory.key_pem.clone().unwrap();
+        let cases: [(Option<(&str, &str)>, &str); 3] = [
+            (None, "anonymous"),
+            (Some((&alice.cert_pem, &alice_key)), "alice"),
+            (Some((&mallory.cert_pem, &mallory_key)), "mallory"),
+        ];
+        for (identity, want) in cases {
+            let response = get_http1(&s, identity, "/whoami").await;
+            assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+            assert!(response.ends_with(&format!("\r\n\r\n{want} from 127.0.0.1")), "{response}");
+        }
+        // ALPN offers h2 (preferred) and http/1.1.
+        let tls = connect(&s, None, &[b"h2", b"http/1.1"]).await;
+        assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        drop(tls);
+        // Garbage instead of a TLS handshake, and an abandoned connection, do not disturb the loop.
+        let mut raw = TcpStream::connect(s.addr).await.unwrap();
+        raw.write_all(b"GET / HTTP/1.1\r\n\r\n").await.unwrap();
+        drop(raw);
+        let idle = TcpStream::connect(s.addr).await.unwrap();
+        let response = get_http1(&s, None, "/whoami").await;
+        assert!(response.starts_with("HTTP/1.1 200 OK\r\n"), "{response}");
+        drop(idle);
+
+        let _ = s.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(5), &mut s.task).await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn shutdown_does_not_wait_for_pending_handshakes_or_idle_connections() {
+        let mut s = start(SHUTDOWN_GRACE).await;
+        let _pending = TcpStream::connect(s.addr).await.unwrap();
+        let mut idle = connect(&s, None, &[b"http/1.1"]).await;
+        idle.write_all(b"GET /whoami HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 4096];
+        let n = idle.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200 OK\r\n"));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let started = std::time::Instant::now();
+        let _ = s.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(5), &mut s.task).await.unwrap().unwrap();
+        assert!(started.elapsed() < Duration::from_secs(2), "took {:?}", started.elapsed());
+    }
+
+    #[tokio::test]
+    async fn shutdown_drops_streams_still_open_after_the_grace_period() {
+        let mut s = start(Duration::from_millis(300)).await;
+        let mut tls = connect(&s, None, &[b"http/1.1"]).await;
+        tls.write_all(b"GET /forever HTTP/1.1\r\nHost: localhost\r\n\r\n").await.unwrap();
+        let mut buf = [0u8; 4096];
+        let n = tls.read(&mut buf).await.unwrap();
+        assert!(buf[..n].starts_with(b"HTTP/1.1 200 OK\r\n"));
+        let started = std::time::Instant::now();
+        let _ = s.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(5), &mut s.task).await.unwrap().unwrap();
+        assert!(started.elapsed() >= Duration::from_millis(250), "waited for the grace period");
+        // The stream ends once the connection is dropped.
+        let end = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf)).await.unwrap();
+        assert!(matches!(end, Ok(0) | Err(_)), "{end:?}");
+        // And nothing listens any more.
+        assert!(TcpStream::connect(s.addr).await.is_err());
+    }
+}

@@ -1,0 +1,294 @@
+//! Load benchmark: starts the real `kustos apiserver` (release build) on a free port and
+//! drives it over HTTPS with the admin client certificate.
+//!
+//! Run: `cargo bench --bench load` (settings via env: BENCH_SECONDS, BENCH_RATE,
+//! BENCH_LIST_OBJECTS, BENCH_WATCHERS). Figures are printed as a Markdown table; see
+//! docs/BENCHMARKS.md.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use futures::StreamExt;
+use serde_json::json;
+
+fn env_u64(k: &str, d: u64) -> u64 {
+    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Start the server and return it with the time until `/readyz` answered 200.
+async fn start(dir: &Path) -> Result<(Server, Duration)> {
+    let port = free_port()?;
+    let t0 = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_kustos"))
+        .args(["apiserver", "--data-dir"])
+        .arg(dir)
+        .args(["--secure-port", &port.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .context("spawning kustos")?;
+    let url = format!("https://127.0.0.1:{port}");
+    let server = Server { child, url: url.clone(), dir: dir.to_path_buf() };
+    let anon = reqwest::Client::builder().danger_accept_invalid_certs(true).build()?;
+    for _ in 0..20_000 {
+        if let Ok(r) = anon.get(format!("{url}/readyz")).send().await {
+            if r.status().is_success() {
+                return Ok((server, t0.elapsed()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    bail!("server did not become ready")
+}
+
+fn admin_client(dir: &Path) -> Result<reqwest::Client> {
+    let kc: serde_json::Value = serde_yaml::from_slice(&std::fs::read(dir.join("admin.kubeconfig"))?)?;
+    use base64::Engine;
+    let b64 = |p: &serde_json::Value| -> Result<Vec<u8>> {
+        Ok(base64::engine::general_purpose::STANDARD.decode(p.as_str().context("kubeconfig field")?)?)
+    };
+    let user = &kc["users"][0]["user"];
+    let mut pem = b64(&user["client-certificate-data"])?;
+    pem.extend(b64(&user["client-key-data"])?);
+    let ca = b64(&kc["clusters"][0]["cluster"]["certificate-authority-data"])?;
+    Ok(reqwest::Client::builder()
+        .use_rustls_tls()
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
+        .identity(reqwest::Identity::from_pem(&pem)?)
+        .pool_max_idle_per_host(256)
+        .build()?)
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// Open-loop load at `rate` req/s for `secs`: latency measured from each request's
+/// scheduled start, so a stall counts against every request it delays.
+async fn fixed_rate<F, Fut>(rate: u64, secs: u64, f: F) -> Result<(Vec<Duration>, usize)>
+where
+    F: Fn(u64) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let f = Arc::new(f);
+    let total = rate * secs;
+    let interval = Duration::from_secs_f64(1.0 / rate as f64);
+    let start = tokio::time::Instant::now();
+    let mut tasks = Vec::with_capacity(total as usize);
+    for i in 0..total {
+        let at = start + interval * i as u32;
+        tokio::time::sleep_until(at).await;
+        let f = f.clone();
+        tasks.push(tokio::spawn(async move {
+            let ok = f(i).await;
+            (at.elapsed(), ok)
+        }));
+    }
+    let mut lat = Vec::with_capacity(tasks.len());
+    let mut errors = 0;
+    for t in tasks {
+        let (d, ok) = t.await?;
+        if !ok {
+            errors += 1;
+        }
+        lat.push(d);
+    }
+    lat.sort();
+    Ok((lat, errors))
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let secs = env_u64("BENCH_SECONDS", 10);
+    let rate = env_u64("BENCH_RATE", 1000);
+    let list_n = env_u64("BENCH_LIST_OBJECTS", 10_000);
+    let watchers = env_u64("BENCH_WATCHERS", 1000);
+    let tmp = tempfile::tempdir()?;
+    let mut rows: Vec<(String, String)> = Vec::new();
+
+    // Cold start (first start creates the PKI), then a restart on the same directory.
+    let (first, first_ready) = start(tmp.path()).await?;
+    drop(first);
+    let (server, ready) = start(tmp.path()).await?;
+    rows.push(("first start to /readyz (creates PKI)".into(), ms(first_ready)));
+    rows.push(("start to /readyz (existing data dir)".into(), ms(ready)));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    if let Some(kib) = rss_kib(server.child.id()) {
+        rows.push(("idle RSS".into(), format!("{:.1} MiB", kib as f64 / 1024.0)));
+    }
+    let client = admin_client(&server.dir)?;
+    let base = server.url.clone();
+    let cms = format!("{base}/api/v1/namespaces/default/configmaps");
+
+    // GET at a fixed rate.
+    let r = client.post(&cms).json(&json!({"metadata": {"name": "bench-get"}, "data": {"k": "v"}})).send().await?;
+    if !r.status().is_success() {
+        bail!("seed create failed: {}", r.status());
+    }
+    let (c, u) = (client.clone(), format!("{cms}/bench-get"));
+    let (lat, errs) = fixed_rate(rate, secs, move |_| {
+        let (c, u) = (c.clone(), u.clone());
+        async move { c.get(&u).send().await.map(|r| r.status().is_success()).unwrap_or(false) }
+    })
+    .await?;
+    rows.push((
+        format!("GET p50 / p99 at {rate} req/s ({} requests, {errs} errors)", lat.len()),
+        format!("{} / {}", ms(pct(&lat, 0.5)), ms(pct(&lat, 0.99))),
+    ));
+
+    // Durable creates at a fixed rate.
+    let (c, u) = (client.clone(), cms.clone());
+    let (lat, errs) = fixed_rate(rate, secs, move |i| {
+        let (c, u) = (c.clone(), u.clone());
+        async move {
+            let body = json!({"metadata": {"name": format!("bench-create-{i}")}, "data": {"k": "v".repeat(200)}});
+            c.post(&u).json(&body).send().await.map(|r| r.status().as_u16() == 201).unwrap_or(false)
+        }
+    })
+    .await?;
+    rows.push((
+        format!("create p50 / p99 at {rate} req/s ({} requests, {errs} errors)", lat.len()),
+        format!("{} / {}", ms(pct(&lat, 0.5)), ms(pct(&lat, 0.99))),
+    ));
+
+    // List of `list_n` objects in one namespace.
+    let list_ns = format!("{base}/api/v1/namespaces/kube-public/configmaps");
+    let mut pending = futures::stream::iter(0..list_n)
+        .map(|i| {
+            let c = client.clone();
+            let u = list_ns.clone();
+            async move {
+                let body = json!({"metadata": {"name": format!("list-{i:05}"), "labels": {"bench": "list"}}, "data": {"payload": "x".repeat(512)}});
+                c.post(&u).json(&body).send().await.map(|r| r.status().as_u16() == 201).unwrap_or(false)
+            }
+        })
+        .buffer_unordered(64);
+    let mut created = 0;
+    while let Some(ok) = pending.next().await {
+        if ok {
+            created += 1;
+        }
+    }
+    let mut list_lat = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        let r = client.get(&list_ns).send().await?;
+        let body: serde_json::Value = r.json().await?;
+        let n = body["items"].as_array().map(|a| a.len()).unwrap_or(0);
+        list_lat.push(t.elapsed());
+        if n as u64 != created {
+            bail!("list returned {n} items, expected {created}");
+        }
+    }
+    list_lat.sort();
+    rows.push((format!("list of {created} objects (~0.6 KiB each), median of 5"), ms(pct(&list_lat, 0.5))));
+
+    // Watch fan-out: `watchers` watches on one namespace, then writes; delivery latency is
+    // from just before each write is sent to each watcher's receipt of its event.
+    let fan_ns = format!("{base}/api/v1/namespaces/kube-node-lease/configmaps");
+    let rv = {
+        let body: serde_json::Value = client.get(&fan_ns).send().await?.json().await?;
+        body["metadata"]["resourceVersion"].as_str().unwrap_or("0").to_string()
+    };
+    let events = 20u64;
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, Instant)>();
+    let mut handles = Vec::new();
+    // Spread watchers over several clients (connections), as many kubelets would.
+    let clients: Vec<reqwest::Client> = (0..10).map(|_| admin_client(&server.dir)).collect::<Result<_>>()?;
+    for w in 0..watchers {
+        let c = clients[(w % 10) as usize].clone();
+        let url = format!("{fan_ns}?watch=true&resourceVersion={rv}&timeoutSeconds=120");
+        let tx = tx.clone();
+        handles.push(tokio::spawn(async move {
+            let Ok(r) = c.get(&url).send().await else { return };
+            let mut s = r.bytes_stream();
+            let mut buf = Vec::new();
+            let mut seen = 0;
+            while let Some(Ok(chunk)) = s.next().await {
+                buf.extend_from_slice(&chunk);
+                while let Some(pos) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=pos).collect();
+                    if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&line) {
+                        let name = v["object"]["metadata"]["name"].as_str().unwrap_or("").to_string();
+                        let _ = tx.send((name, Instant::now()));
+                        seen += 1;
+                    }
+                }
+                if seen >= events {
+                    return;
+                }
+            }
+        }));
+    }
+    drop(tx);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut sent_at = std::collections::HashMap::new();
+    for i in 0..events {
+        let name = format!("fan-{i}");
+        sent_at.insert(name.clone(), Instant::now());
+        client.post(&fan_ns).json(&json!({"metadata": {"name": name}})).send().await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut deliveries = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while deliveries.len() < (watchers * events) as usize {
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some((name, at))) => {
+                if let Some(s) = sent_at.get(&name) {
+                    deliveries.push(at.saturating_duration_since(*s));
+                }
+            }
+            _ => break,
+        }
+    }
+    deliveries.sort();
+    rows.push((
+        format!("watch delivery p50 / p99, {watchers} watchers x {events} events ({} delivered)", deliveries.len()),
+        format!("{} / {}", ms(pct(&deliveries, 0.5)), ms(pct(&deliveries, 0.99))),
+    ));
+    for h in handles {
+        h.abort();
+    }
+    if let Some(kib) = rss_kib(server.child.id()) {
+        rows.push(("RSS after the run".into(), format!("{:.1} MiB", kib as f64 / 1024.0)));
+    }
+
+    println!("| measurement | result |\n| --- | --- |");
+    for (k, v) in rows {
+        println!("| {k} | {v} |");
+    }
+    Ok(())
+}

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh machine: installs what the tests need, then runs
+# format and lint checks and every test (unit, end-to-end with kubectl, kube-rs and the
+# Python client). Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "installing: ${need_apt[*]}"
+    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}") >/dev/null \
+      || echo "warning: could not install ${need_apt[*]}" >&2
+  fi
+fi
+if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
+  echo "installing the Python kubernetes client"
+  python3 -m pip install --quiet --disable-pip-version-check 'kubernetes>=31'
+fi
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "error: kubectl is not on PATH; the end-to-end tests drive the server with it" >&2
+  exit 1
+fi
+if ! cargo nextest --version >/dev/null 2>&1; then
+  cargo install --locked cargo-nextest
+fi
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo nextest run --workspace --locked --no-fail-fast

@@ -1,0 +1,121 @@
+//! The `kustos` binary: CLI parsing and wiring only.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "kustos",
+    version,
+    about = "Kubernetes controller-manager and certificate authority, with a minimal apiserver"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// apiserver + controllers + CA in one process on an embedded SQLite store.
+    Server(ServerArgs),
+    /// The apiserver alone (same flags as `server`).
+    Apiserver(ServerArgs),
+}
+
+#[derive(Args, Clone)]
+struct ServerArgs {
+    /// Where PKI, the SQLite store and admin.kubeconfig live.
+    #[arg(long, default_value = "./kustos-data")]
+    data_dir: PathBuf,
+    /// Address to serve HTTPS on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: IpAddr,
+    /// Port to serve HTTPS on (0 picks a free one).
+    #[arg(long, default_value_t = 6443)]
+    secure_port: u16,
+    /// Extra subject alternative names for the serving certificate (repeatable).
+    #[arg(long = "tls-san", value_delimiter = ',')]
+    tls_san: Vec<String>,
+    /// Serve requests without credentials as system:anonymous.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text")]
+    log_format: String,
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = ctrl_c.await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}
+
+async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<()> {
+    init_logging(&args.log_format);
+    let mut cfg = kustos_apiserver::Config::new(args.data_dir.clone());
+    cfg.bind_address = args.bind_address;
+    cfg.secure_port = args.secure_port;
+    cfg.tls_sans = args.tls_san.clone();
+    cfg.anonymous_auth = args.anonymous_auth;
+    let running = kustos_apiserver::start(cfg)
+        .await
+        .with_context(|| format!("starting kustos in {}", args.data_dir.display()))?;
+    tracing::info!(address = %running.addr, controllers = with_controllers, "serving");
+    println!("kustos is serving on https://{}", running.addr);
+    println!("admin kubeconfig: {}", running.kubeconfig.display());
+    println!("try: kubectl --kubeconfig {} get namespaces", running.kubeconfig.display());
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    running.stop().await;
+    Ok(())
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let result = rt.block_on(async {
+        match cli.command {
+            Command::Server(a) => run_server(a, true).await,
+            Command::Apiserver(a) => run_server(a, false).await,
+        }
+    });
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

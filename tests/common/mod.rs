@@ -1,0 +1,560 @@
+//! Shared harness for the end-to-end tests: starts the real `kustos` binary on a free port
+//! in a temporary directory and hands out kubectl, kube-rs and raw HTTPS clients for it.
+//!
+//! Every wait here is bounded in count and time; nothing asserts on wall-clock timings.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use serde_json::{json, Value};
+
+/// How long a server may take to print its two ready lines.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default bound for one kubectl invocation.
+pub const KUBECTL_TIMEOUT: Duration = Duration::from_secs(90);
+/// Bound for one HTTP request made by the raw clients.
+pub const HTTP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running `kustos server` child process and where to reach it.
+pub struct Server {
+    /// Owns the temporary directory; removed on drop.
+    tmp: tempfile::TempDir,
+    child: Mutex<Option<Child>>,
+    /// `127.0.0.1:PORT`
+    pub addr: String,
+    /// `https://127.0.0.1:PORT`
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    pub data_dir: PathBuf,
+    extra_args: Vec<String>,
+    /// Number of the current run (0 for the first start), used to name log files.
+    runs: u32,
+}
+
+static SHARED: Mutex<Weak<Server>> = Mutex::new(Weak::new());
+static COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// A server shared by the tests of one test binary that run at the same time. It is
+/// stopped when the last test holding it ends (so nothing outlives the test process, also
+/// under nextest, which runs every test in its own process). Tests sharing it must not
+/// interfere: each one works in namespaces of its own ([`unique`]).
+pub fn shared() -> Arc<Server> {
+    let mut guard = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = guard.upgrade() {
+        return s;
+    }
+    let s = Arc::new(Server::start());
+    *guard = Arc::downgrade(&s);
+    s
+}
+
+/// A name unique within this test process: `prefix-<pid>-<n>`, a valid DNS label.
+pub fn unique(prefix: &str) -> String {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
+
+fn binary() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_kustos"))
+}
+
+impl Server {
+    /// `kustos server --data-dir D --secure-port 0` in a fresh temporary directory.
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Like [`Server::start`], with extra command-line arguments.
+    pub fn start_with(args: &[&str]) -> Server {
+        let tmp = tempfile::Builder::new().prefix("kustos-e2e-").tempdir().expect("creating a temporary directory");
+        let data_dir = tmp.path().join("data");
+        let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let (child, addr, kubeconfig) = spawn(tmp.path(), &data_dir, &extra_args, 0);
+        Server {
+            url: format!("https://{addr}"),
+            addr,
+            kubeconfig,
+            data_dir,
+            child: Mutex::new(Some(child)),
+            tmp,
+            extra_args,
+            runs: 0,
+        }
+    }
+
+    /// The directory holding the data dir, logs and kubectl's cache.
+    pub fn work_dir(&self) -> &Path {
+        self.tmp.path()
+    }
+
+    /// The process id of the running server.
+    pub fn pid(&self) -> u32 {
+        let guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        guard.as_ref().map(|c| c.id()).expect("the server is not running")
+    }
+
+    /// SIGKILL the server and reap it, without any chance to clean up.
+    pub fn kill9(&self) {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut child) = guard.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM the server and wait (bounded) for it to exit; returns its exit status.
+    /// Panics if it has not exited after `within`.
+    pub fn terminate(&self, within: Duration) -> std::process::ExitStatus {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        let mut child = guard.take().expect("the server is not running");
+        let status =
+            Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("running kill -TERM");
+        assert!(status.success(), "kill -TERM {} failed", child.id());
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(st) = child.try_wait().expect("waiting for the server") {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "kustos did not exit within {within:?} after SIGTERM; stderr tail:\n{}",
+                    tail(&self.stderr_log(self.runs), 4000)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Start the server again on the same data dir (on a new free port). Any running
+    /// instance is killed first.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.runs += 1;
+        let (child, addr, kubeconfig) = spawn(self.tmp.path(), &self.data_dir, &self.extra_args, self.runs);
+        *self.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
+        self.url = format!("https://{addr}");
+        self.addr = addr;
+        self.kubeconfig = kubeconfig;
+    }
+
+    fn stderr_log(&self, run: u32) -> PathBuf {
+        self.tmp.path().join(format!("stderr-{run}.log"))
+    }
+
+    /// The server's stderr (logs) of the current run, for failure messages.
+    pub fn stderr_tail(&self) -> String {
+        tail(&self.stderr_log(self.runs), 4000)
+    }
+
+    // ---------------------------------------------------------------- kubectl
+
+    /// `kubectl --kubeconfig <admin> <args>`, bounded by [`KUBECTL_TIMEOUT`].
+    pub fn kubectl(&self, args: &[&str]) -> Output {
+        self.kubectl_with_stdin(args, None)
+    }
+
+    /// Like [`Server::kubectl`] and panics, with both outputs, unless it succeeded;
+    /// returns stdout.
+    pub fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// kubectl with `stdin` fed to it (for `-f -`).
+    pub fn kubectl_with_stdin(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = self.kubectl_command(args);
+        run_bounded(&mut cmd, stdin, KUBECTL_TIMEOUT, &format!("kubectl {}", args.join(" ")))
+    }
+
+    /// A `kubectl` command with the admin kubeconfig and a private cache dir, not started.
+    pub fn kubectl_command(&self, args: &[&str]) -> Command {
+        ensure_kubectl();
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(self.tmp.path().join("kubectl-cache"))
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env("HOME", self.tmp.path());
+        cmd
+    }
+
+    // ---------------------------------------------------------------- raw HTTPS
+
+    /// The cluster CA, PEM.
+    pub fn ca_pem(&self) -> Vec<u8> {
+        let kc = self.kubeconfig_value();
+        let cluster = &kc["clusters"][0]["cluster"];
+        if let Some(data) = cluster["certificate-authority-data"].as_str() {
+            return b64(data);
+        }
+        if let Some(path) = cluster["certificate-authority"].as_str() {
+            return std::fs::read(path).expect("reading the kubeconfig's certificate-authority");
+        }
+        std::fs::read(self.data_dir.join("pki/ca.crt")).expect("reading DIR/pki/ca.crt")
+    }
+
+    /// The admin client certificate and key, PEM, as the kubeconfig has them.
+    pub fn admin_identity_pem(&self) -> (Vec<u8>, Vec<u8>) {
+        let kc = self.kubeconfig_value();
+        let user = &kc["users"][0]["user"];
+        let cert = match (user["client-certificate-data"].as_str(), user["client-certificate"].as_str()) {
+            (Some(d), _) => b64(d),
+            (None, Some(p)) => std::fs::read(p).expect("reading the kubeconfig's client-certificate"),
+            _ => panic!("admin kubeconfig has no client certificate: {kc}"),
+        };
+        let key = match (user["client-key-data"].as_str(), user["client-key"].as_str()) {
+            (Some(d), _) => b64(d),
+            (None, Some(p)) => std::fs::read(p).expect("reading the kubeconfig's client-key"),
+            _ => panic!("admin kubeconfig has no client key: {kc}"),
+        };
+        (cert, key)
+    }
+
+    fn kubeconfig_value(&self) -> Value {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("reading the admin kubeconfig");
+        serde_yaml::from_str(&text).expect("the admin kubeconfig is YAML")
+    }
+
+    /// A reqwest client that trusts only the cluster CA and presents the admin client cert.
+    pub fn http(&self) -> reqwest::Client {
+        let (cert, key) = self.admin_identity_pem();
+        let mut pem = key;
+        pem.push(b'\n');
+        pem.extend_from_slice(&cert);
+        let id = reqwest::Identity::from_pem(&pem).expect("admin identity PEM");
+        self.http_builder().identity(id).build().expect("building the admin HTTP client")
+    }
+
+    /// A reqwest client that trusts the cluster CA and presents no client certificate.
+    pub fn anonymous(&self) -> reqwest::Client {
+        self.http_builder().build().expect("building the anonymous HTTP client")
+    }
+
+    /// A reqwest client trusting the cluster CA and presenting the given identity
+    /// (PEM key + certificate chain).
+    pub fn http_with_identity(&self, key_and_cert_pem: &[u8]) -> reqwest::Client {
+        let id = reqwest::Identity::from_pem(key_and_cert_pem).expect("identity PEM");
+        self.http_builder().identity(id).build().expect("building an HTTP client")
+    }
+
+    fn http_builder(&self) -> reqwest::ClientBuilder {
+        let ca = reqwest::Certificate::from_pem(&self.ca_pem()).expect("cluster CA PEM");
+        reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(ca)
+            .timeout(HTTP_TIMEOUT)
+            .no_proxy()
+    }
+
+    /// A kube-rs client from the admin kubeconfig, used as is.
+    pub async fn kube_client(&self) -> kube::Client {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("kube-rs reads the admin kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("kube-rs accepts the admin kubeconfig");
+        kube::Client::try_from(cfg).expect("building the kube-rs client")
+    }
+
+    /// Create a namespace with a unique name (through raw HTTPS) and return its name.
+    pub async fn create_namespace(&self, prefix: &str) -> String {
+        let name = unique(prefix);
+        let resp = self
+            .http()
+            .post(format!("{}/api/v1/namespaces", self.url))
+            .json(&json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))
+            .send()
+            .await
+            .expect("POST namespace");
+        let code = resp.status();
+        let body = resp.text().await.unwrap_or_default();
+        assert_eq!(code.as_u16(), 201, "creating namespace {name}: {body}");
+        name
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// Spawn the binary and wait (bounded) for both ready lines. Returns child, addr, kubeconfig.
+fn spawn(work: &Path, data_dir: &Path, extra: &[String], run: u32) -> (Child, String, PathBuf) {
+    let stderr_path = work.join(format!("stderr-{run}.log"));
+    let stderr = std::fs::File::create(&stderr_path).expect("creating the stderr log");
+    let mut cmd = Command::new(binary());
+    cmd.arg("server")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .arg("--secure-port")
+        .arg("0")
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(stderr));
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawning {}: {e}", binary().display()));
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        // Keep draining stdout for the child's whole life so it never blocks on a full pipe.
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + START_TIMEOUT;
+    let mut url: Option<String> = None;
+    let mut kubeconfig: Option<PathBuf> = None;
+    let mut seen = Vec::new();
+    while url.is_none() || kubeconfig.is_none() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => {
+                if let Some(rest) = line.strip_prefix("kustos is serving on ") {
+                    url = Some(rest.trim().to_string());
+                } else if let Some(rest) = line.strip_prefix("admin kubeconfig: ") {
+                    kubeconfig = Some(PathBuf::from(rest.trim()));
+                }
+                seen.push(line);
+            }
+            Err(e) => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                panic!(
+                    "kustos server did not print its ready lines ({}; {e:?}); exit status {status:?}\n\
+                     stdout so far:\n{}\nstderr tail:\n{}",
+                    if matches!(e, mpsc::RecvTimeoutError::Timeout) { "timed out after 30 s" } else { "stdout closed" },
+                    seen.join("\n"),
+                    tail(&stderr_path, 4000)
+                );
+            }
+        }
+    }
+    let url = url.unwrap_or_default();
+    let addr = url.strip_prefix("https://").unwrap_or_else(|| panic!("serving URL is not https: {url}")).to_string();
+    let mut kubeconfig = kubeconfig.unwrap_or_default();
+    if kubeconfig.is_relative() {
+        kubeconfig = std::env::current_dir().expect("cwd").join(kubeconfig);
+    }
+    assert!(kubeconfig.exists(), "the printed admin kubeconfig {} does not exist", kubeconfig.display());
+    (child, addr, kubeconfig)
+}
+
+fn tail(path: &Path, max: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    if text.len() <= max {
+        return text;
+    }
+    let mut start = text.len() - max;
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    format!("...{}", &text[start..])
+}
+
+fn b64(s: &str) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD.decode(s.trim()).expect("base64 in the kubeconfig")
+}
+
+/// Panics with a clear message when `kubectl` cannot be run: the tests must fail loudly.
+pub fn ensure_kubectl() {
+    static CHECKED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    CHECKED.get_or_init(|| match Command::new("kubectl").args(["version", "--client"]).output() {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => panic!(
+            "`kubectl version --client` failed: {}; the end-to-end tests need kubectl (v1.32) on PATH",
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => panic!(
+            "kubectl is not on PATH ({e}); the end-to-end tests drive the server with kubectl v1.32: install it \
+             and run `bash scripts/test.sh`"
+        ),
+    });
+}
+
+/// Run a command to completion, with an optional stdin, killing it after `timeout`.
+pub fn run_bounded(cmd: &mut Command, stdin: Option<&str>, timeout: Duration, what: &str) -> Output {
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("running {what}: {e}"));
+    if let Some(input) = stdin {
+        use std::io::Write;
+        let mut pipe = child.stdin.take().expect("piped stdin");
+        let input = input.to_string();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(input.as_bytes());
+        });
+    }
+    let mut out_pipe = child.stdout.take().expect("piped stdout");
+    let mut err_pipe = child.stderr.take().expect("piped stderr");
+    let out_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out_pipe.read_to_end(&mut v);
+        v
+    });
+    let err_t = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err_pipe.read_to_end(&mut v);
+        v
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("waiting for a child") {
+            break st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stdout = out_t.join().unwrap_or_default();
+            let stderr = err_t.join().unwrap_or_default();
+            panic!(
+                "{what} did not finish within {timeout:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&stdout),
+                String::from_utf8_lossy(&stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    };
+    let stdout = out_t.join().unwrap_or_default();
+    let stderr = err_t.join().unwrap_or_default();
+    Output { status, stdout, stderr }
+}
+
+// -------------------------------------------------------------------- HTTP helpers
+
+/// A finished HTTP exchange: status code, headers, and the body (JSON when it parses,
+/// else a JSON string holding the text).
+pub struct Reply {
+    pub code: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+    pub text: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.headers.get(name).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+    }
+
+    /// Panics unless the code is `code`, showing the body.
+    pub fn expect_code(&self, code: u16, what: &str) -> &Self {
+        assert_eq!(self.code, code, "{what}: expected HTTP {code}, got {} with body {}", self.code, self.text);
+        self
+    }
+}
+
+/// Send a request and collect the whole reply.
+pub async fn send(req: reqwest::RequestBuilder) -> Reply {
+    let resp = req.send().await.expect("sending the request");
+    let code = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let bytes = resp.bytes().await.expect("reading the response body");
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| Value::String(text.clone()));
+    Reply { code, headers, body, text }
+}
+
+/// Asserts that `reply` is the HTTP code `code` with a `metav1.Status` body (kind Status,
+/// apiVersion v1, status Failure, matching code and, when given, reason).
+pub fn assert_status(reply: &Reply, code: u16, reason: Option<&str>, what: &str) {
+    assert_eq!(reply.code, code, "{what}: expected HTTP {code}, got {} with body {}", reply.code, reply.text);
+    let b = &reply.body;
+    assert_eq!(b["kind"], "Status", "{what}: body is not a Status: {}", reply.text);
+    assert_eq!(b["apiVersion"], "v1", "{what}: Status apiVersion: {}", reply.text);
+    assert_eq!(b["status"], "Failure", "{what}: Status.status: {}", reply.text);
+    assert_eq!(b["code"].as_u64(), Some(code as u64), "{what}: Status.code: {}", reply.text);
+    if let Some(r) = reason {
+        assert_eq!(b["reason"], r, "{what}: Status.reason: {}", reply.text);
+    }
+}
+
+/// Reads a watch response one JSON document per `\n`-terminated line.
+pub struct WatchLines {
+    resp: reqwest::Response,
+    buf: Vec<u8>,
+    pub code: u16,
+    pub headers: reqwest::header::HeaderMap,
+}
+
+impl WatchLines {
+    pub async fn open(req: reqwest::RequestBuilder) -> WatchLines {
+        let resp = req.send().await.expect("opening the watch");
+        let code = resp.status().as_u16();
+        let headers = resp.headers().clone();
+        WatchLines { resp, buf: Vec::new(), code, headers }
+    }
+
+    /// The next event, `None` at the end of the stream. Panics after `within` with no
+    /// complete line.
+    pub async fn next(&mut self, within: Duration) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            if let Some(pos) = self.buf.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=pos).collect();
+                let line = &line[..line.len() - 1];
+                if line.iter().all(|b| b.is_ascii_whitespace()) {
+                    continue;
+                }
+                return Some(
+                    serde_json::from_slice(line)
+                        .unwrap_or_else(|e| panic!("watch line is not JSON ({e}): {}", String::from_utf8_lossy(line))),
+                );
+            }
+            let chunk = match tokio::time::timeout_at(deadline, self.resp.chunk()).await {
+                Ok(c) => c.expect("reading the watch stream"),
+                Err(_) => {
+                    panic!("no watch event within {within:?}; partial data: {}", String::from_utf8_lossy(&self.buf))
+                }
+            };
+            match chunk {
+                Some(bytes) => self.buf.extend_from_slice(&bytes),
+                None => {
+                    if self.buf.iter().all(|b| b.is_ascii_whitespace()) {
+                        return None;
+                    }
+                    let rest = std::mem::take(&mut self.buf);
+                    return Some(serde_json::from_slice(&rest).unwrap_or_else(|e| {
+                        panic!("last watch data is not JSON ({e}): {}", String::from_utf8_lossy(&rest))
+                    }));
+                }
+            }
+        }
+    }
+
+    /// The next event that is not a BOOKMARK.
+    pub async fn next_non_bookmark(&mut self, within: Duration) -> Option<Value> {
+        for _ in 0..1000 {
+            let ev = self.next(within).await?;
+            if ev["type"] != "BOOKMARK" {
+                return Some(ev);
+            }
+        }
+        panic!("more than 1000 bookmarks in a row");
+    }
+}
+
+/// A ConfigMap body.
+pub fn configmap(name: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data})
+}
