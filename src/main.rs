@@ -42,9 +42,30 @@ struct ServerArgs {
     /// Serve requests without credentials as system:anonymous.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
+    /// Revisions of history kept for watches and list continuation; older ones answer 410.
+    #[arg(long, default_value_t = 100_000)]
+    history_revisions: u64,
+    /// How often history older than --history-revisions is compacted (e.g. 30s, 5m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    compaction_interval: std::time::Duration,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
+}
+
+/// `90`, `90s`, `5m`, `1h`, `500ms`.
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 30s, 5m, 1h"))?;
+    let secs = match unit {
+        "ms" => return Ok(std::time::Duration::from_millis(n)),
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("invalid duration {s:?}: unit must be ms, s, m or h")),
+    };
+    Ok(std::time::Duration::from_secs(secs))
 }
 
 fn init_logging(format: &str) {
@@ -86,6 +107,8 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.secure_port = args.secure_port;
     cfg.tls_sans = args.tls_san.clone();
     cfg.anonymous_auth = args.anonymous_auth;
+    cfg.history_revisions = args.history_revisions;
+    cfg.compaction_interval = args.compaction_interval;
     let running = kustos_apiserver::start(cfg)
         .await
         .with_context(|| format!("starting kustos in {}", args.data_dir.display()))?;

@@ -279,6 +279,8 @@ pub struct Config {
     pub anonymous_auth: bool,
     /// Revisions of history kept for watch and continue (compaction).
     pub history_revisions: u64,
+    /// How often history beyond `history_revisions` is compacted away.
+    pub compaction_interval: std::time::Duration,
 }
 
 impl Config {
@@ -290,6 +292,7 @@ impl Config {
             tls_sans: Vec::new(),
             anonymous_auth: true,
             history_revisions: 100_000,
+            compaction_interval: std::time::Duration::from_secs(30),
         }
     }
 }
@@ -331,7 +334,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let server_address = SocketAddr::new(host, addr.port()).to_string();
     let store = storage::sqlite::SqliteStorage::open(&cfg.data_dir.join("kustos.db"))?;
     let store = Arc::new(store);
-    storage::sqlite::SqliteStorage::spawn_compactor(store.clone(), cfg.history_revisions);
+    storage::sqlite::SqliteStorage::spawn_compactor_every(
+        store.clone(),
+        cfg.history_revisions,
+        cfg.compaction_interval,
+    );
     let state = AppState::new(store, server_address.clone());
     bootstrap(&state).await?;
     gc::spawn_startup_sweep(state.clone());

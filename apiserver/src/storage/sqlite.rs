@@ -200,7 +200,12 @@ impl SqliteStorage {
         Self::spawn_compactor_every(self, keep_revisions, COMPACT_INTERVAL)
     }
 
-    fn spawn_compactor_every(store: Arc<Self>, keep_revisions: u64, every: Duration) -> tokio::task::JoinHandle<()> {
+    /// Like `spawn_compactor`, with the interval between compactions given.
+    pub fn spawn_compactor_every(
+        store: Arc<Self>,
+        keep_revisions: u64,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<()> {
         let weak: Weak<Self> = Arc::downgrade(&store);
         drop(store);
         tokio::spawn(async move {
