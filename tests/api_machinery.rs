@@ -918,8 +918,10 @@ async fn csr_approval_sets_approved_and_then_denied_or_spec_changes_are_422() {
 
     let mut changed = send(http.get(&url)).await.body;
     changed["spec"]["usages"] = json!(["digital signature", "key encipherment", "client auth"]);
+    // Upstream keeps the stored spec on every update (the spec is immutable), and answers 200.
     let p = send(http.put(&url).json(&changed)).await;
-    assert_status(&p, 422, Some("Invalid"), "PUT changing a CSR's spec");
+    p.expect_code(200, "PUT changing a CSR's spec");
+    assert_eq!(p.body["spec"]["usages"], json!(["digital signature", "client auth"]), "the reply keeps the spec");
     let got = send(http.get(&url)).await;
     assert_eq!(got.body["spec"]["usages"], json!(["digital signature", "client auth"]), "spec unchanged");
 }

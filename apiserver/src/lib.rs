@@ -206,6 +206,12 @@ async fn resource(
     if !info.subresource.is_empty() && !def.subresources.contains(&info.subresource.as_str()) {
         return Err(not_found_path());
     }
+    if info.verb == "create" && !info.name.is_empty() {
+        return Err(ApiError::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource ({})",
+            error::group_resource(def.group, def.resource)
+        )));
+    }
     let headers = req.headers().clone();
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
     let out = negotiate::negotiate(accept.as_deref())?;
