@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::shared;
+use common::{shared, Server};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, VersionMatch, WatchEvent, WatchParams};
@@ -197,11 +197,11 @@ async fn a_replace_with_a_stale_resource_version_is_a_409_conflict() {
 /// checked instead: after many writes, an exact list (and a watch) at revision 1 either
 /// works or is refused with a 410 Gone/Expired Status — never anything else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_exact_list_or_watch_at_a_very_old_resource_version_works_or_is_410() {
-    let s = shared();
+async fn lists_and_watches_from_a_compacted_resource_version_are_410_expired() {
+    // A server that keeps only 5 revisions of history and compacts every 200 ms.
+    let s = Server::start_with(&["--history-revisions", "5", "--compaction-interval", "200ms"]);
     let client = s.kube_client().await;
-    let ns = s.create_namespace("kold").await;
-    let api: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let api: Api<ConfigMap> = Api::namespaced(client, "default");
     for i in 0..30 {
         api.create(&PostParams::default(), &cm(&format!("o{i}"), &[])).await.expect("create");
     }
@@ -211,27 +211,31 @@ async fn an_exact_list_or_watch_at_a_very_old_resource_version_works_or_is_410()
         limit: Some(1),
         ..Default::default()
     };
-    match api.list(&lp).await {
-        Ok(list) => {
-            assert_eq!(list.metadata.resource_version.as_deref(), Some("1"), "an Exact list is at that RV");
-            assert!(list.items.is_empty(), "nothing of this namespace existed at revision 1");
-        }
-        Err(e) => {
-            let (code, reason) = api_status(&e).unwrap_or_else(|| panic!("expected a Status error, got {e:?}"));
-            assert_eq!(code, 410, "{e:?}");
-            assert!(reason == "Expired" || reason == "Gone", "410 reason: {reason}");
+    // Compaction runs in the background: wait (bounded) until revision 1 is gone.
+    let mut last = None;
+    for _ in 0..100 {
+        match api.list(&lp).await {
+            Ok(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => {
+                last = Some(e);
+                break;
+            }
         }
     }
+    let e = last.expect("an Exact list at revision 1 must fail once history before it is compacted");
+    let (code, reason) = api_status(&e).unwrap_or_else(|| panic!("expected a Status error, got {e:?}"));
+    assert_eq!((code, reason.as_str()), (410, "Expired"), "{e:?}");
+
     match api.watch(&WatchParams::default().timeout(5), "1").await {
         Ok(stream) => {
             let mut stream = stream.boxed();
-            // Either the history from revision 1 (30 ADDED) or an ERROR event with 410.
             let first = tokio::time::timeout(EVENT_WAIT, stream.try_next()).await.expect("an event");
             match first {
-                Ok(Some(WatchEvent::Added(_))) | Ok(Some(WatchEvent::Bookmark(_))) => {}
-                Ok(Some(WatchEvent::Error(st))) => assert_eq!(st.code, 410, "{st:?}"),
+                Ok(Some(WatchEvent::Error(st))) => {
+                    assert_eq!((st.code, st.reason.as_str()), (410, "Expired"), "{st:?}")
+                }
                 Err(e) => assert_eq!(api_status(&e).map(|x| x.0), Some(410), "{e:?}"),
-                other => panic!("unexpected first event from a watch at RV 1: {other:?}"),
+                other => panic!("a watch from a compacted revision must end with 410, got {other:?}"),
             }
         }
         Err(e) => assert_eq!(api_status(&e).map(|x| x.0), Some(410), "{e:?}"),
