@@ -27,6 +27,7 @@ pub mod negotiate;
 pub mod openapi;
 pub mod patch;
 pub mod pki;
+pub mod protobuf;
 pub mod registry;
 pub mod request_info;
 pub mod rest;
@@ -235,8 +236,8 @@ async fn resource(
         "create" => rest::create(&call, &body, &content_type).await?,
         "update" => rest::update(&call, &body, &content_type).await?,
         "patch" => rest::patch(&call, &body, &content_type).await?,
-        "delete" => rest::delete(&call, &body).await?,
-        "deletecollection" => rest::delete_collection(&call, &body).await?,
+        "delete" => rest::delete(&call, &body, &content_type).await?,
+        "deletecollection" => rest::delete_collection(&call, &body, &content_type).await?,
         other => {
             return Err(ApiError::MethodNotAllowed(format!(
                 "the server does not allow this method on the requested resource ({other})"

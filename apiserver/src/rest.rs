@@ -518,6 +518,9 @@ pub fn decode_body(def: &ResourceDef, body: &Bytes, content_type: &str) -> Resul
             .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body)
             .map_err(|e| ApiError::BadRequest(format!("error converting YAML to JSON: {e}")))?,
+        crate::protobuf::MEDIA_TYPE => crate::protobuf::decode(body).map_err(|e| {
+            ApiError::BadRequest(format!("{} in version \"{}\" cannot be handled as a {}: {e}", def.kind, def.version, def.kind))
+        })?,
         other => {
             return Err(ApiError::UnsupportedMediaType(format!(
                 "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other:?})"
@@ -1061,7 +1064,7 @@ pub struct DeleteOptions {
     pub dry_run: bool,
 }
 
-pub fn delete_options(params: &Params, body: &Bytes) -> Result<DeleteOptions> {
+pub fn delete_options(params: &Params, body: &Bytes, content_type: &str) -> Result<DeleteOptions> {
     let mut o = DeleteOptions {
         grace_period: params.int("gracePeriodSeconds")?,
         dry_run: params.dry_run()?,
@@ -1074,8 +1077,11 @@ pub fn delete_options(params: &Params, body: &Bytes) -> Result<DeleteOptions> {
         o.propagation.get_or_insert_with(|| "Orphan".into());
     }
     if !body.is_empty() {
-        let v: Value =
-            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?;
+        let v: Value = if content_type == crate::protobuf::MEDIA_TYPE {
+            crate::protobuf::decode(body).map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
+        } else {
+            serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
+        };
         if !v.is_object() {
             return Err(ApiError::BadRequest("invalid DeleteOptions: not an object".into()));
         }
@@ -1248,7 +1254,7 @@ fn deleted_status(def: &ResourceDef, obj: &Value) -> Value {
 /// NamespaceLifecycle: these namespaces may not be deleted.
 const UNDELETABLE_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
 
-pub async fn delete(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
+pub async fn delete(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
     if is_namespace(c.def) && UNDELETABLE_NAMESPACES.contains(&c.info.name.as_str()) {
         return Err(ApiError::forbidden(
             "",
@@ -1263,14 +1269,14 @@ pub async fn delete(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
             c.def.resource, c.info.subresource
         )));
     }
-    let opts = delete_options(&c.params, body)?;
+    let opts = delete_options(&c.params, body, content_type)?;
     let out = delete_one(c, &c.info.name.clone(), &opts).await?;
     let body = if out.get("kind").and_then(Value::as_str) == Some("Status") { out } else { c.object_body(out) };
     Ok(Reply::ok(body))
 }
 
-pub async fn delete_collection(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
-    let opts = delete_options(&c.params, body)?;
+pub async fn delete_collection(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
+    let opts = delete_options(&c.params, body, content_type)?;
     let filter = Filter::from_params(c.def, &c.params)?;
     let mut params = c.params.clone();
     params.pairs.retain(|(k, _)| k != "limit" && k != "continue");
@@ -1407,17 +1413,17 @@ mod tests {
     #[test]
     fn delete_options_are_validated() {
         let q = Params::parse(Some("gracePeriodSeconds=-1"));
-        assert_eq!(delete_options(&q, &Bytes::new()).err().map(|e| e.code().as_u16()), Some(422));
+        assert_eq!(delete_options(&q, &Bytes::new(), "").err().map(|e| e.code().as_u16()), Some(422));
         let q = Params::parse(None);
         let body = Bytes::from_static(br#"{"propagationPolicy":"Sideways"}"#);
-        assert_eq!(delete_options(&q, &body).err().map(|e| e.code().as_u16()), Some(422));
+        assert_eq!(delete_options(&q, &body, "application/json").err().map(|e| e.code().as_u16()), Some(422));
         let body = Bytes::from_static(
             br#"{"preconditions":{"uid":"u1","resourceVersion":"3"},"propagationPolicy":"Background"}"#,
         );
-        let o = delete_options(&q, &body).ok();
+        let o = delete_options(&q, &body, "application/json").ok();
         assert_eq!(o.as_ref().and_then(|o| o.uid.clone()).as_deref(), Some("u1"));
         assert_eq!(o.as_ref().and_then(|o| o.rv.clone()).as_deref(), Some("3"));
         let body = Bytes::from_static(b"[1,2]");
-        assert_eq!(delete_options(&q, &body).err().map(|e| e.code().as_u16()), Some(400));
+        assert_eq!(delete_options(&q, &body, "application/json").err().map(|e| e.code().as_u16()), Some(400));
     }
 }
