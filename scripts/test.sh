@@ -5,15 +5,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-need_apt=()
-command -v protoc >/dev/null 2>&1 || need_apt+=(protobuf-compiler)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  if command -v apt-get >/dev/null 2>&1; then
-    echo "installing: ${need_apt[*]}"
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}") >/dev/null \
-      || echo "warning: could not install ${need_apt[*]}" >&2
-  fi
-fi
 if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
   echo "installing the Python kubernetes client"
   python3 -m pip install --quiet --disable-pip-version-check 'kubernetes>=31'
