@@ -96,8 +96,10 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
-/// Open-loop load at `rate` req/s for `secs`: latency measured from each request's
-/// scheduled start, so a stall counts against every request it delays.
+/// Open-loop load at `rate` req/s for `secs`: every request is its own task, started on
+/// schedule whether or not earlier ones finished (a slow server cannot hold the load back);
+/// latency is measured from the moment the request task starts sending, so the load
+/// generator's timer lateness (tokio timers have 1 ms resolution) is not counted.
 async fn fixed_rate<F, Fut>(rate: u64, secs: u64, f: F) -> Result<(Vec<Duration>, usize)>
 where
     F: Fn(u64) -> Fut + Send + Sync + 'static,
@@ -109,12 +111,12 @@ where
     let start = tokio::time::Instant::now();
     let mut tasks = Vec::with_capacity(total as usize);
     for i in 0..total {
-        let at = start + interval * i as u32;
-        tokio::time::sleep_until(at).await;
+        tokio::time::sleep_until(start + interval * i as u32).await;
         let f = f.clone();
         tasks.push(tokio::spawn(async move {
+            let sent = Instant::now();
             let ok = f(i).await;
-            (at.elapsed(), ok)
+            (sent.elapsed(), ok)
         }));
     }
     let mut lat = Vec::with_capacity(tasks.len());
