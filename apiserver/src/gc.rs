@@ -24,6 +24,7 @@ use crate::storage::ListOptions;
 use crate::AppState;
 
 const RETRY: Duration = Duration::from_millis(500);
+const MAX_RETRY: Duration = Duration::from_secs(15);
 
 fn system_user() -> UserInfo {
     UserInfo {
@@ -256,6 +257,9 @@ async fn finish_owner(state: &Arc<AppState>, def: &ResourceDef, ns: &str, name: 
 /// Delete everything in a Terminating namespace, then the namespace.
 pub async fn finish_namespace(state: &Arc<AppState>, ns: &str) {
     let key = format!("/registry/core/namespaces/{ns}");
+    // Objects held by someone else's finalizer keep the namespace Terminating (as upstream);
+    // check again with a growing pause, up to MAX_RETRY.
+    let mut pause = RETRY;
     loop {
         match state.storage.get(&key).await {
             Ok(Some(kv)) => match meta::from_stored(&kv) {
@@ -283,7 +287,8 @@ pub async fn finish_namespace(state: &Arc<AppState>, ns: &str) {
             // Gone, or waiting for someone else's finalizer: either way our part is done.
             return;
         }
-        tokio::time::sleep(RETRY).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(MAX_RETRY);
     }
 }
 

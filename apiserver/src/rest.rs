@@ -2,7 +2,6 @@
 //! delete, deletecollection (watch lives in `watch.rs`). Each handler does the I/O and calls
 //! the kind's `Strategy` hooks in a fixed order (see `registry`).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1307,15 +1306,6 @@ pub async fn delete_collection(c: &Call<'_>, body: &Bytes, content_type: &str) -
         "items": deleted,
     });
     Ok(Reply::ok(body))
-}
-
-/// Group objects by namespace (used by namespace cleanup).
-pub fn by_namespace(items: Vec<Value>) -> BTreeMap<String, Vec<Value>> {
-    let mut out: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for i in items {
-        out.entry(meta::namespace(&i).to_string()).or_default().push(i);
-    }
-    out
 }
 
 #[cfg(test)]
