@@ -112,7 +112,10 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     let running = kustos_apiserver::start(cfg)
         .await
         .with_context(|| format!("starting kustos in {}", args.data_dir.display()))?;
-    tracing::info!(address = %running.addr, controllers = with_controllers, "serving");
+    // The controllers (and their CA signers) arrive with later issues; until then `server`
+    // runs the apiserver alone, exactly like `apiserver`.
+    let mode = if with_controllers { "server" } else { "apiserver" };
+    tracing::info!(address = %running.addr, mode, "serving");
     println!("kustos is serving on https://{}", running.addr);
     println!("admin kubeconfig: {}", running.kubeconfig.display());
     println!("try: kubectl --kubeconfig {} get namespaces", running.kubeconfig.display());
