@@ -231,7 +231,7 @@ async fn resource(
     let call = Call { state, def, info, user, params, out: out.clone() };
     let reply: Reply = match info.verb.as_str() {
         "get" => rest::get(&call).await?,
-        "list" => rest::list(&call).await?,
+        "list" => return rest::list(&call, &headers, pretty).await,
         "watch" => return watch::watch(&call).await,
         "create" => rest::create(&call, &body, &content_type).await?,
         "update" => rest::update(&call, &body, &content_type).await?,

@@ -125,6 +125,17 @@ pub fn render(
             Err(e) => return ApiError::internal(e).into_response(),
         }
     };
+    send_bytes(code, bytes, ctype, headers, warnings)
+}
+
+/// Send serialized bytes: gzip when big and accepted, plus `Warning` headers.
+pub fn send_bytes(
+    code: StatusCode,
+    bytes: Vec<u8>,
+    ctype: &'static str,
+    headers: &HeaderMap,
+    warnings: &[String],
+) -> Response {
     let gzip = bytes.len() >= GZIP_MIN
         && headers
             .get(header::ACCEPT_ENCODING)
@@ -384,7 +395,10 @@ fn invalid_list_options(msg: String) -> ApiError {
 
 /// Read a list: items, list RV, continue token, remaining count.
 pub struct Listed {
+    /// Decoded items (empty unless `read_list` was asked to decode).
     pub items: Vec<Value>,
+    /// The stored form of every returned item (always filled).
+    pub raw: Vec<crate::storage::KeyValue>,
     pub rev: Rev,
     pub continue_token: Option<String>,
     pub remaining: Option<u64>,
@@ -396,6 +410,7 @@ pub async fn read_list(
     ns: Option<&str>,
     params: &Params,
     filter: &Filter,
+    decode: bool,
 ) -> Result<Listed> {
     let limit = params.int("limit")?.filter(|l| *l > 0).map(|l| l as usize);
     let cont = params.get("continue").filter(|c| !c.is_empty());
@@ -418,13 +433,14 @@ pub async fn read_list(
         }
     }
     let mut items = Vec::new();
+    let mut raw = Vec::new();
     let mut read_rev = at_rev;
     let mut cursor = start_after;
     // Key of the last returned item and how many keys follow it, when more remain.
     let mut more: Option<(String, u64)> = None;
     // Page through the store until `limit` matches are found or the prefix is exhausted.
     loop {
-        let need = limit.map(|l| l - items.len());
+        let need = limit.map(|l| l - raw.len());
         let page_limit = match need {
             Some(n) if filter.is_empty() => Some(n),
             Some(n) => Some(n.max(256)),
@@ -445,10 +461,13 @@ pub async fn read_list(
         read_rev = Some(page.rev);
         let mut filled_at = None;
         for (i, kv) in page.items.iter().enumerate() {
-            let obj = meta::from_stored(kv)?;
-            if filter.matches(def, &obj) {
-                items.push(obj);
-                if limit == Some(items.len()) {
+            let obj = if decode || !filter.is_empty() { Some(meta::from_stored(kv)?) } else { None };
+            if obj.as_ref().is_none_or(|o| filter.matches(def, o)) {
+                raw.push(kv.clone());
+                if decode {
+                    items.extend(obj);
+                }
+                if limit == Some(raw.len()) {
                     filled_at = Some(i);
                     break;
                 }
@@ -469,19 +488,42 @@ pub async fn read_list(
     let rev = read_rev.unwrap_or_else(|| store.current_rev());
     let continue_token = more.as_ref().map(|(k, _)| encode_continue(rev, k.strip_prefix(&prefix).unwrap_or(k)));
     let remaining = more.as_ref().filter(|_| filter.is_empty()).map(|(_, n)| *n);
-    Ok(Listed { items, rev, continue_token, remaining })
+    Ok(Listed { items, raw, rev, continue_token, remaining })
 }
 
-pub async fn list(c: &Call<'_>) -> Result<Reply> {
+/// Serve a list. Plain JSON (the common case, and the big one) is written straight from the
+/// stored bytes with each resourceVersion spliced in; Table, metadata-only, YAML and pretty
+/// output go through `render`.
+pub async fn list(c: &Call<'_>, headers: &HeaderMap, pretty: bool) -> Result<Response> {
     let filter = Filter::from_params(c.def, &c.params)?;
-    let l = read_list(c.store(), c.def, c.ns(), &c.params, &filter).await?;
+    let plain = !c.out.table && !c.out.metadata_only && !c.out.yaml && !pretty;
+    let l = read_list(c.store(), c.def, c.ns(), &c.params, &filter, !plain).await?;
     let mut list_meta = Map::new();
-    list_meta.insert("resourceVersion".into(), json!(l.rev.to_string()));
     if let Some(t) = &l.continue_token {
         list_meta.insert("continue".into(), json!(t));
     }
     if let Some(r) = l.remaining {
         list_meta.insert("remainingItemCount".into(), json!(r));
+    }
+    list_meta.insert("resourceVersion".into(), json!(l.rev.to_string()));
+    if plain {
+        // Same key order as serde_json's sorted maps: apiVersion, items, kind, metadata.
+        let mut out = Vec::with_capacity(64 + l.raw.iter().map(|kv| kv.value.len() + 32).sum::<usize>());
+        out.extend_from_slice(b"{\"apiVersion\":");
+        serde_json::to_writer(&mut out, c.def.api_version().as_str()).map_err(ApiError::internal)?;
+        out.extend_from_slice(b",\"items\":[");
+        for (i, kv) in l.raw.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            meta::write_with_rv(&mut out, &kv.value, kv.mod_rev)?;
+        }
+        out.extend_from_slice(b"],\"kind\":");
+        serde_json::to_writer(&mut out, c.def.list_kind().as_str()).map_err(ApiError::internal)?;
+        out.extend_from_slice(b",\"metadata\":");
+        serde_json::to_writer(&mut out, &list_meta).map_err(ApiError::internal)?;
+        out.push(b'}');
+        return Ok(send_bytes(StatusCode::OK, out, "application/json", headers, &[]));
     }
     let body = if c.out.table {
         table::table(c.def, &l.items, c.include_object(), Value::Object(list_meta), true)
@@ -500,7 +542,7 @@ pub async fn list(c: &Call<'_>) -> Result<Reply> {
             "items": l.items,
         })
     };
-    Ok(Reply::ok(body))
+    Ok(render(StatusCode::OK, &body, &c.out, headers, pretty, &[]))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1279,7 +1321,7 @@ pub async fn delete_collection(c: &Call<'_>, body: &Bytes, content_type: &str) -
     let filter = Filter::from_params(c.def, &c.params)?;
     let mut params = c.params.clone();
     params.pairs.retain(|(k, _)| k != "limit" && k != "continue");
-    let l = read_list(c.store(), c.def, c.ns(), &params, &filter).await?;
+    let l = read_list(c.store(), c.def, c.ns(), &params, &filter, true).await?;
     let mut deleted = Vec::new();
     for obj in l.items {
         let ns = meta::namespace(&obj).to_string();
