@@ -96,6 +96,18 @@ fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// True if the response has the wanted status; the body is always read to the end (dropping
+/// unread responses makes the client reset HTTP/2 streams, which servers rightly limit).
+async fn read_ok(r: reqwest::Result<reqwest::Response>, want: u16) -> bool {
+    match r {
+        Ok(r) => {
+            let ok = r.status().as_u16() == want;
+            r.bytes().await.is_ok() && ok
+        }
+        Err(_) => false,
+    }
+}
+
 /// Open-loop load at `rate` req/s for `secs`: every request is its own task, started on
 /// schedule whether or not earlier ones finished (a slow server cannot hold the load back);
 /// latency is measured from the moment the request task starts sending, so the load
@@ -163,7 +175,7 @@ async fn main() -> Result<()> {
     let (c, u) = (client.clone(), format!("{cms}/bench-get"));
     let (lat, errs) = fixed_rate(rate, secs, move |_| {
         let (c, u) = (c.clone(), u.clone());
-        async move { c.get(&u).send().await.map(|r| r.status().is_success()).unwrap_or(false) }
+        async move { read_ok(c.get(&u).send().await, 200).await }
     })
     .await?;
     rows.push((
@@ -177,7 +189,7 @@ async fn main() -> Result<()> {
         let (c, u) = (c.clone(), u.clone());
         async move {
             let body = json!({"metadata": {"name": format!("bench-create-{i}")}, "data": {"k": "v".repeat(200)}});
-            c.post(&u).json(&body).send().await.map(|r| r.status().as_u16() == 201).unwrap_or(false)
+            read_ok(c.post(&u).json(&body).send().await, 201).await
         }
     })
     .await?;
@@ -194,14 +206,19 @@ async fn main() -> Result<()> {
             let u = list_ns.clone();
             async move {
                 let body = json!({"metadata": {"name": format!("list-{i:05}"), "labels": {"bench": "list"}}, "data": {"payload": "x".repeat(512)}});
-                c.post(&u).json(&body).send().await.map(|r| r.status().as_u16() == 201).unwrap_or(false)
+                match c.post(&u).json(&body).send().await {
+                    Ok(r) if r.status().as_u16() == 201 => r.bytes().await.map(|_| ()).map_err(|e| format!("{e:?}")),
+                    Ok(r) => Err(format!("HTTP {}: {}", r.status(), r.text().await.unwrap_or_default())),
+                    Err(e) => Err(format!("{e:?}")),
+                }
             }
         })
         .buffer_unordered(64);
     let mut created = 0;
-    while let Some(ok) = pending.next().await {
-        if ok {
-            created += 1;
+    while let Some(res) = pending.next().await {
+        match res {
+            Ok(()) => created += 1,
+            Err(e) => eprintln!("create failed: {e}"),
         }
     }
     let mut list_lat = Vec::new();
@@ -261,7 +278,7 @@ async fn main() -> Result<()> {
     for i in 0..events {
         let name = format!("fan-{i}");
         sent_at.insert(name.clone(), Instant::now());
-        client.post(&fan_ns).json(&json!({"metadata": {"name": name}})).send().await?;
+        client.post(&fan_ns).json(&json!({"metadata": {"name": name}})).send().await?.bytes().await?;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let mut deliveries = Vec::new();
