@@ -64,9 +64,26 @@ pub enum AuthResult {
     Invalid(String),
 }
 
-/// One way of authenticating requests.
-pub trait Authenticator: Send + Sync {
-    fn authenticate(&self, req: &http::request::Parts) -> AuthResult;
+/// What a token authenticator concluded about one bearer token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenResult {
+    /// The token is valid for (at least one of) the requested audiences; `audiences` is the
+    /// intersection of the token's audiences with the requested ones (upstream's
+    /// `authenticator.Response.Audiences`).
+    Authenticated { user: UserInfo, audiences: Vec<String> },
+    /// Not a token this authenticator recognises (another one may).
+    NotMine,
+    /// A token of this authenticator's kind that is not valid (expired, forged, revoked,
+    /// wrong audience...). The reason is logged; it must not contain the token.
+    Invalid(String),
+}
+
+/// Authenticates bearer tokens (bootstrap tokens, service-account JWTs...). Used both for
+/// request authentication (`audiences` = the apiserver's `--api-audiences`) and TokenReview
+/// (`audiences` = `spec.audiences`, or the apiserver's when empty).
+#[async_trait::async_trait]
+pub trait TokenAuthenticator: Send + Sync {
+    async fn authenticate_token(&self, token: &str, audiences: &[String]) -> TokenResult;
 }
 
 /// How long a verified client certificate is remembered (never past its NotAfter).
@@ -172,8 +189,9 @@ fn describe(e: &rustls::Error) -> String {
     }
 }
 
-impl Authenticator for X509Authenticator {
-    fn authenticate(&self, req: &http::request::Parts) -> AuthResult {
+impl X509Authenticator {
+    /// Authenticate by the connection's client certificate, if any.
+    pub fn authenticate(&self, req: &http::request::Parts) -> AuthResult {
         match req.extensions.get::<PeerCertificates>() {
             Some(peer) => self.verify(&peer.0, Utc::now()),
             None => AuthResult::NoCredentials,
@@ -189,17 +207,24 @@ pub fn bearer_token(req: &http::request::Parts) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
-/// The authenticators in order, plus anonymous access.
+/// The authenticators in order, plus anonymous access: x509 client certificates first, then
+/// each token authenticator for a bearer token.
 pub struct AuthnChain {
-    authenticators: Vec<Arc<dyn Authenticator>>,
+    x509: Option<X509Authenticator>,
+    tokens: Vec<Arc<dyn TokenAuthenticator>>,
     anonymous: bool,
+    /// The apiserver's own audiences (`--api-audiences`): tokens used on requests must be
+    /// meant for one of them.
+    api_audiences: Vec<String>,
 }
 
 impl std::fmt::Debug for AuthnChain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("AuthnChain")
-            .field("authenticators", &self.authenticators.len())
+            .field("x509", &self.x509.is_some())
+            .field("tokens", &self.tokens.len())
             .field("anonymous", &self.anonymous)
+            .field("api_audiences", &self.api_audiences)
             .finish()
     }
 }
@@ -208,37 +233,74 @@ impl AuthnChain {
     /// x509 client certificates against the PKI's CA bundle; anonymous when `anonymous`.
     pub fn new(pki: &Pki, anonymous: bool) -> anyhow::Result<Self> {
         let x509 = X509Authenticator::new(&pki.ca_bundle_der()?)?;
-        Ok(Self::from_authenticators(vec![Arc::new(x509)], anonymous))
+        Ok(Self::from_parts(Some(x509), Vec::new(), anonymous))
     }
 
-    pub fn from_authenticators(authenticators: Vec<Arc<dyn Authenticator>>, anonymous: bool) -> Self {
-        AuthnChain { authenticators, anonymous }
+    pub fn from_parts(
+        x509: Option<X509Authenticator>,
+        tokens: Vec<Arc<dyn TokenAuthenticator>>,
+        anonymous: bool,
+    ) -> Self {
+        AuthnChain { x509, tokens, anonymous, api_audiences: Vec::new() }
     }
 
-    /// Append an authenticator (asked after the ones already present).
-    pub fn with(mut self, authenticator: Arc<dyn Authenticator>) -> Self {
-        self.authenticators.push(authenticator);
+    /// Append a token authenticator (asked after the ones already present).
+    pub fn with(mut self, authenticator: Arc<dyn TokenAuthenticator>) -> Self {
+        self.tokens.push(authenticator);
         self
     }
 
+    /// Set the apiserver's audiences (`--api-audiences`, default: the service-account issuer).
+    pub fn with_api_audiences(mut self, audiences: Vec<String>) -> Self {
+        self.api_audiences = audiences;
+        self
+    }
+
+    pub fn api_audiences(&self) -> &[String] {
+        &self.api_audiences
+    }
+
+    /// Ask every token authenticator (TokenReview, and bearer tokens on requests). Empty
+    /// `audiences` means the apiserver's own.
+    pub async fn authenticate_token(&self, token: &str, audiences: &[String]) -> TokenResult {
+        let audiences = if audiences.is_empty() { &self.api_audiences[..] } else { audiences };
+        let mut invalid = Vec::new();
+        for a in &self.tokens {
+            match a.authenticate_token(token, audiences).await {
+                TokenResult::Authenticated { mut user, audiences } => {
+                    mark_authenticated(&mut user);
+                    return TokenResult::Authenticated { user, audiences };
+                }
+                TokenResult::Invalid(reason) => invalid.push(reason),
+                TokenResult::NotMine => {}
+            }
+        }
+        if invalid.is_empty() {
+            TokenResult::Invalid("invalid bearer token".into())
+        } else {
+            TokenResult::Invalid(invalid.join("; "))
+        }
+    }
+
     /// The user, or the reasons for a 401.
-    pub fn authenticate(&self, req: &http::request::Parts) -> Result<UserInfo, Vec<String>> {
+    pub async fn authenticate(&self, req: &http::request::Parts) -> Result<UserInfo, Vec<String>> {
         let mut errors = Vec::new();
-        for a in &self.authenticators {
-            match a.authenticate(req) {
+        if let Some(x509) = &self.x509 {
+            match x509.authenticate(req) {
                 AuthResult::Authenticated(mut user) => {
-                    let marked = user.groups.iter().any(|g| g == AUTHENTICATED_GROUP || g == UNAUTHENTICATED_GROUP);
-                    if !marked && user.name != ANONYMOUS_USER {
-                        user.groups.push(AUTHENTICATED_GROUP.into());
-                    }
+                    mark_authenticated(&mut user);
                     return Ok(user);
                 }
                 AuthResult::Invalid(reason) => errors.push(reason),
                 AuthResult::NoCredentials => {}
             }
         }
-        if errors.is_empty() && bearer_token(req).is_some() {
-            errors.push("invalid bearer token".into());
+        if let Some(token) = bearer_token(req) {
+            match self.authenticate_token(token, &[]).await {
+                TokenResult::Authenticated { user, .. } => return Ok(user),
+                TokenResult::Invalid(reason) => errors.push(reason),
+                TokenResult::NotMine => errors.push("invalid bearer token".into()),
+            }
         }
         if !errors.is_empty() {
             return Err(errors);
@@ -251,11 +313,19 @@ impl AuthnChain {
     }
 }
 
+/// Every authenticated user is in `system:authenticated`.
+fn mark_authenticated(user: &mut UserInfo) {
+    let marked = user.groups.iter().any(|g| g == AUTHENTICATED_GROUP || g == UNAUTHENTICATED_GROUP);
+    if !marked && user.name != ANONYMOUS_USER {
+        user.groups.push(AUTHENTICATED_GROUP.into());
+    }
+}
+
 /// Middleware: authenticate, record the [`UserInfo`] in the extensions and drop the
 /// `Authorization` header; or answer 401 `Unauthorized`.
 pub async fn authenticate(State(chain): State<Arc<AuthnChain>>, req: Request, next: Next) -> Response {
     let (mut parts, body) = req.into_parts();
-    match chain.authenticate(&parts) {
+    match chain.authenticate(&parts).await {
         Ok(user) => {
             parts.headers.remove(http::header::AUTHORIZATION);
             parts.extensions.insert(user);
@@ -280,20 +350,25 @@ mod tests {
         chain: AuthnChain,
     }
 
-    /// Accepts the token "good-token" as user "token-user".
+    /// Accepts the token "good-token" as user "token-user" (for audience "api" only);
+    /// claims tokens starting with "good"; ignores the rest.
     struct StaticToken;
 
-    impl Authenticator for StaticToken {
-        fn authenticate(&self, req: &http::request::Parts) -> AuthResult {
-            match bearer_token(req) {
-                Some("good-token") => AuthResult::Authenticated(UserInfo {
-                    name: "token-user".into(),
-                    uid: "u-1".into(),
-                    groups: vec!["tokens".into()],
-                    ..Default::default()
-                }),
-                Some(_) => AuthResult::Invalid("unknown static token".into()),
-                None => AuthResult::NoCredentials,
+    #[async_trait::async_trait]
+    impl TokenAuthenticator for StaticToken {
+        async fn authenticate_token(&self, token: &str, audiences: &[String]) -> TokenResult {
+            match token {
+                "good-token" if audiences.iter().any(|a| a == "api") => TokenResult::Authenticated {
+                    user: UserInfo {
+                        name: "token-user".into(),
+                        uid: "u-1".into(),
+                        groups: vec!["tokens".into()],
+                        ..Default::default()
+                    },
+                    audiences: vec!["api".into()],
+                },
+                t if t.starts_with("good") => TokenResult::Invalid("unknown static token".into()),
+                _ => TokenResult::NotMine,
             }
         }
     }
@@ -302,7 +377,7 @@ mod tests {
         let ca =
             Ca::generate("kustos-ca", kustos_ca::DEFAULT_CA_VALIDITY, Utc::now() - Duration::days(3 * 365)).unwrap();
         let x509 = X509Authenticator::from_pem(ca.cert_pem()).unwrap();
-        Fixture { ca, chain: AuthnChain::from_authenticators(vec![Arc::new(x509)], true) }
+        Fixture { ca, chain: AuthnChain::from_parts(Some(x509), Vec::new(), true) }
     }
 
     fn request(cert: Option<&[u8]>, authorization: Option<&str>) -> http::request::Parts {
@@ -324,8 +399,8 @@ mod tests {
         UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
     }
 
-    #[test]
-    fn table() {
+    #[tokio::test]
+    async fn table() {
         let f = fixture();
         let now = Utc::now();
         let other = Ca::generate("kustos-ca", Duration::days(3650), now).unwrap();
@@ -387,7 +462,7 @@ mod tests {
             ),
         ];
         for (name, cert, authz, want) in cases {
-            let got = f.chain.authenticate(&request(cert, authz));
+            let got = f.chain.authenticate(&request(cert, authz)).await;
             match (&got, &want) {
                 (Ok(g), Ok(w)) => assert_eq!(g, w, "{name}"),
                 (Err(reasons), Err(w)) => {
@@ -398,7 +473,7 @@ mod tests {
         }
         // Cached results stay right, and the cache does not make an expired cert valid.
         assert_eq!(
-            f.chain.authenticate(&request(Some(&valid), None)),
+            f.chain.authenticate(&request(Some(&valid), None)).await,
             Ok(user("alice", &["devs", "ops", AUTHENTICATED_GROUP]))
         );
         let x509 = X509Authenticator::from_pem(f.ca.cert_pem()).unwrap();
@@ -410,36 +485,43 @@ mod tests {
         ));
     }
 
-    #[test]
-    fn anonymous_disabled_and_token_authenticators() {
+    #[tokio::test]
+    async fn anonymous_disabled_and_token_authenticators() {
         let f = fixture();
-        let x509 = Arc::new(X509Authenticator::from_pem(f.ca.cert_pem()).unwrap());
-        let chain = AuthnChain::from_authenticators(vec![x509.clone()], false);
-        assert!(chain.authenticate(&request(None, None)).is_err());
+        let x509 = || Some(X509Authenticator::from_pem(f.ca.cert_pem()).unwrap());
+        let chain = AuthnChain::from_parts(x509(), Vec::new(), false);
+        assert!(chain.authenticate(&request(None, None)).await.is_err());
 
-        let chain = AuthnChain::from_authenticators(vec![x509], true).with(Arc::new(StaticToken));
+        let chain = AuthnChain::from_parts(x509(), Vec::new(), true)
+            .with(Arc::new(StaticToken))
+            .with_api_audiences(vec!["api".into()]);
         let want = UserInfo {
             name: "token-user".into(),
             uid: "u-1".into(),
             groups: vec!["tokens".into(), AUTHENTICATED_GROUP.into()],
             ..Default::default()
         };
-        assert_eq!(chain.authenticate(&request(None, Some("Bearer good-token"))), Ok(want.clone()));
-        assert_eq!(chain.authenticate(&request(None, Some("bearer  good-token "))), Ok(want.clone()));
+        assert_eq!(chain.authenticate(&request(None, Some("Bearer good-token"))).await, Ok(want.clone()));
+        assert_eq!(chain.authenticate(&request(None, Some("bearer  good-token "))).await, Ok(want.clone()));
         // An invalid client certificate does not stop a valid token (the first success wins).
         let other = Ca::generate("x", Duration::days(10), Utc::now()).unwrap();
         let foreign = issue(&other, IssueParams::client("m", vec![], Duration::days(1)), Utc::now());
-        assert_eq!(chain.authenticate(&request(Some(&foreign), Some("Bearer good-token"))), Ok(want));
-        let err = chain.authenticate(&request(Some(&foreign), Some("Bearer bad-token"))).unwrap_err();
+        assert_eq!(chain.authenticate(&request(Some(&foreign), Some("Bearer good-token"))).await, Ok(want.clone()));
+        let err = chain.authenticate(&request(Some(&foreign), Some("Bearer good-bad-token"))).await.unwrap_err();
         assert_eq!(err.len(), 2, "{err:?}");
         assert!(!err.iter().any(|e| e.contains("bad-token")), "reasons never contain the token: {err:?}");
+        // A token nobody claims is invalid, never anonymous.
+        assert!(chain.authenticate(&request(None, Some("Bearer other"))).await.is_err());
+        // TokenReview-style: explicit audiences replace the apiserver's.
+        assert!(matches!(chain.authenticate_token("good-token", &[]).await, TokenResult::Authenticated { .. }));
+        assert!(matches!(chain.authenticate_token("good-token", &["elsewhere".into()]).await, TokenResult::Invalid(_)));
         assert!(X509Authenticator::new(&[]).is_err());
     }
 
     #[tokio::test]
     async fn middleware_sets_the_user_strips_authorization_or_answers_401() {
         let f = fixture();
-        let chain = Arc::new(f.chain.with(Arc::new(StaticToken)));
+        let chain = Arc::new(f.chain.with(Arc::new(StaticToken)).with_api_audiences(vec!["api".into()]));
         let app = axum::Router::new()
             .fallback(|req: Request| async move {
                 let user = req.extensions().get::<UserInfo>().cloned().unwrap_or_default();

@@ -1,5 +1,9 @@
 //! Authorization: a chain of authorizers, each answering Allow, Deny or NoOpinion; the first
 //! Allow or Deny wins and the zero value is Deny (fail closed). RBAC slots in as one more link.
+//!
+//! Besides the request path, the same [`Authorizer`] answers SubjectAccessReviews, the
+//! `impersonate`, `escalate`, `bind`, `approve` and `sign` checks, and (through
+//! [`Authorizer::rules_for`]) SelfSubjectRulesReview and RBAC escalation prevention.
 
 use std::sync::Arc;
 
@@ -17,7 +21,7 @@ pub struct Attributes<'a> {
     pub info: &'a RequestInfo,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Decision {
     #[default]
     Deny,
@@ -25,19 +29,84 @@ pub enum Decision {
     NoOpinion,
 }
 
-pub trait Authorizer: Send + Sync {
-    fn authorize(&self, attrs: &Attributes<'_>) -> Decision;
+/// A decision with upstream's explanation (SubjectAccessReview `status.reason`) and any
+/// error met while deciding (`status.evaluationError`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Verdict {
+    pub decision: Decision,
+    pub reason: String,
+    pub error: String,
 }
+
+impl Verdict {
+    pub fn allow(reason: impl Into<String>) -> Self {
+        Verdict { decision: Decision::Allow, reason: reason.into(), error: String::new() }
+    }
+    pub fn no_opinion() -> Self {
+        Verdict { decision: Decision::NoOpinion, ..Default::default() }
+    }
+    pub fn allowed(&self) -> bool {
+        self.decision == Decision::Allow
+    }
+}
+
+/// The rules an authorizer grants a user in a namespace (SelfSubjectRulesReview), in the
+/// RBAC `PolicyRule` shape: resource rules have apiGroups/resources/resourceNames,
+/// non-resource rules nonResourceURLs.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct RuleSet {
+    pub resource_rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+    pub non_resource_rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule>,
+    /// True when the list may be missing rules (an authorizer cannot enumerate its rules or
+    /// met an error).
+    pub incomplete: bool,
+    pub evaluation_error: String,
+}
+
+#[async_trait::async_trait]
+pub trait Authorizer: Send + Sync {
+    async fn authorize(&self, attrs: &Attributes<'_>) -> Verdict;
+
+    /// The rules granted to `user` in `namespace` ("" = cluster scope). Authorizers that
+    /// cannot enumerate rules return `incomplete`.
+    async fn rules_for(&self, _user: &UserInfo, _namespace: &str) -> RuleSet {
+        RuleSet { incomplete: true, ..Default::default() }
+    }
+}
+
+pub const MASTERS_GROUP: &str = "system:masters";
 
 /// Members of `system:masters` may do everything.
 pub struct MastersAuthorizer;
 
+#[async_trait::async_trait]
 impl Authorizer for MastersAuthorizer {
-    fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
-        if attrs.user.groups.iter().any(|g| g == "system:masters") {
-            Decision::Allow
+    async fn authorize(&self, attrs: &Attributes<'_>) -> Verdict {
+        if attrs.user.groups.iter().any(|g| g == MASTERS_GROUP) {
+            Verdict::allow("")
         } else {
-            Decision::NoOpinion
+            Verdict::no_opinion()
+        }
+    }
+
+    async fn rules_for(&self, user: &UserInfo, _namespace: &str) -> RuleSet {
+        if !user.groups.iter().any(|g| g == MASTERS_GROUP) {
+            return RuleSet::default();
+        }
+        let star = || Some(vec!["*".to_string()]);
+        RuleSet {
+            resource_rules: vec![k8s_openapi::api::rbac::v1::PolicyRule {
+                verbs: vec!["*".into()],
+                api_groups: star(),
+                resources: star(),
+                ..Default::default()
+            }],
+            non_resource_rules: vec![k8s_openapi::api::rbac::v1::PolicyRule {
+                verbs: vec!["*".into()],
+                non_resource_urls: star(),
+                ..Default::default()
+            }],
+            ..Default::default()
         }
     }
 }
@@ -54,20 +123,21 @@ fn path_matches(path: &str, allowed: &str) -> bool {
     path == allowed || path == format!("{allowed}/") || path.starts_with(&format!("{allowed}/"))
 }
 
+#[async_trait::async_trait]
 impl Authorizer for PublicPathsAuthorizer {
-    fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
+    async fn authorize(&self, attrs: &Attributes<'_>) -> Verdict {
         let info = attrs.info;
         if info.is_resource_request || info.verb != "get" {
-            return Decision::NoOpinion;
+            return Verdict::no_opinion();
         }
         if PUBLIC_INFO.iter().any(|p| path_matches(&info.path, p)) {
-            return Decision::Allow;
+            return Verdict::allow("");
         }
         let authenticated = attrs.user.groups.iter().any(|g| g == "system:authenticated");
         if authenticated && DISCOVERY.iter().any(|p| path_matches(&info.path, p)) {
-            return Decision::Allow;
+            return Verdict::allow("");
         }
-        Decision::NoOpinion
+        Verdict::no_opinion()
     }
 }
 
@@ -80,15 +150,39 @@ impl Chain {
     }
 }
 
+#[async_trait::async_trait]
 impl Authorizer for Chain {
-    fn authorize(&self, attrs: &Attributes<'_>) -> Decision {
+    async fn authorize(&self, attrs: &Attributes<'_>) -> Verdict {
+        let (mut errors, mut reasons) = (Vec::new(), Vec::new());
         for a in &self.0 {
-            match a.authorize(attrs) {
-                Decision::NoOpinion => continue,
-                d => return d,
+            let v = a.authorize(attrs).await;
+            if !v.error.is_empty() {
+                errors.push(v.error.clone());
+            }
+            if v.decision != Decision::NoOpinion {
+                return Verdict { error: errors.join("; "), ..v };
+            }
+            if !v.reason.is_empty() {
+                reasons.push(v.reason);
             }
         }
-        Decision::Deny
+        Verdict { decision: Decision::Deny, reason: reasons.join("\n"), error: errors.join("; ") }
+    }
+
+    async fn rules_for(&self, user: &UserInfo, namespace: &str) -> RuleSet {
+        let mut out = RuleSet::default();
+        let mut errors = Vec::new();
+        for a in &self.0 {
+            let r = a.rules_for(user, namespace).await;
+            out.resource_rules.extend(r.resource_rules);
+            out.non_resource_rules.extend(r.non_resource_rules);
+            out.incomplete |= r.incomplete;
+            if !r.evaluation_error.is_empty() {
+                errors.push(r.evaluation_error);
+            }
+        }
+        out.evaluation_error = errors.join("; ");
+        out
     }
 }
 
@@ -127,6 +221,20 @@ pub fn forbidden(attrs: &Attributes<'_>) -> ApiError {
     )
 }
 
+/// Like [`forbidden`], with upstream's `: <reason>` suffix when the authorizer gave one.
+pub fn forbidden_with_reason(attrs: &Attributes<'_>, reason: &str) -> ApiError {
+    let e = forbidden(attrs);
+    if reason.is_empty() {
+        return e;
+    }
+    match e {
+        ApiError::Forbidden { message, subject } => {
+            ApiError::Forbidden { message: format!("{message}: {reason}"), subject }
+        }
+        other => other,
+    }
+}
+
 /// Middleware: needs `UserInfo` and `RequestInfo` in the extensions (set by earlier layers).
 pub async fn authorize(
     axum::extract::State(authz): axum::extract::State<Arc<dyn Authorizer>>,
@@ -137,10 +245,11 @@ pub async fn authorize(
         return ApiError::internal("request reached authorization without identity").into_response();
     };
     let attrs = Attributes { user, info };
-    match authz.authorize(&attrs) {
-        Decision::Allow => next.run(req).await,
-        _ => forbidden(&attrs).into_response(),
+    let verdict = authz.authorize(&attrs).await;
+    if verdict.allowed() {
+        return next.run(req).await;
     }
+    forbidden_with_reason(&attrs, &verdict.reason).into_response()
 }
 
 #[cfg(test)]
@@ -153,8 +262,8 @@ mod tests {
         UserInfo { name: name.into(), groups: groups.iter().map(|s| s.to_string()).collect(), ..Default::default() }
     }
 
-    #[test]
-    fn chain_decides_like_the_default_policy() {
+    #[tokio::test]
+    async fn chain_decides_like_the_default_policy() {
         let chain = Chain::default_chain();
         let admin = user("kustos-admin", &["system:masters", "system:authenticated"]);
         let bob = user("bob", &["system:authenticated"]);
@@ -178,8 +287,8 @@ mod tests {
         ];
         for (name, u, m, p, want) in cases {
             let info = resolve(m, p, None);
-            let got = chain.authorize(&Attributes { user: u, info: &info });
-            assert_eq!(&got, want, "{name}");
+            let got = chain.authorize(&Attributes { user: u, info: &info }).await;
+            assert_eq!(&got.decision, want, "{name}");
         }
     }
 

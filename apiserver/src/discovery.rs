@@ -124,7 +124,9 @@ pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
 
 /// The verbs of a main resource. Like upstream, namespaces have no `deletecollection`.
 pub fn resource_verbs(def: &ResourceDef) -> &'static [&'static str] {
-    if def.group.is_empty() && def.resource == "namespaces" {
+    if def.create_only {
+        &["create"]
+    } else if def.group.is_empty() && def.resource == "namespaces" {
         &["create", "delete", "get", "list", "patch", "update", "watch"]
     } else {
         &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]

@@ -15,6 +15,7 @@
 //! Objects travel as `serde_json::Value` in wire form and are checked against the
 //! `k8s-openapi` types by each kind's strategy.
 
+pub mod admission;
 pub mod authn;
 pub mod authz;
 pub mod discovery;
@@ -31,8 +32,10 @@ pub mod protobuf;
 pub mod registry;
 pub mod request_info;
 pub mod rest;
+pub mod reviews;
 pub mod selectors;
 pub mod serve;
+pub mod serviceaccount;
 pub mod storage;
 pub mod table;
 pub mod validation;
@@ -65,18 +68,29 @@ pub struct AppState {
     pub health: health::Health,
     /// `host:port` clients use (for `/api` serverAddressByClientCIDRs).
     pub server_address: String,
+    pub security: Security,
+}
+
+/// Who is asking and what they may do: used on the request path and by the handlers that
+/// answer reviews, issue tokens and check escalation.
+#[derive(Clone)]
+pub struct Security {
+    pub authn: Arc<authn::AuthnChain>,
+    pub authz: Arc<dyn authz::Authorizer>,
 }
 
 impl AppState {
-    pub fn new(storage: Arc<dyn Storage>, server_address: String) -> Arc<Self> {
+    pub fn new(storage: Arc<dyn Storage>, server_address: String, security: Security) -> Arc<Self> {
         let registry = Registry::builtin();
         let openapi = openapi::OpenApi::new(&registry);
-        Arc::new(AppState { registry, storage, openapi, health: health::Health::default(), server_address })
+        Arc::new(AppState { registry, storage, openapi, health: health::Health::default(), server_address, security })
     }
 }
 
 /// The one way to build the HTTP service, in `main` and in tests.
-pub fn router(state: Arc<AppState>, authn: Arc<authn::AuthnChain>, authz: Arc<dyn authz::Authorizer>) -> Router {
+pub fn router(state: Arc<AppState>) -> Router {
+    let authn = state.security.authn.clone();
+    let authz = state.security.authz.clone();
     Router::new()
         .fallback(dispatch)
         .with_state(state)
@@ -207,7 +221,15 @@ async fn resource(
     if !info.subresource.is_empty() && !def.subresources.contains(&info.subresource.as_str()) {
         return Err(not_found_path());
     }
-    if info.verb == "create" && !info.name.is_empty() {
+    let special =
+        def.create_only || (def.group.is_empty() && def.resource == "serviceaccounts" && info.subresource == "token");
+    if special && info.verb != "create" {
+        return Err(ApiError::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource ({})",
+            info.verb
+        )));
+    }
+    if info.verb == "create" && !info.name.is_empty() && !special {
         return Err(ApiError::MethodNotAllowed(format!(
             "the server does not allow this method on the requested resource ({})",
             error::group_resource(def.group, def.resource)
@@ -230,6 +252,8 @@ async fn resource(
     };
     let call = Call { state, def, info, user, params, out: out.clone() };
     let reply: Reply = match info.verb.as_str() {
+        "create" if def.create_only => reviews::create(&call, &body, &content_type).await?,
+        "create" if special => serviceaccount::token_request(&call, &body, &content_type).await?,
         "get" => rest::get(&call).await?,
         "list" => return rest::list(&call, &headers, pretty).await,
         "watch" => return watch::watch(&call).await,
@@ -346,13 +370,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         cfg.history_revisions,
         cfg.compaction_interval,
     );
-    let state = AppState::new(store, server_address.clone());
+    let authn = Arc::new(authn::AuthnChain::new(&pki, cfg.anonymous_auth)?);
+    let authz: Arc<dyn authz::Authorizer> = Arc::new(authz::Chain::default_chain());
+    let state = AppState::new(store, server_address.clone(), Security { authn, authz });
     bootstrap(&state).await?;
     gc::spawn_startup_sweep(state.clone());
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
-    let authn = Arc::new(authn::AuthnChain::new(&pki, cfg.anonymous_auth)?);
-    let authz: Arc<dyn authz::Authorizer> = Arc::new(authz::Chain::default_chain());
-    let app = router(state.clone(), authn, authz);
+    let app = router(state.clone());
     let tls = serve::tls_config(&pki)?;
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(serve::serve(listener, tls, app, async move {

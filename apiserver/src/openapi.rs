@@ -1000,6 +1000,30 @@ fn resource_paths(def: &ResourceDef, kinds: &KindNames) -> Vec<PathItem> {
 
     let mut items = Vec::new();
 
+    if def.create_only {
+        // Reviews: POST only, answered with the computed object.
+        items.push(PathItem {
+            path: format!("{scope}/{}", def.resource),
+            path_params: scoped(Vec::new()),
+            common: vec![PRETTY],
+            ops: vec![op(
+                "post",
+                "post",
+                format!("create{g}{v}{ns}{kind}"),
+                format!("create a {kind}"),
+                WRITE_PARAMS,
+                Body::Object(kind_def.clone()),
+                vec![
+                    (200, "OK", kind_def.clone()),
+                    (201, "Created", kind_def.clone()),
+                    (202, "Accepted", kind_def.clone()),
+                ],
+                false,
+            )],
+        });
+        return items;
+    }
+
     // Collection.
     let mut ops = vec![op(
         "get",
@@ -1568,6 +1592,7 @@ mod tests {
             short_names: &[],
             categories: &[],
             subresources: &["status"],
+            create_only: false,
             strategy: std::sync::Arc::new(NoRules),
             schema: |g| {
                 let meta = g.subschema_for::<meta::ObjectMeta>();

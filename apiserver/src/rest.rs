@@ -808,6 +808,7 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
         return Err(invalid(c.def, &obj, errs));
     }
     check_namespace(c, true).await?;
+    crate::admission::validate(c, crate::admission::Operation::Create, &obj, None).await?;
     if dry_run {
         return Ok(Reply { code: StatusCode::CREATED, body: c.object_body(obj), warnings });
     }
@@ -933,6 +934,7 @@ pub async fn finish_update(
     if !errs.is_empty() {
         return Err(invalid(c.def, &new, errs));
     }
+    crate::admission::validate(c, crate::admission::Operation::Update, &new, Some(old)).await?;
     let key = c.def.key(c.ns(), &name);
     // A write that changes nothing is not stored (the resourceVersion stays).
     let mut old_cmp = old.clone();

@@ -38,6 +38,7 @@ pub fn resources() -> Vec<ResourceDef> {
         short_names: &["csr"],
         categories: &[],
         subresources: &["status", "approval"],
+        create_only: false,
         strategy: Arc::new(CertificateSigningRequestStrategy),
         schema: |g| g.subschema_for::<certv1::CertificateSigningRequest>(),
     }]

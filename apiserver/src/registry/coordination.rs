@@ -27,6 +27,7 @@ pub fn resources() -> Vec<ResourceDef> {
         short_names: &[],
         categories: &[],
         subresources: &[],
+        create_only: false,
         strategy: Arc::new(LeaseStrategy),
         schema: |g| g.subschema_for::<coordv1::Lease>(),
     }]

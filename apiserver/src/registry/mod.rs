@@ -114,6 +114,9 @@ pub struct ResourceDef {
     pub categories: &'static [&'static str],
     /// Subresources besides the main one: `status`, `approval`.
     pub subresources: &'static [&'static str],
+    /// A create-only kind that is never stored (TokenReview, SubjectAccessReview...): the
+    /// only verb is `create`, which answers with the computed object (`crate::reviews`).
+    pub create_only: bool,
     pub strategy: Arc<dyn Strategy>,
     /// JSON schema of the kind: `|g| g.subschema_for::<k8s_openapi::api::core::v1::ConfigMap>()`
     /// (a `$ref`; the generator collects the definitions). Used for OpenAPI v2/v3.
@@ -170,6 +173,7 @@ impl Registry {
         resources.extend(coordination::resources());
         resources.extend(certificates::resources());
         resources.extend(rbac::resources());
+        resources.extend(crate::reviews::resources());
         Registry { resources }
     }
 

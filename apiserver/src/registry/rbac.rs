@@ -34,6 +34,7 @@ pub fn resources() -> Vec<ResourceDef> {
         short_names: &[],
         categories: &[],
         subresources: &[],
+        create_only: false,
         strategy,
         schema,
     };
