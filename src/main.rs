@@ -48,6 +48,10 @@ struct ServerArgs {
     /// How often history older than --history-revisions is compacted (e.g. 30s, 5m).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     compaction_interval: std::time::Duration,
+    /// Include kubeadm's TLS-bootstrap bindings in the default RBAC policy
+    /// (`=false` leaves them out).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    tls_bootstrap_bindings: bool,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
@@ -109,6 +113,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.anonymous_auth = args.anonymous_auth;
     cfg.history_revisions = args.history_revisions;
     cfg.compaction_interval = args.compaction_interval;
+    cfg.tls_bootstrap_bindings = args.tls_bootstrap_bindings;
     let running = kustos_apiserver::start(cfg)
         .await
         .with_context(|| format!("starting kustos in {}", args.data_dir.display()))?;

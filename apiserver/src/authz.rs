@@ -111,44 +111,8 @@ impl Authorizer for MastersAuthorizer {
     }
 }
 
-/// Upstream's default public paths: anyone may GET the health and version endpoints
-/// (`system:public-info-viewer`); authenticated users may also read discovery and OpenAPI
-/// (`system:discovery`).
-pub struct PublicPathsAuthorizer;
-
-const PUBLIC_INFO: &[&str] = &["/healthz", "/livez", "/readyz", "/version"];
-const DISCOVERY: &[&str] = &["/api", "/apis", "/openapi"];
-
-fn path_matches(path: &str, allowed: &str) -> bool {
-    path == allowed || path == format!("{allowed}/") || path.starts_with(&format!("{allowed}/"))
-}
-
-#[async_trait::async_trait]
-impl Authorizer for PublicPathsAuthorizer {
-    async fn authorize(&self, attrs: &Attributes<'_>) -> Verdict {
-        let info = attrs.info;
-        if info.is_resource_request || info.verb != "get" {
-            return Verdict::no_opinion();
-        }
-        if PUBLIC_INFO.iter().any(|p| path_matches(&info.path, p)) {
-            return Verdict::allow("");
-        }
-        let authenticated = attrs.user.groups.iter().any(|g| g == "system:authenticated");
-        if authenticated && DISCOVERY.iter().any(|p| path_matches(&info.path, p)) {
-            return Verdict::allow("");
-        }
-        Verdict::no_opinion()
-    }
-}
-
 /// The chain: first Allow or Deny wins; all NoOpinion → Deny.
 pub struct Chain(pub Vec<Arc<dyn Authorizer>>);
-
-impl Chain {
-    pub fn default_chain() -> Self {
-        Chain(vec![Arc::new(MastersAuthorizer), Arc::new(PublicPathsAuthorizer)])
-    }
-}
 
 #[async_trait::async_trait]
 impl Authorizer for Chain {
@@ -264,7 +228,9 @@ mod tests {
 
     #[tokio::test]
     async fn chain_decides_like_the_default_policy() {
-        let chain = Chain::default_chain();
+        let (_, cache) = crate::rbac::testutil::default_policy_store().await;
+        let chain =
+            Chain(vec![Arc::new(MastersAuthorizer), Arc::new(crate::rbac::authorizer::RbacAuthorizer::new(cache))]);
         let admin = user("kustos-admin", &["system:masters", "system:authenticated"]);
         let bob = user("bob", &["system:authenticated"]);
         let anon = user("system:anonymous", &["system:unauthenticated"]);
@@ -272,7 +238,9 @@ mod tests {
             ("masters may list secrets", &admin, Method::GET, "/api/v1/secrets", Decision::Allow),
             ("masters may delete", &admin, Method::DELETE, "/api/v1/namespaces/a/configmaps/b", Decision::Allow),
             ("anyone may read livez", &anon, Method::GET, "/livez", Decision::Allow),
-            ("anyone may read readyz checks", &anon, Method::GET, "/readyz/etcd", Decision::Allow),
+            ("anyone may read readyz", &anon, Method::GET, "/readyz", Decision::Allow),
+            ("but not single readyz checks", &anon, Method::GET, "/readyz/etcd", Decision::Deny),
+            ("authenticated may read openapi", &bob, Method::GET, "/openapi/v3/api/v1", Decision::Allow),
             ("anyone may read version", &anon, Method::GET, "/version", Decision::Allow),
             ("anonymous may not read discovery", &anon, Method::GET, "/api", Decision::Deny),
             (

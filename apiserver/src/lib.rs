@@ -29,6 +29,7 @@ pub mod openapi;
 pub mod patch;
 pub mod pki;
 pub mod protobuf;
+pub mod rbac;
 pub mod registry;
 pub mod request_info;
 pub mod rest;
@@ -77,6 +78,8 @@ pub struct AppState {
 pub struct Security {
     pub authn: Arc<authn::AuthnChain>,
     pub authz: Arc<dyn authz::Authorizer>,
+    /// The RBAC objects (roleRef resolution for escalation checks), current after writes.
+    pub rbac: Arc<rbac::cache::RbacCache>,
 }
 
 impl AppState {
@@ -312,6 +315,8 @@ pub struct Config {
     pub history_revisions: u64,
     /// How often history beyond `history_revisions` is compacted away.
     pub compaction_interval: std::time::Duration,
+    /// Include kubeadm's TLS-bootstrap bindings in the default RBAC policy.
+    pub tls_bootstrap_bindings: bool,
 }
 
 impl Config {
@@ -324,6 +329,7 @@ impl Config {
             anonymous_auth: true,
             history_revisions: 100_000,
             compaction_interval: std::time::Duration::from_secs(30),
+            tls_bootstrap_bindings: true,
         }
     }
 }
@@ -370,10 +376,17 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         cfg.history_revisions,
         cfg.compaction_interval,
     );
+    // Every writer uses the wrapped store, so RBAC writes are seen by the next request.
+    let (store, rbac_cache) = rbac::cache::install(store);
     let authn = Arc::new(authn::AuthnChain::new(&pki, cfg.anonymous_auth)?);
-    let authz: Arc<dyn authz::Authorizer> = Arc::new(authz::Chain::default_chain());
-    let state = AppState::new(store, server_address.clone(), Security { authn, authz });
+    let authz: Arc<dyn authz::Authorizer> = Arc::new(authz::Chain(vec![
+        Arc::new(authz::MastersAuthorizer),
+        Arc::new(rbac::authorizer::RbacAuthorizer::new(rbac_cache.clone())),
+    ]));
+    let state = AppState::new(store, server_address.clone(), Security { authn, authz, rbac: rbac_cache });
     bootstrap(&state).await?;
+    let policy = rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
+    rbac::reconcile::ensure_default_policy(&state, &policy).await?;
     gc::spawn_startup_sweep(state.clone());
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());

@@ -72,7 +72,7 @@ impl Operator {
 // ---------------------------------------------------------------------------------------
 
 /// Go's `%q` for a string.
-fn go_quote(s: &str) -> String {
+pub fn go_quote(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
