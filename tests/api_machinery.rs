@@ -822,9 +822,13 @@ async fn health_endpoints_support_verbose_exclude_and_single_checks() {
     r.expect_code(200, "/livez?verbose");
     assert!(r.text.contains("[+]"), "{}", r.text);
 
+    // Single checks are not public (system:public-info-viewer grants the bare paths only).
     let r = send(anon.get(format!("{}/livez/etcd", s.url))).await;
+    r.expect_code(403, "anonymous /livez/etcd");
+    let admin = s.http();
+    let r = send(admin.get(format!("{}/livez/etcd", s.url))).await;
     r.expect_code(200, "/livez/etcd");
-    let r = send(anon.get(format!("{}/readyz/ping", s.url))).await;
+    let r = send(admin.get(format!("{}/readyz/ping", s.url))).await;
     r.expect_code(200, "/readyz/ping");
 }
 

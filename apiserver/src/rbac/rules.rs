@@ -77,11 +77,6 @@ pub fn rule_allows(info: &RequestInfo, rule: &PolicyRule) -> bool {
         && resource_name_matches(rule, &info.name)
 }
 
-/// `system:serviceaccount:<namespace>:<name>`.
-pub fn service_account_username(namespace: &str, name: &str) -> String {
-    format!("system:serviceaccount:{namespace}:{name}")
-}
-
 /// Whether a binding subject applies to `user`; `namespace` is the binding's ("" for a
 /// ClusterRoleBinding) and defaults a ServiceAccount subject's namespace.
 pub fn applies_to_user(user: &UserInfo, subject: &Subject, namespace: &str) -> bool {
@@ -91,7 +86,12 @@ pub fn applies_to_user(user: &UserInfo, subject: &Subject, namespace: &str) -> b
         "Group" => subject_ns.is_empty() && user.groups.contains(&subject.name),
         "ServiceAccount" => {
             let ns = if subject_ns.is_empty() { namespace } else { subject_ns };
-            !ns.is_empty() && user.name == service_account_username(ns, &subject.name)
+            !ns.is_empty()
+                && user
+                    .name
+                    .strip_prefix("system:serviceaccount:")
+                    .and_then(|rest| rest.split_once(':'))
+                    .is_some_and(|(n, name)| n == ns && name == subject.name)
         }
         _ => false,
     }
