@@ -6,7 +6,7 @@
 //! TLS (serve.rs: rustls, client certificate captured per connection)
 //!  → panic catch → authentication (authn.rs: x509 client cert; none → anonymous; bad → 401)
 //!  → request info (request_info.rs: verb, group, version, resource, namespace, name)
-//!  → authorization (authz.rs: chain of authorizers, deny by default → 403)
+//!  → authorization (authz.rs: system:masters, then RBAC (rbac/); deny by default → 403)
 //!  → dispatch: discovery.rs, openapi.rs, health.rs, or the REST handlers (rest.rs, watch.rs)
 //!      → registry strategy (registry/: defaults, validation, subresources, Table columns)
 //!      → storage (storage/: revisioned KV with compare-and-swap, history and watch)

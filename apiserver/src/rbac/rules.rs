@@ -395,6 +395,10 @@ mod tests {
         for (name, u, s, ns, want) in cases {
             assert_eq!(applies_to_user(u, s, ns), *want, "{name}");
         }
+        let half = user("system:serviceaccount:ns1", &[]);
+        assert!(!applies_to_user(&half, &subject("ServiceAccount", "", Some("ns1")), ""), "no name part");
+        let plain = user("bot", &[]);
+        assert!(!applies_to_user(&plain, &subject("ServiceAccount", "bot", Some("ns1")), ""), "not an SA user");
         let subjects = [subject("User", "bob", None), subject("Group", "devs", None), subject("User", "alice", None)];
         assert_eq!(applies_to(&alice, &subjects, ""), Some(1));
         assert_eq!(applies_to(&user("carol", &[]), &subjects, ""), None);
