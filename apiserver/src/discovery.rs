@@ -197,7 +197,10 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
         if !def.categories.is_empty() {
             r["categories"] = json!(def.categories);
         }
-        r["storageVersionHash"] = json!(storage_version_hash(def));
+        // Kinds that are never stored (reviews) have no storage version.
+        if !def.create_only {
+            r["storageVersionHash"] = json!(storage_version_hash(def));
+        }
         resources.push(r);
         for sub in sorted_subresources(def) {
             let (g, v, kind) = subresource_kind(def, sub);
