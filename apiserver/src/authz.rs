@@ -112,7 +112,8 @@ impl Authorizer for MastersAuthorizer {
     }
 }
 
-/// The chain: first Allow or Deny wins; all NoOpinion → Deny.
+/// The chain: first Allow or Deny wins; when all have no opinion the answer is NoOpinion (the request
+/// path and every check treat anything but Allow as a denial).
 pub struct Chain(pub Vec<Arc<dyn Authorizer>>);
 
 #[async_trait::async_trait]

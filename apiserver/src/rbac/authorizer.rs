@@ -362,7 +362,7 @@ mod tests {
         assert!(chain.authorize(&Attributes { user: &admin, info: &info }).await.allowed());
         let erin = user("erin", &[]);
         let v = chain.authorize(&Attributes { user: &erin, info: &info }).await;
-        assert_eq!(v.decision, Decision::Deny);
+        assert_eq!(v.decision, Decision::NoOpinion);
         assert_eq!(v.reason, "RBAC: clusterrole.rbac.authorization.k8s.io \"nope\" not found");
         assert_eq!(
             crate::authz::forbidden_with_reason(&Attributes { user: &erin, info: &info }, &v.reason).to_string(),

@@ -1,10 +1,26 @@
-//! Placeholder for the default policy (replaced by the full policy).
+//! The default RBAC policy (upstream's bootstrap policy): the data lives in `defaults.yaml`,
+//! this module turns it into typed objects with upstream's label and annotation.
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::rbac::v1::{
+    AggregationRule, ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use serde::Deserialize;
+
+/// Label every default object carries.
+pub const BOOTSTRAPPING_LABEL: &str = "kubernetes.io/bootstrapping";
+pub const BOOTSTRAPPING_VALUE: &str = "rbac-defaults";
+/// Annotation that opts an object in (`"true"`) or out (`"false"`) of reconciliation.
+pub const AUTOUPDATE_ANNOTATION: &str = "rbac.authorization.kubernetes.io/autoupdate";
+
+const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+const DATA: &str = include_str!("defaults.yaml");
 
 #[derive(Debug, Clone, Copy)]
 pub struct PolicyOptions {
+    /// Include the kubeadm-style bindings for kubelet TLS bootstrapping.
     pub tls_bootstrap_bindings: bool,
 }
 
@@ -16,95 +32,279 @@ pub struct DefaultPolicy {
     pub role_bindings: Vec<RoleBinding>,
 }
 
-fn meta(name: &str) -> ObjectMeta {
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Data {
+    cluster_roles: Vec<RoleData>,
+    controller_roles: Vec<RoleData>,
+    cluster_role_bindings: Vec<BindingData>,
+    roles: Vec<RoleData>,
+    role_bindings: Vec<BindingData>,
+    tls_bootstrap_bindings: Vec<BindingData>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RoleData {
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    /// For an aggregating role: the label (value "true") its selector matches.
+    #[serde(default)]
+    aggregate_from: Option<String>,
+    #[serde(default)]
+    rules: Vec<PolicyRule>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct BindingData {
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+    role: String,
+    #[serde(default)]
+    users: Vec<String>,
+    #[serde(default)]
+    groups: Vec<String>,
+    /// `namespace/name`.
+    #[serde(default)]
+    service_accounts: Vec<String>,
+}
+
+fn meta(name: &str, namespace: Option<&str>, extra_labels: &BTreeMap<String, String>, labelled: bool) -> ObjectMeta {
+    let mut labels = extra_labels.clone();
+    if labelled {
+        labels.insert(BOOTSTRAPPING_LABEL.into(), BOOTSTRAPPING_VALUE.into());
+    }
     ObjectMeta {
         name: Some(name.into()),
-        labels: Some([("kubernetes.io/bootstrapping".to_string(), "rbac-defaults".to_string())].into()),
-        annotations: Some([("rbac.authorization.kubernetes.io/autoupdate".to_string(), "true".to_string())].into()),
+        namespace: namespace.map(str::to_string),
+        labels: (!labels.is_empty()).then_some(labels),
+        annotations: Some([(AUTOUPDATE_ANNOTATION.to_string(), "true".to_string())].into()),
         ..Default::default()
     }
 }
 
-fn v(items: &[&str]) -> Option<Vec<String>> {
-    Some(items.iter().map(|s| s.to_string()).collect())
-}
-
-fn res(verbs: &[&str], groups: &[&str], resources: &[&str]) -> PolicyRule {
-    PolicyRule {
-        verbs: verbs.iter().map(|s| s.to_string()).collect(),
-        api_groups: v(groups),
-        resources: v(resources),
-        ..Default::default()
+fn cluster_role(r: &RoleData) -> ClusterRole {
+    let aggregation_rule = r.aggregate_from.as_ref().map(|label| AggregationRule {
+        cluster_role_selectors: Some(vec![LabelSelector {
+            match_labels: Some([(label.clone(), "true".to_string())].into()),
+            ..Default::default()
+        }]),
+    });
+    ClusterRole {
+        metadata: meta(&r.name, None, &r.labels, true),
+        // Aggregated roles start empty; the clusterrole-aggregation controller fills them.
+        rules: if aggregation_rule.is_some() { None } else { Some(r.rules.clone()) },
+        aggregation_rule,
     }
 }
 
-fn urls(verbs: &[&str], u: &[&str]) -> PolicyRule {
-    PolicyRule { verbs: verbs.iter().map(|s| s.to_string()).collect(), non_resource_urls: v(u), ..Default::default() }
-}
-
-fn cr(name: &str, rules: Vec<PolicyRule>) -> ClusterRole {
-    ClusterRole { metadata: meta(name), rules: Some(rules), aggregation_rule: None }
-}
-
-fn crb(name: &str, groups: &[&str]) -> ClusterRoleBinding {
-    ClusterRoleBinding {
-        metadata: meta(name),
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
+fn subjects(b: &BindingData) -> Option<Vec<Subject>> {
+    let rbac = |kind: &str, name: &String| Subject {
+        kind: kind.into(),
+        api_group: Some(RBAC_GROUP.into()),
+        name: name.clone(),
+        namespace: None,
+    };
+    let mut out: Vec<Subject> = b.users.iter().map(|u| rbac("User", u)).collect();
+    out.extend(b.groups.iter().map(|g| rbac("Group", g)));
+    for sa in &b.service_accounts {
+        let (ns, name) = sa.split_once('/').unwrap_or(("default", sa.as_str()));
+        out.push(Subject {
+            kind: "ServiceAccount".into(),
+            api_group: None,
             name: name.into(),
-        },
-        subjects: Some(
-            groups
-                .iter()
-                .map(|g| Subject {
-                    kind: "Group".into(),
-                    api_group: Some("rbac.authorization.k8s.io".into()),
-                    name: g.to_string(),
-                    namespace: None,
-                })
-                .collect(),
-        ),
+            namespace: Some(ns.into()),
+        });
+    }
+    (!out.is_empty()).then_some(out)
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef { api_group: RBAC_GROUP.into(), kind: kind.into(), name: name.into() }
+}
+
+fn cluster_role_binding(b: &BindingData, labelled: bool) -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(&b.name, None, &BTreeMap::new(), labelled),
+        role_ref: role_ref("ClusterRole", &b.role),
+        subjects: subjects(b),
     }
 }
 
-pub fn default_policy(_opts: &PolicyOptions) -> DefaultPolicy {
-    let read = ["get", "list", "watch"];
-    DefaultPolicy {
-        cluster_roles: vec![
-            cr("cluster-admin", vec![res(&["*"], &["*"], &["*"]), urls(&["*"], &["*"])]),
-            cr(
-                "system:discovery",
-                vec![urls(
-                    &["get"],
-                    &[
-                        "/api",
-                        "/api/*",
-                        "/apis",
-                        "/apis/*",
-                        "/healthz",
-                        "/livez",
-                        "/openapi",
-                        "/openapi/*",
-                        "/readyz",
-                        "/version",
-                        "/version/",
-                    ],
-                )],
+/// The default policy. The data is compiled in and checked by the tests below, so a
+/// failure to parse it is a build defect; it yields an empty policy rather than a panic.
+pub fn default_policy(opts: &PolicyOptions) -> DefaultPolicy {
+    let data: Data = match serde_yaml::from_str(DATA) {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::error!(error = %e, "the compiled-in default RBAC policy does not parse");
+            return DefaultPolicy::default();
+        }
+    };
+    let mut policy = DefaultPolicy::default();
+    policy.cluster_roles.extend(data.cluster_roles.iter().map(cluster_role));
+    policy.cluster_roles.extend(data.controller_roles.iter().map(cluster_role));
+    policy.cluster_role_bindings.extend(data.cluster_role_bindings.iter().map(|b| cluster_role_binding(b, true)));
+    // Each controller role is bound to the controller's ServiceAccount in kube-system.
+    for r in &data.controller_roles {
+        let sa = r.name.trim_start_matches("system:controller:");
+        let b = BindingData {
+            name: r.name.clone(),
+            namespace: None,
+            role: r.name.clone(),
+            users: Vec::new(),
+            groups: Vec::new(),
+            service_accounts: vec![format!("kube-system/{sa}")],
+        };
+        policy.cluster_role_bindings.push(cluster_role_binding(&b, true));
+    }
+    if opts.tls_bootstrap_bindings {
+        policy.cluster_role_bindings.extend(data.tls_bootstrap_bindings.iter().map(|b| cluster_role_binding(b, false)));
+    }
+    policy.roles.extend(data.roles.iter().map(|r| Role {
+        metadata: meta(&r.name, r.namespace.as_deref(), &r.labels, true),
+        rules: Some(r.rules.clone()),
+    }));
+    policy.role_bindings.extend(data.role_bindings.iter().map(|b| RoleBinding {
+        metadata: meta(&b.name, b.namespace.as_deref(), &BTreeMap::new(), true),
+        role_ref: role_ref("Role", &b.role),
+        subjects: subjects(b),
+    }));
+    policy
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn policy() -> DefaultPolicy {
+        default_policy(&PolicyOptions { tls_bootstrap_bindings: true })
+    }
+
+    fn cr<'a>(p: &'a DefaultPolicy, name: &str) -> &'a ClusterRole {
+        p.cluster_roles.iter().find(|r| r.metadata.name.as_deref() == Some(name)).unwrap_or_else(|| panic!("{name}"))
+    }
+
+    fn crb<'a>(p: &'a DefaultPolicy, name: &str) -> &'a ClusterRoleBinding {
+        p.cluster_role_bindings
+            .iter()
+            .find(|r| r.metadata.name.as_deref() == Some(name))
+            .unwrap_or_else(|| panic!("{name}"))
+    }
+
+    fn subject_names(b: &ClusterRoleBinding) -> Vec<(String, String)> {
+        b.subjects.iter().flatten().map(|s| (s.kind.clone(), s.name.clone())).collect()
+    }
+
+    #[test]
+    fn the_data_parses_and_has_every_object() {
+        serde_yaml::from_str::<Data>(DATA).unwrap();
+        let p = policy();
+        assert_eq!(p.cluster_roles.len(), 31 + 5);
+        assert_eq!(p.cluster_role_bindings.len(), 12 + 5 + 3);
+        assert_eq!(p.roles.len(), 6);
+        assert_eq!(p.role_bindings.len(), 6);
+        let without = default_policy(&PolicyOptions { tls_bootstrap_bindings: false });
+        assert_eq!(without.cluster_role_bindings.len(), 12 + 5);
+        assert!(!without.cluster_role_bindings.iter().any(|b| b
+            .metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .starts_with("kubeadm:")));
+    }
+
+    #[test]
+    fn labels_annotations_and_unique_names() {
+        let p = policy();
+        let mut seen = std::collections::HashSet::new();
+        let mut check = |kind: &str, m: &ObjectMeta| {
+            let name = m.name.clone().unwrap();
+            assert!(seen.insert((kind.to_string(), m.namespace.clone(), name.clone())), "duplicate {kind} {name}");
+            assert_eq!(m.annotations.as_ref().unwrap()[AUTOUPDATE_ANNOTATION], "true", "{name}");
+            let labelled = m.labels.as_ref().and_then(|l| l.get(BOOTSTRAPPING_LABEL)).map(String::as_str);
+            let want = if name.starts_with("kubeadm:") { None } else { Some(BOOTSTRAPPING_VALUE) };
+            assert_eq!(labelled, want, "{name}");
+        };
+        p.cluster_roles.iter().for_each(|r| check("ClusterRole", &r.metadata));
+        p.cluster_role_bindings.iter().for_each(|r| check("ClusterRoleBinding", &r.metadata));
+        p.roles.iter().for_each(|r| check("Role", &r.metadata));
+        p.role_bindings.iter().for_each(|r| check("RoleBinding", &r.metadata));
+    }
+
+    #[test]
+    fn every_binding_points_at_a_default_role_and_every_rule_is_valid() {
+        let p = policy();
+        for b in &p.cluster_role_bindings {
+            cr(&p, &b.role_ref.name);
+        }
+        for b in &p.role_bindings {
+            let ns = b.metadata.namespace.as_deref();
+            assert!(
+                p.roles
+                    .iter()
+                    .any(|r| r.metadata.name == Some(b.role_ref.name.clone()) && r.metadata.namespace.as_deref() == ns),
+                "{:?}",
+                b.metadata.name
+            );
+        }
+        let all_rules = p
+            .cluster_roles
+            .iter()
+            .flat_map(|r| r.rules.iter().flatten())
+            .chain(p.roles.iter().flat_map(|r| r.rules.iter().flatten()));
+        for rule in all_rules {
+            assert!(!rule.verbs.is_empty(), "{rule:?}");
+            let urls = rule.non_resource_urls.as_ref().is_some_and(|u| !u.is_empty());
+            let resources = rule.resources.as_ref().is_some_and(|r| !r.is_empty());
+            assert!(urls != resources, "a rule has resources or URLs: {rule:?}");
+            if resources {
+                assert!(rule.api_groups.as_ref().is_some_and(|g| !g.is_empty()), "{rule:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn key_facts_of_the_upstream_policy() {
+        let p = policy();
+        let g = |n: &str| ("Group".to_string(), n.to_string());
+        let cases: &[(&str, Vec<(String, String)>)] = &[
+            ("cluster-admin", vec![g("system:masters")]),
+            ("system:public-info-viewer", vec![g("system:authenticated"), g("system:unauthenticated")]),
+            ("system:basic-user", vec![g("system:authenticated")]),
+            ("system:discovery", vec![g("system:authenticated")]),
+            ("system:service-account-issuer-discovery", vec![g("system:serviceaccounts")]),
+            ("system:node", vec![]),
+            ("kubeadm:kubelet-bootstrap", vec![g("system:bootstrappers")]),
+            ("kubeadm:node-autoapprove-bootstrap", vec![g("system:bootstrappers")]),
+            ("kubeadm:node-autoapprove-certificate-rotation", vec![g("system:nodes")]),
+            (
+                "system:controller:certificate-controller",
+                vec![("ServiceAccount".to_string(), "certificate-controller".to_string())],
             ),
-            cr(
-                "system:public-info-viewer",
-                vec![urls(&["get"], &["/healthz", "/livez", "/readyz", "/version", "/version/"])],
-            ),
-            cr("view", vec![res(&read, &[""], &["configmaps", "pods", "services"])]),
-            cr("edit", vec![res(&["*"], &[""], &["configmaps", "pods", "services", "secrets"])]),
-        ],
-        cluster_role_bindings: vec![
-            crb("cluster-admin", &["system:masters"]),
-            crb("system:discovery", &["system:authenticated"]),
-            crb("system:public-info-viewer", &["system:authenticated", "system:unauthenticated"]),
-        ],
-        roles: Vec::new(),
-        role_bindings: Vec::new(),
+        ];
+        for (name, want) in cases {
+            assert_eq!(&subject_names(crb(&p, name)), want, "{name}");
+        }
+        let sa = crb(&p, "system:controller:root-ca-cert-publisher").subjects.clone().unwrap();
+        assert_eq!(sa[0].namespace.as_deref(), Some("kube-system"));
+        assert_eq!(sa[0].api_group, None);
+
+        let view = cr(&p, "view");
+        assert!(view.rules.is_none());
+        let selector = &view.aggregation_rule.as_ref().unwrap().cluster_role_selectors.as_ref().unwrap()[0];
+        assert_eq!(selector.match_labels.as_ref().unwrap()["rbac.authorization.k8s.io/aggregate-to-view"], "true");
+        assert_eq!(view.metadata.labels.as_ref().unwrap()["rbac.authorization.k8s.io/aggregate-to-edit"], "true");
+        let to_view = cr(&p, "system:aggregate-to-view");
+        assert!(!to_view.rules.iter().flatten().any(|r| r.resources.iter().flatten().any(|x| x == "secrets")));
+        let bootstrapper = cr(&p, "system:node-bootstrapper").rules.clone().unwrap();
+        assert_eq!(bootstrapper[0].resources, Some(vec!["certificatesigningrequests".to_string()]));
+        assert_eq!(bootstrapper[0].verbs, vec!["create", "get", "list", "watch"]);
     }
 }
