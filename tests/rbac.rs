@@ -3,87 +3,8 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-
-use common::{run_bounded, send, shared, unique, Server, KUBECTL_TIMEOUT};
-use kustos_apiserver::pki::{kubeconfig_yaml, KubeconfigAuth};
+use common::{issue_user, send, shared, unique, Server, User};
 use serde_json::{json, Value};
-
-/// A user of the cluster: a kubeconfig for kubectl and a PEM identity for raw HTTPS.
-struct User {
-    name: String,
-    kubeconfig: PathBuf,
-    identity: Vec<u8>,
-    cache_dir: PathBuf,
-}
-
-fn issue_user(s: &Server, name: &str, groups: &[&str]) -> User {
-    let pki = s.data_dir.join("pki");
-    let ca_crt = std::fs::read_to_string(pki.join("ca.crt")).expect("reading ca.crt");
-    let ca_key = std::fs::read_to_string(pki.join("ca.key")).expect("reading ca.key");
-    let ca = kustos_ca::Ca::from_pem(&ca_crt, &ca_key).expect("loading the cluster CA");
-    let params = kustos_ca::IssueParams::client(
-        name,
-        groups.iter().map(|g| g.to_string()).collect(),
-        chrono::Duration::hours(2),
-    );
-    let issued = ca.issue(params, chrono::Utc::now()).expect("issuing a client certificate");
-    let key_pem = issued.key_pem.clone().expect("a generated key");
-    let yaml = kubeconfig_yaml(
-        &s.url,
-        &ca_crt,
-        name,
-        KubeconfigAuth::ClientCert { cert_pem: issued.cert_pem.clone(), key_pem: key_pem.clone() },
-    );
-    let file = unique(name);
-    let kubeconfig = s.work_dir().join(format!("{file}.kubeconfig"));
-    std::fs::write(&kubeconfig, yaml).expect("writing the user kubeconfig");
-    let mut identity = key_pem.into_bytes();
-    identity.push(b'\n');
-    identity.extend_from_slice(issued.cert_pem.as_bytes());
-    User { name: name.to_string(), kubeconfig, identity, cache_dir: s.work_dir().join(format!("{file}-cache")) }
-}
-
-impl User {
-    fn kubectl(&self, s: &Server, args: &[&str]) -> Output {
-        common::ensure_kubectl();
-        let mut cmd = Command::new("kubectl");
-        cmd.arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .arg("--cache-dir")
-            .arg(&self.cache_dir)
-            .args(args)
-            .env_remove("KUBECONFIG")
-            .env("HOME", s.work_dir());
-        run_bounded(&mut cmd, None, KUBECTL_TIMEOUT, &format!("kubectl (as {}) {}", self.name, args.join(" ")))
-    }
-
-    fn kubectl_ok(&self, s: &Server, args: &[&str]) -> String {
-        let out = self.kubectl(s, args);
-        assert!(
-            out.status.success(),
-            "kubectl (as {}) {} failed:\n{}",
-            self.name,
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Runs kubectl, expects failure, returns stderr.
-    fn kubectl_err(&self, s: &Server, args: &[&str]) -> String {
-        let out = self.kubectl(s, args);
-        assert!(
-            !out.status.success(),
-            "kubectl (as {}) {} should have failed; stdout:\n{}",
-            self.name,
-            args.join(" "),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-}
 
 fn apply(s: &Server, manifest: &Value) {
     let out = s.kubectl_with_stdin(&["apply", "-f", "-"], Some(&manifest.to_string()));

@@ -558,3 +558,112 @@ impl WatchLines {
 pub fn configmap(name: &str, data: Value) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": data})
 }
+
+/// A user of the cluster: a kubeconfig for kubectl and a PEM identity for raw HTTPS.
+pub struct User {
+    pub name: String,
+    pub kubeconfig: PathBuf,
+    /// Client key and certificate, PEM (empty for token and anonymous users).
+    pub identity: Vec<u8>,
+    pub cache_dir: PathBuf,
+}
+
+pub fn issue_user(s: &Server, name: &str, groups: &[&str]) -> User {
+    let pki = s.data_dir.join("pki");
+    let ca_crt = std::fs::read_to_string(pki.join("ca.crt")).expect("reading ca.crt");
+    let ca_key = std::fs::read_to_string(pki.join("ca.key")).expect("reading ca.key");
+    let ca = kustos_ca::Ca::from_pem(&ca_crt, &ca_key).expect("loading the cluster CA");
+    let params = kustos_ca::IssueParams::client(
+        name,
+        groups.iter().map(|g| g.to_string()).collect(),
+        chrono::Duration::hours(2),
+    );
+    let issued = ca.issue(params, chrono::Utc::now()).expect("issuing a client certificate");
+    let key_pem = issued.key_pem.clone().expect("a generated key");
+    let yaml = kustos_apiserver::pki::kubeconfig_yaml(
+        &s.url,
+        &ca_crt,
+        name,
+        kustos_apiserver::pki::KubeconfigAuth::ClientCert {
+            cert_pem: issued.cert_pem.clone(),
+            key_pem: key_pem.clone(),
+        },
+    );
+    let file = unique(name);
+    let kubeconfig = s.work_dir().join(format!("{file}.kubeconfig"));
+    std::fs::write(&kubeconfig, yaml).expect("writing the user kubeconfig");
+    let mut identity = key_pem.into_bytes();
+    identity.push(b'\n');
+    identity.extend_from_slice(issued.cert_pem.as_bytes());
+    User { name: name.to_string(), kubeconfig, identity, cache_dir: s.work_dir().join(format!("{file}-cache")) }
+}
+
+impl User {
+    pub fn kubectl(&self, s: &Server, args: &[&str]) -> Output {
+        ensure_kubectl();
+        let mut cmd = Command::new("kubectl");
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(&self.cache_dir)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env("HOME", s.work_dir());
+        run_bounded(&mut cmd, None, KUBECTL_TIMEOUT, &format!("kubectl (as {}) {}", self.name, args.join(" ")))
+    }
+
+    pub fn kubectl_ok(&self, s: &Server, args: &[&str]) -> String {
+        let out = self.kubectl(s, args);
+        assert!(
+            out.status.success(),
+            "kubectl (as {}) {} failed:\n{}",
+            self.name,
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Runs kubectl, expects failure, returns stderr.
+    pub fn kubectl_err(&self, s: &Server, args: &[&str]) -> String {
+        let out = self.kubectl(s, args);
+        assert!(
+            !out.status.success(),
+            "kubectl (as {}) {} should have failed; stdout:\n{}",
+            self.name,
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+/// A user authenticating with a bearer token (`name` only names the kubeconfig).
+pub fn token_user(s: &Server, name: &str, token: &str) -> User {
+    let ca_crt = std::fs::read_to_string(s.data_dir.join("pki/ca.crt")).expect("reading ca.crt");
+    let yaml = kustos_apiserver::pki::kubeconfig_yaml(
+        &s.url,
+        &ca_crt,
+        name,
+        kustos_apiserver::pki::KubeconfigAuth::Token(token.to_string()),
+    );
+    user_with_kubeconfig(s, name, &yaml, Vec::new())
+}
+
+/// A user with no credentials at all (anonymous).
+pub fn anonymous_user(s: &Server) -> User {
+    let ca_crt = std::fs::read_to_string(s.data_dir.join("pki/ca.crt")).expect("reading ca.crt");
+    let ca_b64 = base64::engine::general_purpose::STANDARD.encode(ca_crt);
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: kustos\n  cluster:\n    server: {}\n    certificate-authority-data: {ca_b64}\ncontexts:\n- name: anonymous\n  context:\n    cluster: kustos\n    user: anonymous\ncurrent-context: anonymous\nusers:\n- name: anonymous\n  user: {{}}\n",
+        s.url
+    );
+    user_with_kubeconfig(s, "system:anonymous", &yaml, Vec::new())
+}
+
+fn user_with_kubeconfig(s: &Server, name: &str, yaml: &str, identity: Vec<u8>) -> User {
+    let file = unique("user");
+    let kubeconfig = s.work_dir().join(format!("{file}.kubeconfig"));
+    std::fs::write(&kubeconfig, yaml).expect("writing the user kubeconfig");
+    User { name: name.to_string(), kubeconfig, identity, cache_dir: s.work_dir().join(format!("{file}-cache")) }
+}
