@@ -3,11 +3,52 @@
 //!
 //! - RBAC escalation prevention on roles, clusterroles, rolebindings, clusterrolebindings
 //!   (`crate::rbac::escalation`).
+//!
+//! [`restrict_read`] applies to reads: a bootstrap token (group `system:bootstrappers`) may
+//! list and watch CertificateSigningRequests only one at a time by name (the way a kubelet
+//! waits for its own certificate), so it cannot enumerate the CSRs of other nodes. Upstream's
+//! `system:node-bootstrapper` role grants list on all CSRs; kustos keeps the role as it is
+//! and narrows its use by the short-lived, widely shared bootstrap credentials.
 
 use serde_json::Value;
 
+use crate::authn::UserInfo;
 use crate::error::ApiError;
+use crate::request_info::RequestInfo;
 use crate::rest::Call;
+
+const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
+
+/// Reads a requester may not make even though authorization allowed them (see module doc).
+/// `field_selector` is the request's `fieldSelector` parameter.
+pub fn restrict_read(info: &RequestInfo, user: &UserInfo, field_selector: Option<&str>) -> Result<(), ApiError> {
+    let csr = info.api_group == "certificates.k8s.io" && info.resource == "certificatesigningrequests";
+    let bootstrapper = user.groups.iter().any(|g| g == BOOTSTRAPPERS_GROUP)
+        && !user.groups.iter().any(|g| g == crate::authz::MASTERS_GROUP);
+    if !csr || !bootstrapper || !matches!(info.verb.as_str(), "list" | "watch") {
+        return Ok(());
+    }
+    let by_name = field_selector.is_some_and(|fs| {
+        let terms: Vec<&str> = fs.split(',').map(str::trim).filter(|t| !t.is_empty()).collect();
+        terms.iter().any(|t| {
+            t.strip_prefix("metadata.name")
+                .and_then(|rest| rest.strip_prefix("==").or_else(|| rest.strip_prefix('=')))
+                .is_some_and(|v| !v.is_empty() && !v.starts_with('='))
+        })
+    });
+    if by_name {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(
+        "certificates.k8s.io",
+        "certificatesigningrequests",
+        "",
+        format!(
+            "certificatesigningrequests.certificates.k8s.io is forbidden: User \"{}\" cannot {} resource \"certificatesigningrequests\" in API group \"certificates.k8s.io\" at the cluster scope: bootstrap tokens may only {} CertificateSigningRequests by name (fieldSelector metadata.name=<name>)",
+            user.name, info.verb, info.verb
+        ),
+    ))
+}
 
 /// What is being written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -29,4 +70,41 @@ pub async fn validate(c: &Call<'_>, op: Operation, new: &Value, old: Option<&Val
         return crate::rbac::escalation::check(&cx, c.def.resource, new, old).await;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::request_info::resolve;
+    use http::Method;
+
+    #[test]
+    fn bootstrap_tokens_read_csrs_only_by_name() {
+        let boot = UserInfo {
+            name: "system:bootstrap:abcdef".into(),
+            groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
+            ..Default::default()
+        };
+        let node =
+            UserInfo { name: "system:node:n1".into(), groups: vec!["system:nodes".into()], ..Default::default() };
+        let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+        let cases: &[(&str, &UserInfo, &str, Option<&str>, bool)] = &[
+            ("list all", &boot, csrs, None, false),
+            ("watch all", &boot, &format!("{csrs}?watch=1"), None, false),
+            ("list by name", &boot, csrs, Some("metadata.name=csr-1"), true),
+            ("list by name ==", &boot, csrs, Some("metadata.name==csr-1"), true),
+            ("list by name among other terms", &boot, csrs, Some("spec.signerName=x,metadata.name=csr-1"), true),
+            ("not-equal is not by name", &boot, csrs, Some("metadata.name!=csr-1"), false),
+            ("empty name", &boot, csrs, Some("metadata.name="), false),
+            ("other selector", &boot, csrs, Some("spec.signerName=x"), false),
+            ("get by name is fine", &boot, &format!("{csrs}/csr-1"), None, true),
+            ("nodes may list", &node, csrs, None, true),
+            ("other resources", &boot, "/api/v1/namespaces/default/configmaps", None, true),
+        ];
+        for (what, user, path, fs, ok) in cases {
+            let (p, q) = path.split_once('?').map_or((*path, None), |(p, q)| (p, Some(q)));
+            let info = resolve(&Method::GET, p, q);
+            assert_eq!(restrict_read(&info, user, *fs).is_ok(), *ok, "{what}");
+        }
+    }
 }

@@ -242,6 +242,7 @@ async fn resource(
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
     let out = negotiate::negotiate(accept.as_deref())?;
     let params = Params::parse(req.uri().query());
+    admission::restrict_read(info, user, params.get("fieldSelector"))?;
     let pretty = params.flag("pretty").unwrap_or(false);
     let content_type = negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
     let body = match axum::body::to_bytes(req.into_body(), rest::MAX_BODY).await {
@@ -381,6 +382,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let authn = Arc::new(authn::AuthnChain::new(&pki, cfg.anonymous_auth)?);
     let authz: Arc<dyn authz::Authorizer> = Arc::new(authz::Chain(vec![
         Arc::new(authz::MastersAuthorizer),
+        Arc::new(rbac::node::NodeAuthorizer::from_default_policy()),
         Arc::new(rbac::authorizer::RbacAuthorizer::new(rbac_cache.clone())),
     ]));
     let state = AppState::new(store, server_address.clone(), Security { authn, authz, rbac: rbac_cache });

@@ -5,6 +5,7 @@ pub mod authorizer;
 pub mod cache;
 pub mod defaults;
 pub mod escalation;
+pub mod node;
 pub mod reconcile;
 pub mod rules;
 

@@ -1,0 +1,182 @@
+//! The Node authorizer: what a kubelet (user `system:node:<name>` in group `system:nodes`)
+//! may do, as upstream's `--authorization-mode=Node`.
+//!
+//! Upstream decides reads of Secrets, ConfigMaps, volumes and service-account tokens from a
+//! graph of the Pods bound to the node. kustos serves no Pods, so no such relationship can
+//! exist and those requests get no opinion (RBAC may still allow them). A node may manage only
+//! its own Lease in `kube-node-lease`. Everything else is allowed when the node rules (the
+//! rules of the default `system:node` ClusterRole) allow it — among them creating and reading
+//! CertificateSigningRequests, which certificate renewal needs.
+
+use async_trait::async_trait;
+use k8s_openapi::api::rbac::v1::PolicyRule;
+
+use super::rules::rule_allows;
+use crate::authn::UserInfo;
+use crate::authz::{Attributes, Authorizer, RuleSet, Verdict};
+
+pub const NODES_GROUP: &str = "system:nodes";
+const NODE_USER_PREFIX: &str = "system:node:";
+const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
+
+/// Resources upstream authorizes through the node graph.
+const GRAPH_RESOURCES: &[(&str, &str)] = &[
+    ("", "secrets"),
+    ("", "configmaps"),
+    ("", "persistentvolumeclaims"),
+    ("", "persistentvolumes"),
+    ("resource.k8s.io", "resourceclaims"),
+    ("storage.k8s.io", "volumeattachments"),
+];
+
+/// The node name of a node identity, if the user is one.
+pub fn node_name(user: &UserInfo) -> Option<&str> {
+    let name = user.name.strip_prefix(NODE_USER_PREFIX)?;
+    (user.groups.iter().any(|g| g == NODES_GROUP)).then_some(name)
+}
+
+pub struct NodeAuthorizer {
+    rules: Vec<PolicyRule>,
+}
+
+impl NodeAuthorizer {
+    /// `rules`: the node rules (the default `system:node` ClusterRole's).
+    pub fn new(rules: Vec<PolicyRule>) -> Self {
+        NodeAuthorizer { rules }
+    }
+
+    /// From the default policy.
+    pub fn from_default_policy() -> Self {
+        let policy = super::defaults::default_policy(&super::defaults::PolicyOptions { tls_bootstrap_bindings: false });
+        let rules = policy
+            .cluster_roles
+            .into_iter()
+            .find(|r| r.metadata.name.as_deref() == Some("system:node"))
+            .and_then(|r| r.rules)
+            .unwrap_or_default();
+        Self::new(rules)
+    }
+
+    fn decide(&self, node: &str, attrs: &Attributes<'_>) -> Verdict {
+        let info = attrs.info;
+        if node.is_empty() {
+            return Verdict { reason: "unknown node".into(), ..Verdict::no_opinion() };
+        }
+        if info.is_resource_request {
+            let gr = (info.api_group.as_str(), info.resource.as_str());
+            if GRAPH_RESOURCES.contains(&gr) || (gr == ("", "serviceaccounts") && info.subresource == "token") {
+                return Verdict {
+                    reason: format!("no relationship found between node '{node}' and this object"),
+                    ..Verdict::no_opinion()
+                };
+            }
+            if gr == ("coordination.k8s.io", "leases") {
+                return lease(node, attrs);
+            }
+        }
+        if self.rules.iter().any(|r| rule_allows(info, r)) {
+            Verdict::allow("")
+        } else {
+            Verdict::no_opinion()
+        }
+    }
+}
+
+/// A node may get, create, update, patch and delete only its own Lease in kube-node-lease.
+fn lease(node: &str, attrs: &Attributes<'_>) -> Verdict {
+    let info = attrs.info;
+    let deny = |reason: &str| Verdict { reason: reason.into(), ..Verdict::no_opinion() };
+    if !matches!(info.verb.as_str(), "get" | "create" | "update" | "patch" | "delete") {
+        return deny("can only get, create, update, patch, or delete a node lease");
+    }
+    if info.namespace != NODE_LEASE_NAMESPACE {
+        return deny(&format!("can only access leases in the {NODE_LEASE_NAMESPACE} system namespace"));
+    }
+    if info.verb != "create" && info.name != node {
+        return deny("can only access node lease with the same name as the requesting node");
+    }
+    Verdict::allow("")
+}
+
+#[async_trait]
+impl Authorizer for NodeAuthorizer {
+    async fn authorize(&self, attrs: &Attributes<'_>) -> Verdict {
+        match node_name(attrs.user) {
+            Some(node) => self.decide(node, attrs),
+            None => Verdict::no_opinion(),
+        }
+    }
+
+    async fn rules_for(&self, user: &UserInfo, _namespace: &str) -> RuleSet {
+        // Upstream's node authorizer cannot list its rules.
+        if node_name(user).is_some() {
+            RuleSet { incomplete: true, ..Default::default() }
+        } else {
+            RuleSet::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authz::Decision;
+    use crate::request_info::resolve;
+    use http::Method;
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn nodes_get_node_rules_and_nothing_of_other_nodes() {
+        let a = NodeAuthorizer::from_default_policy();
+        let n1 = user("system:node:n1", &["system:nodes", "system:authenticated"]);
+        let not_in_group = user("system:node:n1", &["system:authenticated"]);
+        let other = user("alice", &["system:nodes"]);
+        let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+        let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+        let cases: &[(&str, &UserInfo, Method, String, Decision)] = &[
+            ("create CSRs", &n1, Method::POST, csrs.into(), Decision::Allow),
+            ("list CSRs", &n1, Method::GET, csrs.into(), Decision::Allow),
+            ("delete CSRs", &n1, Method::DELETE, format!("{csrs}/x"), Decision::NoOpinion),
+            (
+                "secrets need a pod relationship",
+                &n1,
+                Method::GET,
+                "/api/v1/namespaces/a/secrets/s".into(),
+                Decision::NoOpinion,
+            ),
+            ("configmaps too", &n1, Method::GET, "/api/v1/namespaces/a/configmaps/c".into(), Decision::NoOpinion),
+            (
+                "service-account tokens too",
+                &n1,
+                Method::POST,
+                "/api/v1/namespaces/a/serviceaccounts/s/token".into(),
+                Decision::NoOpinion,
+            ),
+            ("own lease", &n1, Method::PUT, format!("{leases}/n1"), Decision::Allow),
+            ("create a lease", &n1, Method::POST, leases.into(), Decision::Allow),
+            ("another node's lease", &n1, Method::PUT, format!("{leases}/n2"), Decision::NoOpinion),
+            ("list leases", &n1, Method::GET, leases.into(), Decision::NoOpinion),
+            (
+                "leases elsewhere",
+                &n1,
+                Method::GET,
+                "/apis/coordination.k8s.io/v1/namespaces/default/leases/n1".into(),
+                Decision::NoOpinion,
+            ),
+            ("token reviews", &n1, Method::POST, "/apis/authentication.k8s.io/v1/tokenreviews".into(), Decision::Allow),
+            ("not a node without the group", &not_in_group, Method::POST, csrs.into(), Decision::NoOpinion),
+            ("not a node without the name", &other, Method::POST, csrs.into(), Decision::NoOpinion),
+            ("namespaces are not node business", &n1, Method::GET, "/api/v1/namespaces".into(), Decision::NoOpinion),
+        ];
+        for (what, u, m, path, want) in cases {
+            let info = resolve(m, path, None);
+            let got = a.authorize(&Attributes { user: u, info: &info }).await;
+            assert_eq!(&got.decision, want, "{what}: {got:?}");
+        }
+        assert_eq!(node_name(&n1), Some("n1"));
+        assert_eq!(node_name(&other), None);
+    }
+}
