@@ -52,6 +52,9 @@ struct ServerArgs {
     /// (`=false` leaves them out).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     tls_bootstrap_bindings: bool,
+    /// Authenticate bootstrap tokens (Secrets kube-system/bootstrap-token-<id>).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    enable_bootstrap_token_auth: bool,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
@@ -108,6 +111,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     init_logging(&args.log_format);
     let mut cfg = kustos_apiserver::Config::new(args.data_dir.clone());
     cfg.bind_address = args.bind_address;
+    cfg.enable_bootstrap_token_auth = args.enable_bootstrap_token_auth;
     cfg.secure_port = args.secure_port;
     cfg.tls_sans = args.tls_san.clone();
     cfg.anonymous_auth = args.anonymous_auth;
