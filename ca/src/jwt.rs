@@ -21,12 +21,22 @@ use std::fmt;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
-use ring::signature::{self, KeyPair as _};
+use ring::signature;
 use serde_json::{json, Map, Value};
 
 use super::der::{self, pem_decode_all, PemBlock};
 use super::key::KeyPair;
 use super::KeyAlgorithm;
+
+/// Whether two byte strings are equal, in time that depends on their lengths only (for
+/// comparing secrets such as tokens).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | std::hint::black_box(x ^ y));
+    std::hint::black_box(diff) == 0
+}
 
 /// The issuer of legacy (Secret-based) service-account tokens.
 pub const LEGACY_ISSUER: &str = "kubernetes/serviceaccount";
@@ -1348,6 +1358,20 @@ mod tests {
         assert_eq!(c, LegacyClaims::new("ns", "sa", "sa-uid", "sa-token-1"));
         assert_eq!(unverified_issuer(&token).as_deref(), Some(LEGACY_ISSUER));
         assert!(legacy_token("not a key", "ns", "sa", "u", "s", "u").is_err());
+    }
+
+    #[test]
+    fn constant_time_comparison() {
+        let cases: &[(&[u8], &[u8], bool)] = &[
+            (b"", b"", true),
+            (b"abc", b"abc", true),
+            (b"abc", b"abd", false),
+            (b"abc", b"ab", false),
+            (b"", b"a", false),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(constant_time_eq(a, b), *want, "{a:?} {b:?}");
+        }
     }
 
     #[test]
