@@ -865,7 +865,7 @@ pub fn legacy_token(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::type_complexity)]
 mod tests {
     use super::*;
     use chrono::TimeZone as _;
