@@ -58,6 +58,22 @@ struct ServerArgs {
     /// Controllers to run (`server` only): `*` (all on by default), `name`, `-name`.
     #[arg(long, value_delimiter = ',', default_value = "*")]
     controllers: Vec<String>,
+    /// Issuer of service-account tokens (repeatable): the first one is put into new tokens,
+    /// all are accepted.
+    #[arg(long = "service-account-issuer", default_value = kustos_apiserver::serviceaccount::DEFAULT_ISSUER)]
+    service_account_issuer: Vec<String>,
+    /// PEM file of keys that verify service-account tokens, besides the apiserver's own
+    /// (repeatable; public or private RSA/ECDSA keys, several per file).
+    #[arg(long = "service-account-key-file")]
+    service_account_key_file: Vec<PathBuf>,
+    /// Audiences of the API (comma-separated); tokens used on requests must be meant for
+    /// one of them. Default: the service-account issuers.
+    #[arg(long = "api-audiences", value_delimiter = ',')]
+    api_audiences: Vec<String>,
+    /// The longest lifetime of tokens issued by TokenRequest (e.g. 48h); longer requests are
+    /// shortened. Default: no cap.
+    #[arg(long = "service-account-max-token-expiration", value_parser = parse_duration)]
+    service_account_max_token_expiration: Option<std::time::Duration>,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
@@ -121,6 +137,10 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.history_revisions = args.history_revisions;
     cfg.compaction_interval = args.compaction_interval;
     cfg.tls_bootstrap_bindings = args.tls_bootstrap_bindings;
+    cfg.service_account_issuers = args.service_account_issuer.clone();
+    cfg.service_account_key_files = args.service_account_key_file.clone();
+    cfg.api_audiences = args.api_audiences.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
+    cfg.service_account_max_token_expiration = args.service_account_max_token_expiration;
     let running = kustos_apiserver::start(cfg)
         .await
         .with_context(|| format!("starting kustos in {}", args.data_dir.display()))?;
@@ -136,7 +156,9 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
         let config = kustos_controllers::Config {
             controllers: kustos_controllers::resolve_controllers(&args.controllers).map_err(anyhow::Error::msg)?,
             root_ca_file: Some(running.pki.dir.join("ca.crt")),
-            token_generator: None,
+            token_generator: Some(std::sync::Arc::new(kustos_controllers::serviceaccount_token::PemSigner::new(
+                running.pki.sa_key_pem.clone(),
+            )?)),
             ..Default::default()
         };
         Some(tokio::spawn(kustos_controllers::run(clients, config, async move {

@@ -82,6 +82,9 @@ pub struct Security {
     pub authz: Arc<dyn authz::Authorizer>,
     /// The RBAC objects (roleRef resolution for escalation checks), current after writes.
     pub rbac: Arc<rbac::cache::RbacCache>,
+    /// Service-account token issuing and checking (None: TokenRequest and OIDC discovery
+    /// are not served).
+    pub service_accounts: Option<Arc<serviceaccount::ServiceAccountTokens>>,
 }
 
 impl AppState {
@@ -181,6 +184,10 @@ async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -
             .map(|b| json_response(&b, "application/json"))
             .ok_or_else(not_found_path),
         ["version"] => Ok(json_response(&discovery::version_info(), "application/json")),
+        [".well-known", "openid-configuration"] => {
+            serviceaccount::openid_configuration_response(state).ok_or_else(not_found_path)
+        }
+        ["openid", "v1", "jwks"] => serviceaccount::jwks_response(state).ok_or_else(not_found_path),
         ["openapi", "v2"] => Ok(state.openapi.v2_response(&accept)),
         ["openapi", "v3"] => Ok(state.openapi.v3_index_response()),
         ["openapi", "v3", rest @ ..] => {
@@ -324,6 +331,15 @@ pub struct Config {
     pub tls_bootstrap_bindings: bool,
     /// Authenticate bootstrap tokens (`--enable-bootstrap-token-auth`).
     pub enable_bootstrap_token_auth: bool,
+    /// `--service-account-issuer`: the first one is put into new tokens, all are accepted.
+    pub service_account_issuers: Vec<String>,
+    /// `--service-account-key-file`: more PEM files of token verification keys (besides
+    /// the apiserver's own `sa.pub`).
+    pub service_account_key_files: Vec<PathBuf>,
+    /// `--api-audiences` (empty: the issuers).
+    pub api_audiences: Vec<String>,
+    /// `--service-account-max-token-expiration` (None: no cap).
+    pub service_account_max_token_expiration: Option<std::time::Duration>,
 }
 
 impl Config {
@@ -338,6 +354,10 @@ impl Config {
             compaction_interval: std::time::Duration::from_secs(30),
             tls_bootstrap_bindings: true,
             enable_bootstrap_token_auth: true,
+            service_account_issuers: vec![serviceaccount::DEFAULT_ISSUER.to_string()],
+            service_account_key_files: Vec::new(),
+            api_audiences: Vec::new(),
+            service_account_max_token_expiration: None,
         }
     }
 }
@@ -386,10 +406,14 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     );
     // Every writer uses the wrapped store, so RBAC writes are seen by the next request.
     let (store, rbac_cache) = rbac::cache::install(store);
-    let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?;
+    let sa_tokens = Arc::new(serviceaccount::ServiceAccountTokens::load(&cfg, &pki, &server_address)?);
+    let sa_authn = serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?;
+    let api_audiences = sa_tokens.api_audiences().to_vec();
+    let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?
+        .with(Arc::new(sa_authn))
+        .with_api_audiences(api_audiences.clone());
     if cfg.enable_bootstrap_token_auth {
         let registry = Registry::builtin();
-        let api_audiences = chain.api_audiences().to_vec();
         chain = chain.with(Arc::new(bootstrap_token::BootstrapTokenAuthenticator::for_registry(
             store.clone(),
             &registry,
@@ -402,8 +426,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         Arc::new(rbac::node::NodeAuthorizer::from_default_policy()),
         Arc::new(rbac::authorizer::RbacAuthorizer::new(rbac_cache.clone())),
     ]));
-    let state = AppState::new(store, server_address.clone(), Security { authn, authz, rbac: rbac_cache });
+    let state = AppState::new(
+        store,
+        server_address.clone(),
+        Security { authn, authz, rbac: rbac_cache, service_accounts: Some(sa_tokens) },
+    );
     bootstrap(&state).await?;
+    serviceaccount::ensure_legacy_token_tracking(&state, now).await?;
     let policy = rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     rbac::reconcile::ensure_default_policy(&state, &policy).await?;
     gc::spawn_startup_sweep(state.clone());

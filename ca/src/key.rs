@@ -63,6 +63,11 @@ impl KeyPair {
         let Some(block) = blocks.iter().find(|b| b.label.ends_with("PRIVATE KEY")) else {
             return Err(Error::NoPrivateKey);
         };
+        Self::from_block(block)
+    }
+
+    /// Load one decoded private-key PEM block (see [`KeyPair::from_pem`] for the labels).
+    pub(crate) fn from_block(block: &der::PemBlock) -> Result<Self, Error> {
         match block.label.as_str() {
             "PRIVATE KEY" => Self::from_pkcs8_der(&block.der),
             "RSA PRIVATE KEY" => Self::from_pkcs8_der(&wrap_pkcs1(&block.der)),

@@ -10,13 +10,15 @@
 //!   [`Ca::issue`] signs leaf certificates ([`IssueParams`] → [`Issued`]).
 //! - [`parse_certificate_der`] / [`CertInfo`]: the fields callers check (subject, SANs,
 //!   validity, usages, key identifiers).
-//! - [`generate_sa_keypair`]: the service-account token signing key.
+//! - [`generate_sa_keypair`]: the service-account token signing key; [`jwt`] signs and
+//!   verifies service-account tokens with it.
 //!
 //! Issued certificates follow what Kubernetes' own signers produce: NotBefore backdated by
 //! [`BACKDATE`], NotAfter capped at the CA's NotAfter, a random 128-bit serial, CA:false,
 //! subject key identifier, and an authority key identifier matching the CA's.
 
 mod der;
+pub mod jwt;
 mod key;
 
 use std::net::IpAddr;

@@ -27,6 +27,39 @@ pub const SECRET_TYPE: &str = "kubernetes.io/service-account-token";
 pub const NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
 pub const UID_ANNOTATION: &str = "kubernetes.io/service-account.uid";
 
+/// Signs legacy tokens with a PEM private key (`--service-account-private-key-file`, or the
+/// apiserver's `sa.key` in `kustos server`).
+pub struct PemSigner {
+    key_pem: String,
+}
+
+impl PemSigner {
+    /// Fails when the PEM holds no usable signing key.
+    pub fn new(key_pem: String) -> anyhow::Result<Self> {
+        kustos_ca::jwt::SigningKey::from_pem(&key_pem)?;
+        Ok(PemSigner { key_pem })
+    }
+}
+
+impl std::fmt::Debug for PemSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PemSigner").finish_non_exhaustive()
+    }
+}
+
+impl TokenGenerator for PemSigner {
+    fn legacy_token(
+        &self,
+        namespace: &str,
+        sa_name: &str,
+        sa_uid: &str,
+        secret_name: &str,
+        secret_uid: &str,
+    ) -> anyhow::Result<String> {
+        Ok(kustos_ca::jwt::legacy_token(&self.key_pem, namespace, sa_name, sa_uid, secret_name, secret_uid)?)
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Action {
     /// The account is gone (or has another uid): delete the Secret (precondition: its uid).

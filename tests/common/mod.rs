@@ -650,17 +650,6 @@ pub fn token_user(s: &Server, name: &str, token: &str) -> User {
     user_with_kubeconfig(s, name, &yaml, Vec::new())
 }
 
-/// A user with no credentials at all (anonymous).
-pub fn anonymous_user(s: &Server) -> User {
-    let ca_crt = std::fs::read_to_string(s.data_dir.join("pki/ca.crt")).expect("reading ca.crt");
-    let ca_b64 = base64::engine::general_purpose::STANDARD.encode(ca_crt);
-    let yaml = format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: kustos\n  cluster:\n    server: {}\n    certificate-authority-data: {ca_b64}\ncontexts:\n- name: anonymous\n  context:\n    cluster: kustos\n    user: anonymous\ncurrent-context: anonymous\nusers:\n- name: anonymous\n  user: {{}}\n",
-        s.url
-    );
-    user_with_kubeconfig(s, "system:anonymous", &yaml, Vec::new())
-}
-
 fn user_with_kubeconfig(s: &Server, name: &str, yaml: &str, identity: Vec<u8>) -> User {
     let file = unique("user");
     let kubeconfig = s.work_dir().join(format!("{file}.kubeconfig"));

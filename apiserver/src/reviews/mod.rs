@@ -168,7 +168,12 @@ pub fn decode(
 ) -> Result<(Value, Vec<String>), ApiError> {
     params.dry_run()?;
     let mode = params.field_validation()?;
-    let raw = rest::decode_body(def, body, content_type)?;
+    let mut raw = rest::decode_body(def, body, content_type)?;
+    // The status is computed by the server; what a client sends there (protobuf bodies carry
+    // an empty one) is ignored.
+    if let Some(m) = raw.as_object_mut() {
+        m.remove("status");
+    }
     let json_body = content_type.is_empty() || content_type == "application/json";
     let dups = if json_body { rest::duplicate_fields(body) } else { Vec::new() };
     let (mut obj, warnings) = rest::typed_check(def, &raw, mode, &dups)?;
