@@ -52,6 +52,12 @@ struct ServerArgs {
     /// (`=false` leaves them out).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     tls_bootstrap_bindings: bool,
+    /// Authenticate bootstrap tokens (Secrets kube-system/bootstrap-token-<id>).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    enable_bootstrap_token_auth: bool,
+    /// Controllers to run (`server` only): `*` (all on by default), `name`, `-name`.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    controllers: Vec<String>,
     /// Issuer of service-account tokens (repeatable): the first one is put into new tokens,
     /// all are accepted.
     #[arg(long = "service-account-issuer", default_value = kustos_apiserver::serviceaccount::DEFAULT_ISSUER)]
@@ -124,6 +130,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     init_logging(&args.log_format);
     let mut cfg = kustos_apiserver::Config::new(args.data_dir.clone());
     cfg.bind_address = args.bind_address;
+    cfg.enable_bootstrap_token_auth = args.enable_bootstrap_token_auth;
     cfg.secure_port = args.secure_port;
     cfg.tls_sans = args.tls_san.clone();
     cfg.anonymous_auth = args.anonymous_auth;
@@ -137,17 +144,57 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     let running = kustos_apiserver::start(cfg)
         .await
         .with_context(|| format!("starting kustos in {}", args.data_dir.display()))?;
-    // The controllers (and their CA signers) arrive with later issues; until then `server`
-    // runs the apiserver alone, exactly like `apiserver`.
     let mode = if with_controllers { "server" } else { "apiserver" };
     tracing::info!(address = %running.addr, mode, "serving");
     println!("kustos is serving on https://{}", running.addr);
     println!("admin kubeconfig: {}", running.kubeconfig.display());
     println!("try: kubectl --kubeconfig {} get namespaces", running.kubeconfig.display());
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let controllers = if with_controllers {
+        let client = in_process_client(&running).await.context("building the controllers' client")?;
+        let clients: kustos_controllers::ClientFor = std::sync::Arc::new(move |_| client.clone());
+        let config = kustos_controllers::Config {
+            controllers: kustos_controllers::resolve_controllers(&args.controllers).map_err(anyhow::Error::msg)?,
+            root_ca_file: Some(running.pki.dir.join("ca.crt")),
+            token_generator: None,
+            ..Default::default()
+        };
+        Some(tokio::spawn(kustos_controllers::run(clients, config, async move {
+            let _ = stop_rx.await;
+        })))
+    } else {
+        None
+    };
     shutdown_signal().await;
     tracing::info!("shutting down");
+    let _ = stop_tx.send(());
+    if let Some(task) = controllers {
+        let _ = task.await;
+    }
     running.stop().await;
     Ok(())
+}
+
+/// The identity the in-process controllers use: a client certificate for
+/// `system:kube-controller-manager` in `system:masters`, issued from the cluster CA at every
+/// start and kept in memory only. The controllers run inside the process that holds the CA
+/// key and the store, so RBAC could not confine them further; the per-controller
+/// `system:controller:*` roles are for `kustos controller-manager` against other apiservers.
+async fn in_process_client(running: &kustos_apiserver::Running) -> anyhow::Result<kube::Client> {
+    let params = kustos_ca::IssueParams::client(
+        "system:kube-controller-manager",
+        vec!["system:masters".into()],
+        chrono::Duration::days(365),
+    );
+    let issued = running.pki.ca().issue(params, chrono::Utc::now())?;
+    let key = issued.key_pem.clone().ok_or_else(|| anyhow::anyhow!("no key generated for the controllers"))?;
+    kustos_controllers::client::from_client_cert(
+        &format!("https://{}", running.addr),
+        &running.pki.ca_bundle_pem,
+        &issued.cert_pem,
+        &key,
+    )
+    .await
 }
 
 fn main() {

@@ -199,6 +199,12 @@ impl X509Authenticator {
     }
 }
 
+/// Compare secrets (tokens, token secrets) in time independent of where they differ.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    use subtle::ConstantTimeEq as _;
+    a.ct_eq(b).into()
+}
+
 /// The bearer token of a request, if it has a non-empty one.
 pub fn bearer_token(req: &http::request::Parts) -> Option<&str> {
     let value = req.headers.get(http::header::AUTHORIZATION)?.to_str().ok()?.trim();

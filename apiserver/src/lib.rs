@@ -18,11 +18,13 @@
 pub mod admission;
 pub mod authn;
 pub mod authz;
+pub mod bootstrap_token;
 pub mod discovery;
 mod dupcheck;
 pub mod error;
 pub mod gc;
 pub mod health;
+pub mod impersonation;
 pub mod meta;
 pub mod negotiate;
 pub mod openapi;
@@ -97,11 +99,13 @@ impl AppState {
 pub fn router(state: Arc<AppState>) -> Router {
     let authn = state.security.authn.clone();
     let authz = state.security.authz.clone();
+    let impersonate_authz = authz.clone();
     Router::new()
         .fallback(dispatch)
         .with_state(state)
         .layer(middleware::from_fn_with_state(authz, authz::authorize))
         .layer(middleware::from_fn(resolve_request_info))
+        .layer(middleware::from_fn_with_state(impersonate_authz, impersonation::impersonate))
         .layer(middleware::from_fn_with_state(authn, authn::authenticate))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             ApiError::internal("the server panicked while handling the request").into_response()
@@ -325,6 +329,8 @@ pub struct Config {
     pub compaction_interval: std::time::Duration,
     /// Include kubeadm's TLS-bootstrap bindings in the default RBAC policy.
     pub tls_bootstrap_bindings: bool,
+    /// Authenticate bootstrap tokens (`--enable-bootstrap-token-auth`).
+    pub enable_bootstrap_token_auth: bool,
     /// `--service-account-issuer`: the first one is put into new tokens, all are accepted.
     pub service_account_issuers: Vec<String>,
     /// `--service-account-key-file`: more PEM files of token verification keys (besides
@@ -347,6 +353,7 @@ impl Config {
             history_revisions: 100_000,
             compaction_interval: std::time::Duration::from_secs(30),
             tls_bootstrap_bindings: true,
+            enable_bootstrap_token_auth: true,
             service_account_issuers: vec![serviceaccount::DEFAULT_ISSUER.to_string()],
             service_account_key_files: Vec::new(),
             api_audiences: Vec::new(),
@@ -401,11 +408,19 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let (store, rbac_cache) = rbac::cache::install(store);
     let sa_tokens = Arc::new(serviceaccount::ServiceAccountTokens::load(&cfg, &pki, &server_address)?);
     let sa_authn = serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?;
-    let authn = Arc::new(
-        authn::AuthnChain::new(&pki, cfg.anonymous_auth)?
-            .with(Arc::new(sa_authn))
-            .with_api_audiences(sa_tokens.api_audiences().to_vec()),
-    );
+    let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?
+        .with_api_audiences(sa_tokens.api_audiences().to_vec())
+        .with(Arc::new(sa_authn));
+    if cfg.enable_bootstrap_token_auth {
+        let registry = Registry::builtin();
+        let api_audiences = chain.api_audiences().to_vec();
+        chain = chain.with(Arc::new(bootstrap_token::BootstrapTokenAuthenticator::for_registry(
+            store.clone(),
+            &registry,
+            api_audiences,
+        )?));
+    }
+    let authn = Arc::new(chain);
     let authz: Arc<dyn authz::Authorizer> = Arc::new(authz::Chain(vec![
         Arc::new(authz::MastersAuthorizer),
         Arc::new(rbac::node::NodeAuthorizer::from_default_policy()),

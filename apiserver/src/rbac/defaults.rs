@@ -1,5 +1,35 @@
 //! The default RBAC policy (upstream's bootstrap policy): the data lives in `defaults.yaml`,
 //! this module turns it into typed objects with upstream's label and annotation.
+//!
+//! It holds every ClusterRole and ClusterRoleBinding a kube-apiserver creates outside the
+//! controller set, every namespaced Role and RoleBinding it creates in `kube-system` and
+//! `kube-public`, and the `system:controller:*` roles (each bound to its ServiceAccount in
+//! `kube-system`) of the controllers kustos runs:
+//!
+//! - `certificate-controller` (csrapproving, csrsigning, csrcleaner),
+//! - `clusterrole-aggregation-controller`,
+//! - `legacy-service-account-token-cleaner`,
+//! - `root-ca-cert-publisher`,
+//! - `service-account-controller`.
+//!
+//! bootstrapsigner and tokencleaner use the namespaced `system:controller:bootstrap-signer`
+//! and `system:controller:token-cleaner` Roles; the serviceaccount-token controller runs as
+//! `system:kube-controller-manager`, as upstream.
+//!
+//! Upstream's other controller roles are left out because kustos runs no such controller
+//! (and namespace deletion and garbage collection happen inside the apiserver under its own
+//! identity): attachdetach, cronjob, daemon-set, deployment, device-taint-eviction,
+//! disruption, endpoint, endpointslice, endpointslicemirroring, ephemeral-volume, expand,
+//! generic-garbage-collector, horizontal-pod-autoscaler, job, namespace, node,
+//! persistent-volume-binder, pod-garbage-collector, pv-protection, pvc-protection,
+//! replicaset, replication, resource-claim, resourcequota, route, selinux-warning,
+//! service-cidrs, service, statefulset, ttl-after-finished, ttl,
+//! validatingadmissionpolicy-status and volumeattributesclass-protection.
+//!
+//! With [`PolicyOptions::tls_bootstrap_bindings`] the three ClusterRoleBindings kubeadm
+//! creates for kubelet TLS bootstrapping are added under kubeadm's names, for every
+//! bootstrap token (group `system:bootstrappers`); like kubeadm's they are not labelled
+//! `rbac-defaults`, but they are annotated for reconciliation.
 
 use std::collections::BTreeMap;
 
@@ -198,6 +228,8 @@ mod tests {
             .unwrap_or_else(|| panic!("{name}"))
     }
 
+    type SubjectKey<'a> = (&'a str, &'a str, Option<&'a str>);
+
     fn subject_names(b: &ClusterRoleBinding) -> Vec<(String, String)> {
         b.subjects.iter().flatten().map(|s| (s.kind.clone(), s.name.clone())).collect()
     }
@@ -208,8 +240,16 @@ mod tests {
         let p = policy();
         assert_eq!(p.cluster_roles.len(), 31 + 5);
         assert_eq!(p.cluster_role_bindings.len(), 12 + 5 + 3);
-        assert_eq!(p.roles.len(), 6);
-        assert_eq!(p.role_bindings.len(), 6);
+        assert_eq!(p.roles.len(), 7);
+        assert_eq!(p.role_bindings.len(), 7);
+        let per_namespace = |ns: &str| {
+            (
+                p.roles.iter().filter(|r| r.metadata.namespace.as_deref() == Some(ns)).count(),
+                p.role_bindings.iter().filter(|r| r.metadata.namespace.as_deref() == Some(ns)).count(),
+            )
+        };
+        assert_eq!(per_namespace("kube-system"), (6, 6));
+        assert_eq!(per_namespace("kube-public"), (1, 1));
         let without = default_policy(&PolicyOptions { tls_bootstrap_bindings: false });
         assert_eq!(without.cluster_role_bindings.len(), 12 + 5);
         assert!(!without.cluster_role_bindings.iter().any(|b| b
@@ -266,7 +306,80 @@ mod tests {
             assert!(urls != resources, "a rule has resources or URLs: {rule:?}");
             if resources {
                 assert!(rule.api_groups.as_ref().is_some_and(|g| !g.is_empty()), "{rule:?}");
+            } else {
+                assert!(rule.api_groups.is_none() && rule.resource_names.is_none(), "{rule:?}");
             }
+        }
+        // Namespaced roles cannot grant non-resource URLs.
+        for rule in p.roles.iter().flat_map(|r| r.rules.iter().flatten()) {
+            assert!(rule.non_resource_urls.is_none(), "{rule:?}");
+        }
+    }
+
+    /// The number of rules of each default role, as upstream's bootstrap policy has them, so
+    /// that a rule lost or added by accident is noticed.
+    #[test]
+    fn rule_counts_match_upstream() {
+        let p = policy();
+        let cases: &[(&str, usize)] = &[
+            ("admin", 0),
+            ("cluster-admin", 2),
+            ("edit", 0),
+            ("system:aggregate-to-admin", 2),
+            ("system:aggregate-to-edit", 13),
+            ("system:aggregate-to-view", 10),
+            ("system:auth-delegator", 2),
+            ("system:basic-user", 2),
+            ("system:certificates.k8s.io:certificatesigningrequests:nodeclient", 1),
+            ("system:certificates.k8s.io:certificatesigningrequests:selfnodeclient", 1),
+            ("system:certificates.k8s.io:kube-apiserver-client-approver", 1),
+            ("system:certificates.k8s.io:kube-apiserver-client-kubelet-approver", 1),
+            ("system:certificates.k8s.io:kubelet-serving-approver", 1),
+            ("system:certificates.k8s.io:legacy-unknown-approver", 1),
+            ("system:discovery", 1),
+            ("system:heapster", 2),
+            ("system:kube-aggregator", 1),
+            ("system:kube-controller-manager", 11),
+            ("system:kube-dns", 1),
+            ("system:kube-scheduler", 18),
+            ("system:kubelet-api-admin", 3),
+            ("system:monitoring", 1),
+            ("system:node", 22),
+            ("system:node-bootstrapper", 1),
+            ("system:node-problem-detector", 3),
+            ("system:node-proxier", 4),
+            ("system:persistent-volume-provisioner", 5),
+            ("system:public-info-viewer", 1),
+            ("system:service-account-issuer-discovery", 1),
+            ("system:volume-scheduler", 3),
+            ("view", 0),
+            ("system:controller:certificate-controller", 6),
+            ("system:controller:clusterrole-aggregation-controller", 1),
+            ("system:controller:legacy-service-account-token-cleaner", 2),
+            ("system:controller:root-ca-cert-publisher", 2),
+            ("system:controller:service-account-controller", 2),
+        ];
+        assert_eq!(cases.len(), p.cluster_roles.len());
+        for (name, want) in cases {
+            assert_eq!(cr(&p, name).rules.iter().flatten().count(), *want, "{name}");
+        }
+        let ns_cases: &[(&str, &str, usize)] = &[
+            ("kube-public", "system:controller:bootstrap-signer", 3),
+            ("kube-system", "extension-apiserver-authentication-reader", 1),
+            ("kube-system", "system::leader-locking-kube-controller-manager", 2),
+            ("kube-system", "system::leader-locking-kube-scheduler", 2),
+            ("kube-system", "system:controller:bootstrap-signer", 1),
+            ("kube-system", "system:controller:cloud-provider", 1),
+            ("kube-system", "system:controller:token-cleaner", 2),
+        ];
+        assert_eq!(ns_cases.len(), p.roles.len());
+        for (ns, name, want) in ns_cases {
+            let role = p
+                .roles
+                .iter()
+                .find(|r| r.metadata.namespace.as_deref() == Some(ns) && r.metadata.name.as_deref() == Some(name))
+                .unwrap_or_else(|| panic!("{ns}/{name}"));
+            assert_eq!(role.rules.iter().flatten().count(), *want, "{ns}/{name}");
         }
     }
 
@@ -292,6 +405,59 @@ mod tests {
         for (name, want) in cases {
             assert_eq!(&subject_names(crb(&p, name)), want, "{name}");
         }
+        // (namespace, binding, role, subjects as (kind, name, namespace))
+        let ns_cases: &[(&str, &str, &str, &[SubjectKey])] = &[
+            (
+                "kube-public",
+                "system:controller:bootstrap-signer",
+                "system:controller:bootstrap-signer",
+                &[("ServiceAccount", "bootstrap-signer", Some("kube-system"))],
+            ),
+            (
+                "kube-system",
+                "system::extension-apiserver-authentication-reader",
+                "extension-apiserver-authentication-reader",
+                &[("User", "system:kube-controller-manager", None), ("User", "system:kube-scheduler", None)],
+            ),
+            (
+                "kube-system",
+                "system::leader-locking-kube-controller-manager",
+                "system::leader-locking-kube-controller-manager",
+                &[
+                    ("User", "system:kube-controller-manager", None),
+                    ("ServiceAccount", "kube-controller-manager", Some("kube-system")),
+                    ("ServiceAccount", "leader-election-controller", Some("kube-system")),
+                ],
+            ),
+            (
+                "kube-system",
+                "system:controller:cloud-provider",
+                "system:controller:cloud-provider",
+                &[("ServiceAccount", "cloud-provider", Some("kube-system"))],
+            ),
+            (
+                "kube-system",
+                "system:controller:token-cleaner",
+                "system:controller:token-cleaner",
+                &[("ServiceAccount", "token-cleaner", Some("kube-system"))],
+            ),
+        ];
+        for (ns, name, role, want) in ns_cases {
+            let b = p
+                .role_bindings
+                .iter()
+                .find(|b| b.metadata.namespace.as_deref() == Some(ns) && b.metadata.name.as_deref() == Some(name))
+                .unwrap_or_else(|| panic!("{ns}/{name}"));
+            assert_eq!((b.role_ref.kind.as_str(), b.role_ref.name.as_str()), ("Role", *role), "{ns}/{name}");
+            let got: Vec<SubjectKey> = b
+                .subjects
+                .iter()
+                .flatten()
+                .map(|s| (s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()))
+                .collect();
+            assert_eq!(&got, want, "{ns}/{name}");
+        }
+
         let sa = crb(&p, "system:controller:root-ca-cert-publisher").subjects.clone().unwrap();
         assert_eq!(sa[0].namespace.as_deref(), Some("kube-system"));
         assert_eq!(sa[0].api_group, None);

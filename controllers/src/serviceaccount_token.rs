@@ -1,0 +1,312 @@
+//! `serviceaccount-token`: legacy `kubernetes.io/service-account-token` Secrets, as
+//! kube-controller-manager's tokens controller.
+//!
+//! A token Secret names its ServiceAccount in annotation `kubernetes.io/service-account.name`
+//! (and, once filled, its uid in `kubernetes.io/service-account.uid`). While that account
+//! exists the Secret gets `data.token` (a signed legacy token, never regenerated once present),
+//! `data.ca.crt` (the root CA bundle) and `data.namespace`; when the account is gone or has
+//! another uid the Secret is deleted. When a token Secret is deleted, its name is removed from
+//! the account's `.secrets`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::ByteString;
+use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
+use kube::runtime::watcher;
+use kube::runtime::WatchStreamExt as _;
+use kube::{Api, Client};
+
+use crate::runtime::{changes, level_loop, tolerate_races};
+use crate::TokenGenerator;
+
+pub const SECRET_TYPE: &str = "kubernetes.io/service-account-token";
+pub const NAME_ANNOTATION: &str = "kubernetes.io/service-account.name";
+pub const UID_ANNOTATION: &str = "kubernetes.io/service-account.uid";
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// The account is gone (or has another uid): delete the Secret (precondition: its uid).
+    Delete { namespace: String, name: String, uid: String },
+    /// Fill what is missing; `needs_token` says whether a token must be signed first.
+    Fill { secret: Box<Secret>, needs_token: bool, account_uid: String },
+}
+
+fn annotation<'a>(s: &'a Secret, key: &str) -> Option<&'a str> {
+    s.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Decide for every token Secret.
+pub fn decide(accounts: &[ServiceAccount], secrets: &[Secret], ca: Option<&[u8]>) -> Vec<Action> {
+    let by_key: HashMap<(&str, &str), &ServiceAccount> = accounts
+        .iter()
+        .filter_map(|sa| Some(((sa.metadata.namespace.as_deref()?, sa.metadata.name.as_deref()?), sa)))
+        .collect();
+    let mut out = Vec::new();
+    for s in secrets.iter().filter(|s| s.type_.as_deref() == Some(SECRET_TYPE)) {
+        if s.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let (Some(ns), Some(name)) = (s.metadata.namespace.as_deref(), s.metadata.name.as_deref()) else { continue };
+        let Some(sa_name) = annotation(s, NAME_ANNOTATION) else { continue };
+        let want_uid = annotation(s, UID_ANNOTATION).unwrap_or("");
+        let account =
+            by_key.get(&(ns, sa_name)).filter(|sa| want_uid.is_empty() || sa.metadata.uid.as_deref() == Some(want_uid));
+        let Some(account) = account else {
+            out.push(Action::Delete {
+                namespace: ns.into(),
+                name: name.into(),
+                uid: s.metadata.uid.clone().unwrap_or_default(),
+            });
+            continue;
+        };
+        let data = s.data.clone().unwrap_or_default();
+        let empty = |k: &str| data.get(k).is_none_or(|v| v.0.is_empty());
+        let needs_ca = ca.is_some_and(|ca| !ca.is_empty() && data.get("ca.crt").map(|v| v.0.as_slice()) != Some(ca));
+        let needs_namespace = empty("namespace");
+        let needs_token = empty("token");
+        let account_uid = account.metadata.uid.clone().unwrap_or_default();
+        if !needs_ca && !needs_namespace && !needs_token && want_uid == account_uid {
+            continue;
+        }
+        let mut filled = s.clone();
+        let d: &mut BTreeMap<String, ByteString> = filled.data.get_or_insert_with(Default::default);
+        if let (true, Some(ca)) = (needs_ca, ca) {
+            d.insert("ca.crt".into(), ByteString(ca.to_vec()));
+        }
+        if needs_namespace {
+            d.insert("namespace".into(), ByteString(ns.as_bytes().to_vec()));
+        }
+        let ann = filled.metadata.annotations.get_or_insert_with(Default::default);
+        ann.insert(NAME_ANNOTATION.into(), sa_name.into());
+        ann.insert(UID_ANNOTATION.into(), account_uid.clone());
+        out.push(Action::Fill { secret: Box::new(filled), needs_token, account_uid });
+    }
+    out
+}
+
+/// The account's `.secrets` without `secret_name`, or None when it is not listed.
+pub fn without_reference(account: &ServiceAccount, secret_name: &str) -> Option<ServiceAccount> {
+    let refs = account.secrets.as_ref()?;
+    if !refs.iter().any(|r| r.name.as_deref() == Some(secret_name)) {
+        return None;
+    }
+    let mut updated = account.clone();
+    updated.secrets = Some(refs.iter().filter(|r| r.name.as_deref() != Some(secret_name)).cloned().collect());
+    Some(updated)
+}
+
+pub async fn run(
+    client: Client,
+    gen: Arc<dyn TokenGenerator>,
+    ca_file: Option<PathBuf>,
+    cfg: crate::Config,
+) -> anyhow::Result<()> {
+    let accounts: Api<ServiceAccount> = Api::all(client.clone());
+    let secrets: Api<Secret> = Api::all(client.clone());
+    let token_type = format!("type={SECRET_TYPE}");
+    tokio::spawn(remove_references(client.clone(), secrets.clone(), token_type.clone()));
+    let triggers = vec![
+        changes(accounts.clone(), watcher::Config::default()),
+        changes(secrets.clone(), watcher::Config::default().fields(&token_type)),
+    ];
+    level_loop("serviceaccount-token", triggers, cfg.resync_period, || {
+        let (accounts, secrets, client, gen, ca_file, token_type) =
+            (accounts.clone(), secrets.clone(), client.clone(), gen.clone(), ca_file.clone(), token_type.clone());
+        async move {
+            let ca = match &ca_file {
+                Some(p) => Some(tokio::fs::read(p).await.map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?),
+                None => None,
+            };
+            let sas = accounts.list(&ListParams::default()).await?.items;
+            let tokens = secrets.list(&ListParams::default().fields(&token_type)).await?.items;
+            for action in decide(&sas, &tokens, ca.as_deref()) {
+                match action {
+                    Action::Delete { namespace, name, uid } => {
+                        let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
+                        let dp = DeleteParams {
+                            preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
+                            ..Default::default()
+                        };
+                        tolerate_races(api.delete(&name, &dp).await)?;
+                        tracing::info!(namespace = %namespace, secret = %name, "deleted a token secret of a missing service account");
+                    }
+                    Action::Fill { mut secret, needs_token, account_uid } => {
+                        let ns = secret.metadata.namespace.clone().unwrap_or_default();
+                        let name = secret.metadata.name.clone().unwrap_or_default();
+                        if needs_token {
+                            let sa_name = annotation(&secret, NAME_ANNOTATION).unwrap_or_default().to_string();
+                            let secret_uid = secret.metadata.uid.clone().unwrap_or_default();
+                            let token = gen.legacy_token(&ns, &sa_name, &account_uid, &name, &secret_uid)?;
+                            secret.data.get_or_insert_with(Default::default).insert("token".into(), ByteString(token.into_bytes()));
+                        }
+                        let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
+                        tolerate_races(api.replace(&name, &PostParams::default(), &secret).await)?;
+                        tracing::info!(namespace = %ns, secret = %name, "filled a service-account token secret");
+                    }
+                }
+            }
+            Ok(())
+        }
+    })
+    .await
+}
+
+/// On every deleted token Secret: drop it from its account's `.secrets`.
+async fn remove_references(client: Client, secrets: Api<Secret>, token_type: String) {
+    let mut events = watcher(secrets, watcher::Config::default().fields(&token_type)).default_backoff().boxed();
+    while let Some(ev) = events.next().await {
+        let Ok(watcher::Event::Delete(secret)) = ev else { continue };
+        let (Some(ns), Some(name), Some(sa)) = (
+            secret.metadata.namespace.as_deref(),
+            secret.metadata.name.as_deref(),
+            annotation(&secret, NAME_ANNOTATION),
+        ) else {
+            continue;
+        };
+        let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+        for _ in 0..5 {
+            let account = match api.get_opt(sa).await {
+                Ok(Some(a)) => a,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::warn!(error = %e, "reading a service account");
+                    break;
+                }
+            };
+            let Some(updated) = without_reference(&account, name) else { break };
+            match api.replace(sa, &PostParams::default(), &updated).await {
+                Ok(_) => break,
+                Err(e) if crate::runtime::is_status(&e, 409) => continue,
+                Err(e) => {
+                    tracing::warn!(error = %e, "removing a deleted token secret from its service account");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use kube::api::ObjectMeta;
+
+    fn sa(ns: &str, name: &str, uid: &str) -> ServiceAccount {
+        ServiceAccount {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn secret(ns: &str, name: &str, sa: &str, uid: Option<&str>, data: &[(&str, &str)]) -> Secret {
+        let mut ann = BTreeMap::from([(NAME_ANNOTATION.to_string(), sa.to_string())]);
+        if let Some(u) = uid {
+            ann.insert(UID_ANNOTATION.into(), u.into());
+        }
+        Secret {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some(ns.into()),
+                uid: Some(format!("{name}-uid")),
+                annotations: Some(ann),
+                ..Default::default()
+            },
+            type_: Some(SECRET_TYPE.into()),
+            data: Some(data.iter().map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec()))).collect()),
+            ..Default::default()
+        }
+    }
+
+    fn summary(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .map(|a| match a {
+                Action::Delete { name, .. } => format!("delete {name}"),
+                Action::Fill { secret, needs_token, .. } => {
+                    let keys: Vec<String> = secret.data.clone().unwrap_or_default().keys().cloned().collect();
+                    format!(
+                        "fill {} token={needs_token} keys={}",
+                        secret.metadata.name.clone().unwrap_or_default(),
+                        keys.join(",")
+                    )
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn token_secret_decisions() {
+        let full = [("token", "t"), ("ca.crt", "CA"), ("namespace", "ns")];
+        let cases: Vec<(&str, Vec<ServiceAccount>, Vec<Secret>, Vec<&str>)> = vec![
+            (
+                "new secret gets everything",
+                vec![sa("ns", "robot", "u1")],
+                vec![secret("ns", "s", "robot", None, &[])],
+                vec!["fill s token=true keys=ca.crt,namespace"],
+            ),
+            (
+                "complete secret is left alone",
+                vec![sa("ns", "robot", "u1")],
+                vec![secret("ns", "s", "robot", Some("u1"), &full)],
+                vec![],
+            ),
+            (
+                "token is never regenerated",
+                vec![sa("ns", "robot", "u1")],
+                vec![secret("ns", "s", "robot", Some("u1"), &[("token", "t")])],
+                vec!["fill s token=false keys=ca.crt,namespace,token"],
+            ),
+            (
+                "new CA is written",
+                vec![sa("ns", "robot", "u1")],
+                vec![secret("ns", "s", "robot", Some("u1"), &[("token", "t"), ("ca.crt", "OLD"), ("namespace", "ns")])],
+                vec!["fill s token=false keys=ca.crt,namespace,token"],
+            ),
+            ("account missing", vec![], vec![secret("ns", "s", "robot", None, &full)], vec!["delete s"]),
+            (
+                "account recreated with another uid",
+                vec![sa("ns", "robot", "u2")],
+                vec![secret("ns", "s", "robot", Some("u1"), &full)],
+                vec!["delete s"],
+            ),
+            (
+                "account in another namespace does not count",
+                vec![sa("other", "robot", "u1")],
+                vec![secret("ns", "s", "robot", None, &full)],
+                vec!["delete s"],
+            ),
+        ];
+        for (what, accounts, secrets, want) in cases {
+            assert_eq!(summary(&decide(&accounts, &secrets, Some(b"CA"))), want, "{what}");
+        }
+        let mut opaque = secret("ns", "o", "robot", None, &[]);
+        opaque.type_ = Some("Opaque".into());
+        assert!(decide(&[], &[opaque], None).is_empty(), "only token secrets");
+        let filled = decide(&[sa("ns", "robot", "u1")], &[secret("ns", "s", "robot", None, &[])], None);
+        let Action::Fill { secret, account_uid, .. } = &filled[0] else { panic!("{filled:?}") };
+        assert_eq!(account_uid, "u1");
+        assert_eq!(secret.metadata.annotations.clone().unwrap_or_default()[UID_ANNOTATION], "u1");
+    }
+
+    #[test]
+    fn references_are_removed() {
+        let mut a = sa("ns", "robot", "u1");
+        a.secrets = Some(vec![
+            ObjectReference { name: Some("s1".into()), ..Default::default() },
+            ObjectReference { name: Some("s2".into()), ..Default::default() },
+        ]);
+        let updated = without_reference(&a, "s1").map(|u| u.secrets.unwrap_or_default());
+        assert_eq!(updated, Some(vec![ObjectReference { name: Some("s2".into()), ..Default::default() }]));
+        assert!(without_reference(&a, "s3").is_none());
+    }
+}

@@ -1,0 +1,219 @@
+//! Every kind of identity against the real binary with kubectl: the admin (client cert in
+//! system:masters), a bootstrap token, a node client certificate, a service account token
+//! and an anonymous client — what each may do (`kubectl auth can-i`), who each is
+//! (`kubectl auth whoami`), and the token life cycle.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{anonymous_user, issue_user, send, shared, token_user, unique, Server, User};
+use serde_json::{json, Value};
+
+/// Creates `kube-system/bootstrap-token-<id>` and returns the token.
+fn bootstrap_token(s: &Server, extra: Value) -> String {
+    let id: String = unique("").chars().filter(|c| c.is_ascii_digit()).collect::<String>();
+    let id = format!("{:0>6}", &id[id.len().saturating_sub(6)..]);
+    let secret = "0123456789abcdef";
+    let mut string_data = json!({
+        "token-id": id, "token-secret": secret, "usage-bootstrap-authentication": "true",
+    });
+    if let (Some(m), Some(extra)) = (string_data.as_object_mut(), extra.as_object()) {
+        m.extend(extra.clone());
+    }
+    let manifest = json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+        "metadata": {"name": format!("bootstrap-token-{id}"), "namespace": "kube-system"},
+        "stringData": string_data,
+    });
+    let out = s.kubectl_with_stdin(&["apply", "-f", "-"], Some(&manifest.to_string()));
+    assert!(out.status.success(), "creating the bootstrap token: {}", String::from_utf8_lossy(&out.stderr));
+    format!("{id}.{secret}")
+}
+
+fn can_i(s: &Server, u: &User, args: &[&str]) -> bool {
+    let mut full = vec!["auth", "can-i"];
+    full.extend_from_slice(args);
+    let out = u.kubectl(s, &full);
+    let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    match stdout.as_str() {
+        "yes" => true,
+        "no" => false,
+        _ => panic!(
+            "kubectl (as {}) auth can-i {}: unexpected answer {stdout:?}; stderr:\n{}",
+            u.name,
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
+
+fn whoami(s: &Server, u: &User) -> Value {
+    let out = u.kubectl_ok(s, &["auth", "whoami", "-o", "json"]);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("whoami output is JSON ({e}): {out}"))
+}
+
+fn groups(review: &Value) -> Vec<String> {
+    review["status"]["userInfo"]["groups"]
+        .as_array()
+        .map(|g| g.iter().filter_map(|x| x.as_str().map(str::to_string)).collect())
+        .unwrap_or_default()
+}
+
+/// A namespace with a ServiceAccount `robot` and a token for it.
+fn service_account(s: &Server) -> (String, String) {
+    let ns = unique("ident");
+    s.kubectl_ok(&["create", "namespace", &ns]);
+    s.kubectl_ok(&["create", "serviceaccount", "robot", "-n", &ns]);
+    let token = s.kubectl_ok(&["create", "token", "robot", "-n", &ns, "--duration", "20m"]).trim().to_string();
+    assert_eq!(token.split('.').count(), 3, "a JWT: {token}");
+    (ns, token)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn can_i_matrix_for_every_identity() {
+    let s = shared();
+    let admin = issue_user(&s, "matrix-admin", &["system:masters"]);
+    let boot = token_user(&s, "bootstrapper", &bootstrap_token(&s, json!({})));
+    let node = issue_user(&s, "system:node:matrix-n1", &["system:nodes"]);
+    let (ns, token) = service_account(&s);
+    let sa = token_user(&s, "robot", &token);
+
+    // (question, admin, bootstrap token, node, service account)
+    let csr = "certificatesigningrequests.certificates.k8s.io";
+    let cases: &[(&[&str], [bool; 4])] = &[
+        (&["create", csr], [true, true, true, false]),
+        (&["create", csr, "--subresource=nodeclient"], [true, true, false, false]),
+        (&["create", csr, "--subresource=selfnodeclient"], [true, false, true, false]),
+        (&["list", "secrets", "-n", "kube-system"], [true, false, false, false]),
+        (&["get", "secrets", "-n", &ns], [true, false, false, false]),
+        (&["create", "serviceaccounts/token", "-n", &ns], [true, false, false, false]),
+        (&["create", "clusterroles"], [true, false, false, false]),
+        (&["get", "/version"], [true, true, true, true]),
+        (&["get", "/api"], [true, true, true, true]),
+        (&["get", "/openid/v1/jwks"], [true, false, false, true]),
+        (&["approve", "signers.certificates.k8s.io/kubernetes.io/kubelet-serving"], [true, false, false, false]),
+    ];
+    for (question, want) in cases {
+        for (u, want) in [&admin, &boot, &node, &sa].into_iter().zip(want) {
+            assert_eq!(can_i(&s, u, question), *want, "{} can-i {}", u.name, question.join(" "));
+        }
+    }
+
+    // Anonymous: only the public info (and it may not even ask can-i: no system:basic-user).
+    let anon = s.anonymous();
+    send(anon.get(format!("{}/version", s.url))).await.expect_code(200, "anonymous /version");
+    send(anon.get(format!("{}/readyz", s.url))).await.expect_code(200, "anonymous /readyz");
+    send(anon.get(format!("{}/api", s.url))).await.expect_code(403, "anonymous /api");
+    send(anon.get(format!("{}/api/v1/namespaces/default/configmaps", s.url))).await.expect_code(403, "anonymous list");
+    let err = anonymous_user(&s).kubectl_err(&s, &["auth", "can-i", "get", "pods"]);
+    assert!(err.contains("forbidden") || err.contains("Forbidden"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whoami_for_every_identity() {
+    let s = shared();
+    let me = whoami(&s, &issue_user(&s, "who-admin", &["system:masters"]));
+    assert_eq!(me["status"]["userInfo"]["username"], "who-admin");
+    assert_eq!(groups(&me), vec!["system:masters", "system:authenticated"]);
+
+    let token = bootstrap_token(&s, json!({"auth-extra-groups": "system:bootstrappers:worker"}));
+    let me = whoami(&s, &token_user(&s, "boot", &token));
+    let id = token.split('.').next().unwrap_or_default();
+    assert_eq!(me["status"]["userInfo"]["username"], format!("system:bootstrap:{id}"));
+    assert_eq!(groups(&me), vec!["system:bootstrappers", "system:bootstrappers:worker", "system:authenticated"]);
+
+    let me = whoami(&s, &issue_user(&s, "system:node:who-n1", &["system:nodes"]));
+    assert_eq!(me["status"]["userInfo"]["username"], "system:node:who-n1");
+    assert_eq!(groups(&me), vec!["system:nodes", "system:authenticated"]);
+
+    let (ns, token) = service_account(&s);
+    let me = whoami(&s, &token_user(&s, "robot", &token));
+    assert_eq!(me["status"]["userInfo"]["username"], format!("system:serviceaccount:{ns}:robot"));
+    assert_eq!(
+        groups(&me),
+        vec![
+            "system:serviceaccounts".to_string(),
+            format!("system:serviceaccounts:{ns}"),
+            "system:authenticated".into()
+        ]
+    );
+    let uid = s.kubectl_ok(&["get", "serviceaccount", "robot", "-n", &ns, "-o", "jsonpath={.metadata.uid}"]);
+    assert_eq!(me["status"]["userInfo"]["uid"], uid.trim());
+    let credential = &me["status"]["userInfo"]["extra"]["authentication.kubernetes.io/credential-id"][0];
+    assert!(credential.as_str().is_some_and(|c| c.starts_with("JTI=")), "{me}");
+
+    // Anonymous users may not ask who they are (no system:basic-user), as upstream.
+    let err = anonymous_user(&s).kubectl_err(&s, &["auth", "whoami"]);
+    assert!(err.contains("forbidden") || err.contains("Forbidden"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_works_until_its_service_account_is_deleted() {
+    let s = shared();
+    let (ns, token) = service_account(&s);
+    let robot = token_user(&s, "robot", &token);
+    s.kubectl_ok(&["create", "role", "cm-reader", "--verb=get,list", "--resource=configmaps", "-n", &ns]);
+    s.kubectl_ok(&[
+        "create",
+        "rolebinding",
+        "robot-reads",
+        "--role=cm-reader",
+        &format!("--serviceaccount={ns}:robot"),
+        "-n",
+        &ns,
+    ]);
+    s.kubectl_ok(&["create", "configmap", "c1", "-n", &ns, "--from-literal=a=b"]);
+    assert!(robot.kubectl_ok(&s, &["get", "configmap", "c1", "-n", &ns, "-o", "name"]).contains("configmap/c1"));
+    let err = robot.kubectl_err(&s, &["get", "secrets", "-n", &ns]);
+    assert!(err.contains("cannot list resource \"secrets\""), "{err}");
+
+    s.kubectl_ok(&["delete", "serviceaccount", "robot", "-n", &ns]);
+    let err = robot.kubectl_err(&s, &["get", "configmap", "c1", "-n", &ns]);
+    assert!(err.contains("Unauthorized"), "a deleted ServiceAccount's token is rejected: {err}");
+    // A new ServiceAccount of the same name has another uid: the old token stays invalid.
+    s.kubectl_ok(&["create", "serviceaccount", "robot", "-n", &ns]);
+    let err = robot.kubectl_err(&s, &["get", "configmap", "c1", "-n", &ns]);
+    assert!(err.contains("Unauthorized"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bootstrap_token_cannot_read_secrets_or_other_csrs() {
+    let s = shared();
+    let boot = token_user(&s, "boot", &bootstrap_token(&s, json!({})));
+    let err = boot.kubectl_err(&s, &["get", "secrets", "-n", "kube-system"]);
+    assert!(err.contains("forbidden"), "{err}");
+    let err = boot.kubectl_err(&s, &["get", "csr"]);
+    assert!(err.contains("forbidden"), "{err}");
+    // An expired token is rejected, not treated as anonymous.
+    let expired = token_user(&s, "expired", &bootstrap_token(&s, json!({"expiration": "2020-01-01T00:00:00Z"})));
+    let err = expired.kubectl_err(&s, &["auth", "whoami"]);
+    assert!(err.contains("Unauthorized"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_creates_roles_bindings_and_aggregated_cluster_roles() {
+    let s = shared();
+    let label = unique("agg");
+    let agg = format!("{label}-parent");
+    s.kubectl_ok(&["create", "clusterrole", &agg, &format!("--aggregation-rule=kustos.test/{label}=true")]);
+    let child = format!("{label}-child");
+    s.kubectl_ok(&["create", "clusterrole", &child, "--verb=get,list", "--resource=configmaps"]);
+    s.kubectl_ok(&["label", "clusterrole", &child, &format!("kustos.test/{label}=true")]);
+    let rules = || s.kubectl_ok(&["get", "clusterrole", &agg, "-o", "jsonpath={.rules}"]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !rules().contains("configmaps") {
+        assert!(Instant::now() < deadline, "the aggregated role never got the child's rules: {}", rules());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    s.kubectl_ok(&["delete", "clusterrole", &child]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rules().contains("configmaps") {
+        assert!(Instant::now() < deadline, "the aggregated role kept the deleted child's rules: {}", rules());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // The default aggregated roles are filled too: view can list configmaps.
+    let view = s.kubectl_ok(&["get", "clusterrole", "view", "-o", "json"]);
+    assert!(view.contains("configmaps"), "view is aggregated: {view}");
+}
