@@ -162,7 +162,7 @@ async fn oidc_discovery_serves_the_keys_of_issued_tokens() {
     )
     .expect("JSON header");
     // Service accounts may read the discovery documents (system:service-account-issuer-discovery).
-    let reader = token_user(&s, "reader", &s.kubectl_ok(&["create", "token", "reader", "-n", &ns]).trim().to_string());
+    let reader = token_user(&s, "reader", s.kubectl_ok(&["create", "token", "reader", "-n", &ns]).trim());
     let config: Value =
         serde_json::from_str(&reader.kubectl_ok(&s, &["get", "--raw", "/.well-known/openid-configuration"]))
             .expect("openid configuration is JSON");

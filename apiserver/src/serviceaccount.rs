@@ -635,7 +635,7 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
     let Some(tokens) = c.state.security.service_accounts.clone() else { return Err(not_served()) };
     let def = token_request_def();
     let dry_run = c.params.dry_run()?;
-    let (obj, mut warnings) = crate::reviews::decode(&def, &c.params, body, content_type, &c.info.namespace)?;
+    let (obj, mut warnings) = decode_token_request(&def, &c.params, body, content_type, &c.info.namespace)?;
     let (namespace, name) = (c.info.namespace.as_str(), c.info.name.as_str());
     // The status is the server's to fill (protobuf bodies carry an empty one).
     let mut spec_only = obj.clone();
@@ -729,6 +729,35 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
         },
     });
     Ok(Reply { code: StatusCode::CREATED, body: out, warnings })
+}
+
+/// Decode the body like a create (JSON, YAML or protobuf; unknown fields per
+/// `fieldValidation`). The status a client sends is dropped first (clients send an empty
+/// one, which the typed model cannot hold); the namespace must match the URL's.
+fn decode_token_request(
+    def: &ResourceDef,
+    params: &Params,
+    body: &Bytes,
+    content_type: &str,
+    url_namespace: &str,
+) -> Result<(Value, Vec<String>), ApiError> {
+    let mode = params.field_validation()?;
+    let mut raw = rest::decode_body(def, body, content_type)?;
+    if let Some(m) = raw.as_object_mut() {
+        m.remove("status");
+    }
+    let json_body = content_type.is_empty() || content_type == "application/json";
+    let dups = if json_body { rest::duplicate_fields(body) } else { Vec::new() };
+    let (mut obj, warnings) = rest::typed_check(def, &raw, mode, &dups)?;
+    let in_body = meta::namespace(&obj).to_string();
+    if in_body.is_empty() {
+        meta::meta_mut(&mut obj).insert("namespace".into(), json!(url_namespace));
+    } else if in_body != url_namespace {
+        return Err(ApiError::BadRequest(
+            "the namespace of the provided object does not match the namespace sent on the request".into(),
+        ));
+    }
+    Ok((obj, warnings))
 }
 
 async fn read_object(
@@ -1374,8 +1403,9 @@ mod tests {
         // Not for the API: the apiserver's audiences do not include x.
         assert!(invalid(e.check(token, &[]).await).starts_with("token audiences [\"x\"] is invalid"));
 
-        // Defaults: the API audiences, one hour.
-        let r = e.request_token("team", "builder", "", json!({"spec": {}})).await.unwrap();
+        // Defaults: the API audiences, one hour. A status sent along is ignored.
+        let r = e.request_token("team", "builder", "", json!({"spec": {}, "status": {"token": "mine"}})).await.unwrap();
+        assert_ne!(r.body["status"]["token"], "mine");
         assert_eq!(
             r.body["spec"],
             json!({"audiences": [DEFAULT_ISSUER, "https://old-issuer.example"], "expirationSeconds": 3600})
