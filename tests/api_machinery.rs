@@ -1,7 +1,7 @@
 //! API machinery over raw HTTPS against the real binary: Status bodies, codes and reasons,
 //! content negotiation, selectors, watch, deletion, authentication and health.
 //!
-//! Tests share one server (see `common::shared`) and each works in namespaces of its own.
+//! Tests share one `kustos apiserver` (see `common::shared_apiserver`) and each works in namespaces of its own.
 
 mod common;
 
@@ -9,7 +9,7 @@ use std::io::Read;
 use std::time::Duration;
 
 use base64::Engine;
-use common::{assert_status, configmap, send, shared, unique, Reply, WatchLines};
+use common::{assert_status, configmap, send, shared_apiserver, unique, Reply, WatchLines};
 use serde_json::{json, Value};
 
 const EVENT_WAIT: Duration = Duration::from_secs(20);
@@ -28,7 +28,7 @@ async fn create_cm(http: &reqwest::Client, url: &str, ns: &str, body: &Value) ->
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_object_is_404_not_found_with_details_name() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("nf").await;
     let r = send(http.get(format!("{}/nope", cms(&s.url, &ns)))).await;
@@ -41,7 +41,7 @@ async fn a_missing_object_is_404_not_found_with_details_name() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_create_is_409_already_exists() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("dup").await;
     create_cm(&http, &s.url, &ns, &configmap("twice", json!({"a": "1"}))).await;
@@ -52,7 +52,7 @@ async fn a_duplicate_create_is_409_already_exists() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_name_is_422_invalid_with_a_metadata_name_cause() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("inv").await;
     let r = send(http.post(cms(&s.url, &ns)).json(&configmap("Bad_Name", json!({})))).await;
@@ -67,7 +67,7 @@ async fn an_invalid_name_is_422_invalid_with_a_metadata_name_cause() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_put_with_a_stale_resource_version_conflicts_and_the_current_one_succeeds() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("cas").await;
     let created = create_cm(&http, &s.url, &ns, &configmap("cas", json!({"v": "0"}))).await;
@@ -95,7 +95,7 @@ async fn a_put_with_a_stale_resource_version_conflicts_and_the_current_one_succe
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generate_name_gives_a_longer_unique_name_with_that_prefix() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("gen").await;
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "web-"}});
@@ -111,7 +111,7 @@ async fn generate_name_gives_a_longer_unique_name_with_that_prefix() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_ignores_a_client_sent_uid_and_creation_timestamp() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("meta").await;
     let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
@@ -132,7 +132,7 @@ async fn create_ignores_a_client_sent_uid_and_creation_timestamp() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_create_answers_201_but_persists_nothing() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("dry").await;
     let r =
@@ -150,7 +150,7 @@ async fn a_dry_run_create_answers_201_but_persists_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_fields_are_rejected_under_strict_warned_by_default_and_dropped_under_ignore() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("fv").await;
     let with_unknown = |name: &str| {
@@ -187,7 +187,7 @@ async fn unknown_fields_are_rejected_under_strict_warned_by_default_and_dropped_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_json_patch_with_a_failing_test_op_changes_nothing() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("jp").await;
     let created = create_cm(&http, &s.url, &ns, &configmap("jp", json!({"a": "1", "b": "2"}))).await;
@@ -214,7 +214,7 @@ async fn a_json_patch_with_a_failing_test_op_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn strategic_merge_and_merge_patches_update_labels() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("smp").await;
     let mut body = configmap("lbl", json!({"x": "y"}));
@@ -241,7 +241,7 @@ async fn strategic_merge_and_merge_patches_update_labels() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_over_3_mib_is_413() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("big").await;
     let big = "x".repeat(3 * 1024 * 1024 + 512 * 1024);
@@ -254,7 +254,7 @@ async fn a_body_over_3_mib_is_413() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_text_plain_post_is_415() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("ct").await;
     let r = send(
@@ -268,7 +268,7 @@ async fn a_text_plain_post_is_415() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_side_apply_is_415() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("ssa").await;
     let r = send(
@@ -282,7 +282,7 @@ async fn server_side_apply_is_415() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_protobuf_only_accept_is_406_and_a_json_fallback_is_200() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("acc").await;
     let url = cms(&s.url, &ns);
@@ -305,7 +305,7 @@ async fn a_protobuf_only_accept_is_406_and_a_json_fallback_is_200() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_resource_is_404() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let r = send(http.get(format!("{}/api/v1/namespaces/default/widgets", s.url))).await;
     assert_status(&r, 404, Some("NotFound"), "GET an unknown resource");
@@ -315,7 +315,7 @@ async fn an_unknown_resource_is_404() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsupported_verb_is_405() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     // POST to a named object is not a verb on any resource.
     let r =
@@ -326,7 +326,7 @@ async fn an_unsupported_verb_is_405() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_numeric_limit_is_400() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let r = send(http.get(format!("{}/api/v1/namespaces/default/configmaps?limit=abc", s.url))).await;
     assert_status(&r, 400, Some("BadRequest"), "limit=abc");
@@ -334,7 +334,7 @@ async fn a_non_numeric_limit_is_400() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resource_version_match_without_resource_version_is_rejected_with_a_status() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let r = send(http.get(format!("{}/api/v1/namespaces/default/configmaps?resourceVersionMatch=NotOlderThan", s.url)))
         .await;
@@ -344,7 +344,7 @@ async fn resource_version_match_without_resource_version_is_rejected_with_a_stat
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn continue_with_a_resource_version_is_400() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("cont").await;
     for i in 0..3 {
@@ -362,7 +362,7 @@ async fn continue_with_a_resource_version_is_400() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_empty_list_has_an_items_array_and_a_resource_version() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("empty").await;
     let r = send(http.get(cms(&s.url, &ns))).await;
@@ -375,7 +375,7 @@ async fn an_empty_list_has_an_items_array_and_a_resource_version() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_all_namespaces_list_and_the_namespace_label() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns1 = s.create_namespace("alla").await;
     let ns2 = s.create_namespace("allb").await;
@@ -397,7 +397,7 @@ async fn the_all_namespaces_list_and_the_namespace_label() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_table_accept_returns_a_table_with_columns_and_rows() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("tbl").await;
     create_cm(&http, &s.url, &ns, &configmap("t1", json!({"a": "1"}))).await;
@@ -442,7 +442,7 @@ async fn a_table_accept_returns_a_table_with_columns_and_rows() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn label_selectors_filter_lists() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("lsel").await;
     for (name, app) in [("la", Some("a")), ("lb", Some("b")), ("ln", None)] {
@@ -483,7 +483,7 @@ async fn label_selectors_filter_lists() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn field_selectors_filter_lists_and_unsupported_fields_are_400() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("fsel").await;
     create_cm(&http, &s.url, &ns, &configmap("f1", json!({}))).await;
@@ -524,7 +524,7 @@ async fn field_selectors_filter_lists_and_unsupported_fields_are_400() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_with_timeout_seconds_ends_by_itself() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("wto").await;
     let mut w = WatchLines::open(http.get(cms(&s.url, &ns)).query(&[("watch", "1"), ("timeoutSeconds", "2")])).await;
@@ -541,7 +541,7 @@ async fn a_watch_with_timeout_seconds_ends_by_itself() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_from_the_list_rv_sees_added_modified_deleted_in_order() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("wev").await;
     let list = send(http.get(cms(&s.url, &ns))).await;
@@ -575,7 +575,7 @@ async fn a_watch_from_the_list_rv_sees_added_modified_deleted_in_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_initial_events_gives_added_then_an_initial_events_end_bookmark_then_live_events() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("sie").await;
     create_cm(&http, &s.url, &ns, &configmap("i1", json!({}))).await;
@@ -618,7 +618,7 @@ async fn send_initial_events_gives_added_then_an_initial_events_end_bookmark_the
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_initial_events_without_resource_version_match_is_invalid() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let r = send(http.get(format!("{}/api/v1/namespaces/default/configmaps", s.url)).query(&[
         ("watch", "1"),
@@ -633,7 +633,7 @@ async fn send_initial_events_without_resource_version_match_is_invalid() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_with_a_finalizer_keeps_the_object_until_the_finalizer_is_removed() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("fin").await;
     let mut b = configmap("held", json!({}));
@@ -660,7 +660,7 @@ async fn delete_with_a_finalizer_keeps_the_object_until_the_finalizer_is_removed
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_with_a_mismatched_uid_precondition_is_409_conflict() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("pre").await;
     let created = create_cm(&http, &s.url, &ns, &configmap("pre", json!({}))).await;
@@ -680,7 +680,7 @@ async fn delete_with_a_mismatched_uid_precondition_is_409_conflict() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_namespace_is_terminating_refuses_creates_and_then_disappears() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("term").await;
     // A finalizer on a content object keeps the namespace Terminating until we release it.
@@ -741,7 +741,7 @@ async fn a_deleted_namespace_is_terminating_refuses_creates_and_then_disappears(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anonymous_may_probe_health_but_not_list_configmaps() {
-    let s = shared();
+    let s = shared_apiserver();
     let anon = s.anonymous();
     let r = send(anon.get(format!("{}/livez", s.url))).await;
     r.expect_code(200, "anonymous /livez");
@@ -774,7 +774,7 @@ fn foreign_identity() -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_certificate_from_another_ca_is_401() {
-    let s = shared();
+    let s = shared_apiserver();
     let client = s.http_with_identity(&foreign_identity());
     let resp = client.get(format!("{}/api/v1/namespaces", s.url)).send().await;
     let resp = match resp {
@@ -791,7 +791,7 @@ async fn a_client_certificate_from_another_ca_is_401() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn any_authenticated_user_gets_discovery_and_health() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let r = send(http.get(format!("{}/readyz", s.url))).await;
     r.expect_code(200, "/readyz");
@@ -805,7 +805,7 @@ async fn any_authenticated_user_gets_discovery_and_health() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_endpoints_support_verbose_exclude_and_single_checks() {
-    let s = shared();
+    let s = shared_apiserver();
     let anon = s.anonymous();
     let r = send(anon.get(format!("{}/readyz?verbose", s.url))).await;
     r.expect_code(200, "/readyz?verbose");
@@ -836,7 +836,7 @@ async fn health_endpoints_support_verbose_exclude_and_single_checks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_large_list_is_gzipped_when_the_client_accepts_gzip() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("gz").await;
     let blob = "abcdefghij".repeat(4000); // 40 KB per object, 5 objects: ~200 KB
@@ -883,7 +883,7 @@ fn csr_body(name: &str, signer: &str) -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn csr_approval_sets_approved_and_then_denied_or_spec_changes_are_422() {
-    let s = shared();
+    let s = shared_apiserver();
     let http = s.http();
     let name = unique("csr");
     let base = format!("{}/apis/certificates.k8s.io/v1/certificatesigningrequests", s.url);

@@ -15,7 +15,7 @@ const CONCURRENCY: usize = 32;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_acknowledged_create_survives_kill_9_with_the_same_resource_version_and_data() {
-    let mut s = Server::start();
+    let mut s = Server::start_apiserver();
     let http = s.http();
     let ns = s.create_namespace("dur").await;
     let url = format!("{}/api/v1/namespaces/{ns}/configmaps", s.url);
@@ -89,7 +89,7 @@ async fn every_acknowledged_create_survives_kill_9_with_the_same_resource_versio
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_exits_cleanly_and_a_restart_serves_the_same_data() {
-    let mut s = Server::start();
+    let mut s = Server::start_apiserver();
     let http = s.http();
     let ns = s.create_namespace("term").await;
     let url = format!("{}/api/v1/namespaces/{ns}/configmaps", s.url);

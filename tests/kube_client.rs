@@ -6,7 +6,7 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{shared, Server};
+use common::{shared_apiserver, Server};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams, VersionMatch, WatchEvent, WatchParams};
@@ -31,7 +31,7 @@ fn api_status(e: &kube::Error) -> Option<(u16, String)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn configmaps_can_be_created_read_and_listed() {
-    let s = shared();
+    let s = shared_apiserver();
     let client = s.kube_client().await;
     let ns = s.create_namespace("kcrud").await;
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -66,7 +66,7 @@ async fn configmaps_can_be_created_read_and_listed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_list_with_limit_pages_through_continue_tokens_at_one_resource_version() {
-    let s = shared();
+    let s = shared_apiserver();
     let client = s.kube_client().await;
     let ns = s.create_namespace("kpage").await;
     let api: Api<ConfigMap> = Api::namespaced(client, &ns);
@@ -106,7 +106,7 @@ async fn a_list_with_limit_pages_through_continue_tokens_at_one_resource_version
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_from_the_list_resource_version_sees_added_modified_deleted_in_order() {
-    let s = shared();
+    let s = shared_apiserver();
     let client = s.kube_client().await;
     let ns = s.create_namespace("kwatch").await;
     let api: Api<ConfigMap> = Api::namespaced(client, &ns);
@@ -142,7 +142,7 @@ async fn a_watch_from_the_list_resource_version_sees_added_modified_deleted_in_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watch_resumed_from_a_middle_resource_version_sees_only_later_events() {
-    let s = shared();
+    let s = shared_apiserver();
     let client = s.kube_client().await;
     let ns = s.create_namespace("kresume").await;
     let api: Api<ConfigMap> = Api::namespaced(client, &ns);
@@ -176,7 +176,7 @@ async fn a_watch_resumed_from_a_middle_resource_version_sees_only_later_events()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replace_with_a_stale_resource_version_is_a_409_conflict() {
-    let s = shared();
+    let s = shared_apiserver();
     let client = s.kube_client().await;
     let ns = s.create_namespace("kcas").await;
     let api: Api<ConfigMap> = Api::namespaced(client, &ns);
@@ -199,7 +199,7 @@ async fn a_replace_with_a_stale_resource_version_is_a_409_conflict() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lists_and_watches_from_a_compacted_resource_version_are_410_expired() {
     // A server that keeps only 5 revisions of history and compacts every 200 ms.
-    let s = Server::start_with(&["--history-revisions", "5", "--compaction-interval", "200ms"]);
+    let s = Server::apiserver_with(&["--history-revisions", "5", "--compaction-interval", "200ms"]);
     let client = s.kube_client().await;
     let api: Api<ConfigMap> = Api::namespaced(client, "default");
     for i in 0..30 {
@@ -244,7 +244,7 @@ async fn lists_and_watches_from_a_compacted_resource_version_are_410_expired() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runtime_watcher_delivers_an_object_created_after_it_started() {
-    let s = shared();
+    let s = shared_apiserver();
     let client = s.kube_client().await;
     let ns = s.create_namespace("kwr").await;
     let api: Api<ConfigMap> = Api::namespaced(client, &ns);
@@ -284,7 +284,7 @@ async fn the_runtime_watcher_delivers_an_object_created_after_it_started() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runtime_watcher_with_streaming_lists_sees_existing_and_new_objects() {
-    let s = shared();
+    let s = shared_apiserver();
     let client = s.kube_client().await;
     let ns = s.create_namespace("kws").await;
     let api: Api<ConfigMap> = Api::namespaced(client, &ns);

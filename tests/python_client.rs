@@ -87,7 +87,7 @@ fn the_python_kubernetes_client_lists_creates_reads_watches_and_deletes() {
         ),
         Err(e) => panic!("python3 is not runnable ({e}); run the README test command `bash scripts/test.sh`"),
     }
-    let s = Server::start();
+    let s = Server::start_apiserver();
     let script = s.work_dir().join("client_test.py");
     std::fs::write(&script, SCRIPT).expect("writing the Python script");
     let ns = common::unique("py");

@@ -34,6 +34,8 @@ pub struct Server {
     pub kubeconfig: PathBuf,
     pub data_dir: PathBuf,
     extra_args: Vec<String>,
+    /// `server` (apiserver and controllers) or `apiserver` (the apiserver alone).
+    subcommand: &'static str,
     /// Number of the current run (0 for the first start), used to name log files.
     runs: u32,
 }
@@ -51,6 +53,19 @@ pub fn shared() -> Arc<Server> {
         return s;
     }
     let s = Arc::new(Server::start());
+    *guard = Arc::downgrade(&s);
+    s
+}
+
+static SHARED_APISERVER: Mutex<Weak<Server>> = Mutex::new(Weak::new());
+
+/// Like [`shared`], for `kustos apiserver` ([`Server::start_apiserver`]).
+pub fn shared_apiserver() -> Arc<Server> {
+    let mut guard = SHARED_APISERVER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(s) = guard.upgrade() {
+        return s;
+    }
+    let s = Arc::new(Server::start_apiserver());
     *guard = Arc::downgrade(&s);
     s
 }
@@ -73,10 +88,25 @@ impl Server {
 
     /// Like [`Server::start`], with extra command-line arguments.
     pub fn start_with(args: &[&str]) -> Server {
+        Server::launch("server", args)
+    }
+
+    /// `kustos apiserver` (no controllers: nothing but the client writes objects), for the
+    /// suites that check API machinery to the object.
+    pub fn start_apiserver() -> Server {
+        Server::launch("apiserver", &[])
+    }
+
+    /// Like [`Server::start_apiserver`], with extra command-line arguments.
+    pub fn apiserver_with(args: &[&str]) -> Server {
+        Server::launch("apiserver", args)
+    }
+
+    fn launch(subcommand: &'static str, args: &[&str]) -> Server {
         let tmp = tempfile::Builder::new().prefix("kustos-e2e-").tempdir().expect("creating a temporary directory");
         let data_dir = tmp.path().join("data");
         let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let (child, addr, kubeconfig) = spawn(tmp.path(), &data_dir, &extra_args, 0);
+        let (child, addr, kubeconfig) = spawn(subcommand, tmp.path(), &data_dir, &extra_args, 0);
         Server {
             url: format!("https://{addr}"),
             addr,
@@ -85,6 +115,7 @@ impl Server {
             child: Mutex::new(Some(child)),
             tmp,
             extra_args,
+            subcommand,
             runs: 0,
         }
     }
@@ -139,7 +170,8 @@ impl Server {
     pub fn restart(&mut self) {
         self.kill9();
         self.runs += 1;
-        let (child, addr, kubeconfig) = spawn(self.tmp.path(), &self.data_dir, &self.extra_args, self.runs);
+        let (child, addr, kubeconfig) =
+            spawn(self.subcommand, self.tmp.path(), &self.data_dir, &self.extra_args, self.runs);
         *self.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
         self.url = format!("https://{addr}");
         self.addr = addr;
@@ -299,11 +331,11 @@ impl Drop for Server {
 }
 
 /// Spawn the binary and wait (bounded) for both ready lines. Returns child, addr, kubeconfig.
-fn spawn(work: &Path, data_dir: &Path, extra: &[String], run: u32) -> (Child, String, PathBuf) {
+fn spawn(subcommand: &str, work: &Path, data_dir: &Path, extra: &[String], run: u32) -> (Child, String, PathBuf) {
     let stderr_path = work.join(format!("stderr-{run}.log"));
     let stderr = std::fs::File::create(&stderr_path).expect("creating the stderr log");
     let mut cmd = Command::new(binary());
-    cmd.arg("server")
+    cmd.arg(subcommand)
         .arg("--data-dir")
         .arg(data_dir)
         .arg("--secure-port")
