@@ -55,6 +55,10 @@ struct ServerArgs {
     /// Authenticate bootstrap tokens (Secrets kube-system/bootstrap-token-<id>).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     enable_bootstrap_token_auth: bool,
+    /// How long an auto-generated legacy service-account token may stay unused before the
+    /// legacy-serviceaccount-token-cleaner marks it invalid (and, as long again, deletes it).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    legacy_service_account_token_clean_up_period: std::time::Duration,
     /// Controllers to run (`server` only): `*` (all on by default), `name`, `-name`.
     #[arg(long, value_delimiter = ',', default_value = "*")]
     controllers: Vec<String>,
@@ -156,6 +160,8 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
         let config = kustos_controllers::Config {
             controllers: kustos_controllers::resolve_controllers(&args.controllers).map_err(anyhow::Error::msg)?,
             root_ca_file: Some(running.pki.dir.join("ca.crt")),
+            legacy_token_clean_up_period: chrono::Duration::from_std(args.legacy_service_account_token_clean_up_period)
+                .context("--legacy-service-account-token-clean-up-period is too long")?,
             token_generator: Some(std::sync::Arc::new(kustos_controllers::serviceaccount_token::PemSigner::new(
                 running.pki.sa_key_pem.clone(),
             )?)),

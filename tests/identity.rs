@@ -236,3 +236,59 @@ async fn kubectl_creates_roles_bindings_and_aggregated_cluster_roles() {
     let view = s.kubectl_ok(&["get", "clusterrole", "view", "-o", "json"]);
     assert!(view.contains("configmaps"), "view is aggregated: {view}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_credentials_get_401_never_a_crash() {
+    use base64::Engine as _;
+    let s = shared();
+    let b64 = |v: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+    let none_alg = format!(
+        "{}.{}.",
+        b64(&json!({"alg": "none", "typ": "JWT"})),
+        b64(
+            &json!({"iss": "https://kubernetes.default.svc.cluster.local", "sub": "system:serviceaccount:kube-system:default",
+                    "aud": ["https://kubernetes.default.svc.cluster.local"], "exp": 4102444800u64})
+        )
+    );
+    let mut tokens: Vec<Vec<u8>> = vec![
+        b"abcdef.0123456789abcdef".to_vec(),
+        b"ABCDEF.0123456789ABCDEF".to_vec(),
+        b"a.b.c".to_vec(),
+        b"eyJ.eyJ.sig".to_vec(),
+        none_alg.into_bytes(),
+        "x".repeat(8 * 1024).into_bytes(),
+        b"\x80\x81\xfe\xff".to_vec(),
+        "токен.токен".as_bytes().to_vec(),
+        b"....".to_vec(),
+    ];
+    // Random printable-or-not bytes (deterministic).
+    let mut x: u32 = 0x2545_f491;
+    for len in [1usize, 7, 23, 22, 100] {
+        tokens.push(
+            (0..len)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    (x % 94 + 33) as u8
+                })
+                .collect(),
+        );
+    }
+    let anon = s.anonymous();
+    for t in &tokens {
+        let mut value = b"Bearer ".to_vec();
+        value.extend_from_slice(t);
+        let Ok(header) = reqwest::header::HeaderValue::from_bytes(&value) else { continue };
+        let r = send(anon.get(format!("{}/api/v1/namespaces", s.url)).header("Authorization", header)).await;
+        assert_eq!(r.code, 401, "token {:?}: {}", String::from_utf8_lossy(&t[..t.len().min(40)]), r.text);
+    }
+    // Odd impersonation headers from the admin: a clear error, never a 500 panic body.
+    for value in [&b"\x80\xff"[..], b"", b"system:serviceaccount:", b"system:serviceaccount:a:b:c"] {
+        let Ok(header) = reqwest::header::HeaderValue::from_bytes(value) else { continue };
+        let r = send(s.http().get(format!("{}/api/v1/namespaces", s.url)).header("Impersonate-User", header)).await;
+        assert!(r.code < 500 || r.body["reason"] == "InternalError", "impersonating {value:?}: {} {}", r.code, r.text);
+        assert!(!r.text.contains("panicked"), "{}", r.text);
+    }
+    send(anon.get(format!("{}/readyz", s.url))).await.expect_code(200, "still healthy");
+}

@@ -205,6 +205,15 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.ct_eq(b).into()
 }
 
+/// A `Bearer` Authorization header whose token is not text: a credential nobody can accept
+/// (401), not an absent one.
+fn has_undecodable_bearer(req: &http::request::Parts) -> bool {
+    req.headers.get(http::header::AUTHORIZATION).is_some_and(|v| {
+        let b = v.as_bytes();
+        v.to_str().is_err() && b.len() > 7 && b[..7].eq_ignore_ascii_case(b"bearer ")
+    })
+}
+
 /// The bearer token of a request, if it has a non-empty one.
 pub fn bearer_token(req: &http::request::Parts) -> Option<&str> {
     let value = req.headers.get(http::header::AUTHORIZATION)?.to_str().ok()?.trim();
@@ -300,6 +309,9 @@ impl AuthnChain {
                 AuthResult::Invalid(reason) => errors.push(reason),
                 AuthResult::NoCredentials => {}
             }
+        }
+        if bearer_token(req).is_none() && has_undecodable_bearer(req) {
+            errors.push("invalid bearer token".into());
         }
         if let Some(token) = bearer_token(req) {
             match self.authenticate_token(token, &[]).await {
