@@ -132,6 +132,7 @@ async fn shutdown_signal() {
 
 async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<()> {
     init_logging(&args.log_format);
+    let controllers = kustos_controllers::resolve_controllers(&args.controllers).map_err(anyhow::Error::msg)?;
     let mut cfg = kustos_apiserver::Config::new(args.data_dir.clone());
     cfg.bind_address = args.bind_address;
     cfg.enable_bootstrap_token_auth = args.enable_bootstrap_token_auth;
@@ -154,11 +155,11 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     println!("admin kubeconfig: {}", running.kubeconfig.display());
     println!("try: kubectl --kubeconfig {} get namespaces", running.kubeconfig.display());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let controllers = if with_controllers {
+    let controller_task = if with_controllers {
         let client = in_process_client(&running).await.context("building the controllers' client")?;
         let clients: kustos_controllers::ClientFor = std::sync::Arc::new(move |_| client.clone());
         let config = kustos_controllers::Config {
-            controllers: kustos_controllers::resolve_controllers(&args.controllers).map_err(anyhow::Error::msg)?,
+            controllers,
             root_ca_file: Some(running.pki.dir.join("ca.crt")),
             legacy_token_clean_up_period: chrono::Duration::from_std(args.legacy_service_account_token_clean_up_period)
                 .context("--legacy-service-account-token-clean-up-period is too long")?,
@@ -176,7 +177,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     shutdown_signal().await;
     tracing::info!("shutting down");
     let _ = stop_tx.send(());
-    if let Some(task) = controllers {
+    if let Some(task) = controller_task {
         let _ = task.await;
     }
     running.stop().await;

@@ -443,7 +443,7 @@ where
         match outcome {
             Ok(()) => {
                 if result.operation == Operation::Create {
-                    tracing::info!(object = %what, "created default RBAC object");
+                    tracing::debug!(object = %what, "created default RBAC object");
                 } else {
                     tracing::info!(
                         object = %what,
@@ -502,7 +502,7 @@ where
         };
         match outcome {
             Ok(()) => {
-                tracing::info!(object = %what, operation = ?result.operation, "reconciled default RBAC object");
+                tracing::debug!(object = %what, operation = ?result.operation, "reconciled default RBAC object");
                 return Ok(());
             }
             Err(ApiError::AlreadyExists { .. } | ApiError::NotFound { .. } | ApiError::Conflict { .. }) => continue,
