@@ -168,29 +168,7 @@ async fn token_review_of_garbage_is_not_authenticated() {
 
 /// A protobuf body as client-go sends it: `k8s\0`, then `runtime.Unknown{typeMeta, raw}`.
 fn protobuf(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
-    fn ld(n: u8, bytes: &[u8], out: &mut Vec<u8>) {
-        out.push((n << 3) | 2);
-        let mut len = bytes.len();
-        loop {
-            let b = (len & 0x7f) as u8;
-            len >>= 7;
-            if len == 0 {
-                out.push(b);
-                break;
-            }
-            out.push(b | 0x80);
-        }
-        out.extend_from_slice(bytes);
-    }
-    let mut tm = Vec::new();
-    ld(1, api_version.as_bytes(), &mut tm);
-    ld(2, kind.as_bytes(), &mut tm);
-    let mut env = Vec::new();
-    ld(1, &tm, &mut env);
-    ld(2, raw, &mut env);
-    let mut out = b"k8s\x00".to_vec();
-    out.extend(env);
-    out
+    kustos_apiserver::protobuf::encode::envelope(api_version, kind, raw)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -47,6 +47,11 @@ pub struct UserInfo {
 }
 
 impl UserInfo {
+    /// A user with a name and groups (no uid, no extra).
+    pub fn with_groups(name: &str, groups: &[&str]) -> Self {
+        UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
+    }
+
     /// `system:anonymous` in `system:unauthenticated`.
     pub fn anonymous() -> Self {
         UserInfo { name: ANONYMOUS_USER.into(), groups: vec![UNAUTHENTICATED_GROUP.into()], ..Default::default() }
@@ -414,7 +419,7 @@ mod tests {
     }
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
+        UserInfo::with_groups(name, groups)
     }
 
     #[tokio::test]

@@ -227,7 +227,7 @@ mod tests {
     use http::Method;
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo { name: name.into(), groups: groups.iter().map(|s| s.to_string()).collect(), ..Default::default() }
+        UserInfo::with_groups(name, groups)
     }
 
     #[tokio::test]

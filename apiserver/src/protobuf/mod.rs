@@ -333,13 +333,11 @@ fn special(buf: &[u8], name: &str, depth: usize) -> Result<Option<Value>, String
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    /// A tiny encoder for test fixtures.
-    fn varint(mut v: u64, out: &mut Vec<u8>) {
+/// Protobuf encoding helpers: enough to build request bodies the way client-go does (tests
+/// and tools; the server itself only decodes).
+pub mod encode {
+    /// Append a varint.
+    pub fn varint(mut v: u64, out: &mut Vec<u8>) {
         loop {
             let b = (v & 0x7f) as u8;
             v >>= 7;
@@ -350,11 +348,32 @@ mod tests {
             out.push(b | 0x80);
         }
     }
-    fn ld(n: u64, bytes: &[u8], out: &mut Vec<u8>) {
+
+    /// Append field `n` as length-delimited bytes.
+    pub fn ld(n: u64, bytes: &[u8], out: &mut Vec<u8>) {
         varint(n << 3 | 2, out);
         varint(bytes.len() as u64, out);
         out.extend_from_slice(bytes);
     }
+
+    /// A body as client-go sends it: `k8s\0`, then `runtime.Unknown{typeMeta{apiVersion, kind}, raw}`
+    /// where `raw` is the encoded object.
+    pub fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
+        let mut type_meta = Vec::new();
+        ld(1, api_version.as_bytes(), &mut type_meta);
+        ld(2, kind.as_bytes(), &mut type_meta);
+        let mut out = b"k8s\x00".to_vec();
+        ld(1, &type_meta, &mut out);
+        ld(2, raw, &mut out);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::encode::{ld, varint};
+    use super::*;
+    use serde_json::json;
     fn vi(n: u64, v: u64, out: &mut Vec<u8>) {
         varint(n << 3, out);
         varint(v, out);

@@ -372,7 +372,7 @@ mod tests {
     use serde_json::json;
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo { name: name.into(), groups: groups.iter().map(|s| s.to_string()).collect(), ..Default::default() }
+        UserInfo::with_groups(name, groups)
     }
 
     async fn put(store: &Arc<dyn Storage>, resource: &str, obj: serde_json::Value) {

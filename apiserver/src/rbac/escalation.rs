@@ -191,13 +191,11 @@ mod tests {
     use serde_json::json;
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo { name: name.into(), groups: groups.iter().map(|s| s.to_string()).collect(), ..Default::default() }
+        UserInfo::with_groups(name, groups)
     }
 
     async fn put(store: &Arc<dyn Storage>, resource: &str, obj: Value) {
-        let ns = obj["metadata"]["namespace"].as_str().map(|s| format!("{s}/")).unwrap_or_default();
-        let key = format!("{}{resource}/{ns}{}", rbac_prefix(), obj["metadata"]["name"].as_str().unwrap());
-        store.create(&key, serde_json::to_vec(&obj).unwrap()).await.unwrap();
+        crate::rbac::testutil::put(store, resource, &obj).await;
     }
 
     fn cr(name: &str, rules: Value) -> Value {

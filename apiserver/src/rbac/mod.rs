@@ -21,7 +21,8 @@ pub mod testutil {
     use super::defaults::{default_policy, PolicyOptions};
     use crate::storage::Storage;
 
-    async fn put<T: Serialize>(store: &Arc<dyn Storage>, resource: &str, obj: &T) {
+    /// Store an RBAC object (any serializable form) under its key.
+    pub async fn put<T: Serialize>(store: &Arc<dyn Storage>, resource: &str, obj: &T) {
         let v = serde_json::to_value(obj).unwrap();
         let ns = v["metadata"]["namespace"].as_str().map(|s| format!("{s}/")).unwrap_or_default();
         let key = format!("{}{resource}/{ns}{}", rbac_prefix(), v["metadata"]["name"].as_str().unwrap());

@@ -125,7 +125,7 @@ mod tests {
     use http::Method;
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
+        UserInfo::with_groups(name, groups)
     }
 
     #[tokio::test]

@@ -277,7 +277,7 @@ mod tests {
     }
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo { name: name.into(), groups: groups.iter().map(|s| s.to_string()).collect(), ..Default::default() }
+        UserInfo::with_groups(name, groups)
     }
 
     #[test]

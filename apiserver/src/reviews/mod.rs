@@ -480,7 +480,7 @@ pub(crate) mod testutil {
     }
 
     pub fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
+        UserInfo::with_groups(name, groups)
     }
 }
 
@@ -600,31 +600,9 @@ mod tests {
         assert_eq!(obj["spec"], json!({"user": "bob"}));
     }
 
-    /// A protobuf body as client-go sends it: magic, `runtime.Unknown{typeMeta, raw}`.
+    /// A protobuf body as client-go sends it.
     fn protobuf_body(api_version: &str, kind: &str, raw: &[u8]) -> Bytes {
-        fn ld(n: u64, bytes: &[u8], out: &mut Vec<u8>) {
-            out.push(((n << 3) | 2) as u8);
-            let mut len = bytes.len();
-            loop {
-                let b = (len & 0x7f) as u8;
-                len >>= 7;
-                if len == 0 {
-                    out.push(b);
-                    break;
-                }
-                out.push(b | 0x80);
-            }
-            out.extend_from_slice(bytes);
-        }
-        let mut tm = Vec::new();
-        ld(1, api_version.as_bytes(), &mut tm);
-        ld(2, kind.as_bytes(), &mut tm);
-        let mut env = Vec::new();
-        ld(1, &tm, &mut env);
-        ld(2, raw, &mut env);
-        let mut out = b"k8s\x00".to_vec();
-        out.extend(env);
-        Bytes::from(out)
+        Bytes::from(crate::protobuf::encode::envelope(api_version, kind, raw))
     }
 
     #[tokio::test]
