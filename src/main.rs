@@ -193,7 +193,8 @@ async fn in_process_client(running: &kustos_apiserver::Running) -> anyhow::Resul
     let params = kustos_ca::IssueParams::client(
         "system:kube-controller-manager",
         vec!["system:masters".into()],
-        chrono::Duration::days(365),
+        // Capped at the CA's NotAfter by issuing; a new one is issued at every start.
+        chrono::Duration::days(3650),
     );
     let issued = running.pki.ca().issue(params, chrono::Utc::now())?;
     let key = issued.key_pem.clone().ok_or_else(|| anyhow::anyhow!("no key generated for the controllers"))?;

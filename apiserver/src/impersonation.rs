@@ -28,7 +28,7 @@ const SA_PREFIX: &str = "system:serviceaccount:";
 
 /// One thing the requester asks to act as.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Request1 {
+pub enum Impersonation {
     User(String),
     ServiceAccount { namespace: String, name: String },
     Group(String),
@@ -64,7 +64,7 @@ fn unescape(key: &str) -> String {
 
 /// The impersonation requests of a header set, in upstream's order (user, groups, extras,
 /// uid). Err: a header that is not valid text, or groups/extras/uid without a user.
-pub fn requests(headers: &HeaderMap) -> Result<Vec<Request1>, String> {
+pub fn requests(headers: &HeaderMap) -> Result<Vec<Impersonation>, String> {
     let text = |v: &http::HeaderValue| {
         v.to_str().map(str::to_string).map_err(|_| "impersonation header values must be text".to_string())
     };
@@ -75,12 +75,12 @@ pub fn requests(headers: &HeaderMap) -> Result<Vec<Request1>, String> {
     };
     if !user.is_empty() {
         out.push(match split_service_account(&user) {
-            Some((namespace, name)) => Request1::ServiceAccount { namespace: namespace.into(), name: name.into() },
-            None => Request1::User(user.clone()),
+            Some((namespace, name)) => Impersonation::ServiceAccount { namespace: namespace.into(), name: name.into() },
+            None => Impersonation::User(user.clone()),
         });
     }
     for v in headers.get_all(GROUP) {
-        out.push(Request1::Group(text(v)?));
+        out.push(Impersonation::Group(text(v)?));
     }
     let mut extras: Vec<(String, Vec<String>)> = Vec::new();
     for name in headers.keys() {
@@ -89,14 +89,14 @@ pub fn requests(headers: &HeaderMap) -> Result<Vec<Request1>, String> {
         extras.push((unescape(key), values));
     }
     for (key, values) in extras {
-        out.extend(values.into_iter().map(|value| Request1::Extra { key: key.clone(), value }));
+        out.extend(values.into_iter().map(|value| Impersonation::Extra { key: key.clone(), value }));
     }
     let uid = match headers.get(UID) {
         Some(v) => text(v)?,
         None => String::new(),
     };
     if !uid.is_empty() {
-        out.push(Request1::Uid(uid));
+        out.push(Impersonation::Uid(uid));
     }
     if user.is_empty() && !out.is_empty() {
         return Err(format!("requested {} without impersonating a user", describe(&out)));
@@ -104,32 +104,32 @@ pub fn requests(headers: &HeaderMap) -> Result<Vec<Request1>, String> {
     Ok(out)
 }
 
-fn describe(reqs: &[Request1]) -> String {
+fn describe(reqs: &[Impersonation]) -> String {
     let parts: Vec<String> = reqs
         .iter()
         .map(|r| match r {
-            Request1::User(n) => format!("User {n}"),
-            Request1::ServiceAccount { namespace, name } => format!("ServiceAccount {namespace}/{name}"),
-            Request1::Group(g) => format!("Group {g}"),
-            Request1::Extra { key, value } => format!("UserExtra {key}={value}"),
-            Request1::Uid(u) => format!("UID {u}"),
+            Impersonation::User(n) => format!("User {n}"),
+            Impersonation::ServiceAccount { namespace, name } => format!("ServiceAccount {namespace}/{name}"),
+            Impersonation::Group(g) => format!("Group {g}"),
+            Impersonation::Extra { key, value } => format!("UserExtra {key}={value}"),
+            Impersonation::Uid(u) => format!("UID {u}"),
         })
         .collect();
     format!("[{}]", parts.join(" "))
 }
 
 /// The attributes checked for one request (verb `impersonate`).
-pub fn attributes(r: &Request1) -> RequestInfo {
+pub fn attributes(r: &Impersonation) -> RequestInfo {
     let (group, version, resource, subresource, namespace, name) = match r {
-        Request1::User(n) => ("", "", "users", "", "", n.clone()),
-        Request1::ServiceAccount { namespace, name } => {
+        Impersonation::User(n) => ("", "", "users", "", "", n.clone()),
+        Impersonation::ServiceAccount { namespace, name } => {
             ("", "", "serviceaccounts", "", namespace.as_str(), name.clone())
         }
-        Request1::Group(g) => ("", "", "groups", "", "", g.clone()),
-        Request1::Extra { key, value } => {
+        Impersonation::Group(g) => ("", "", "groups", "", "", g.clone()),
+        Impersonation::Extra { key, value } => {
             ("authentication.k8s.io", "v1", "userextras", key.as_str(), "", value.clone())
         }
-        Request1::Uid(u) => ("authentication.k8s.io", "v1", "uids", "", "", u.clone()),
+        Impersonation::Uid(u) => ("authentication.k8s.io", "v1", "uids", "", "", u.clone()),
     };
     RequestInfo {
         is_resource_request: true,
@@ -145,21 +145,21 @@ pub fn attributes(r: &Request1) -> RequestInfo {
 }
 
 /// The identity the request continues as.
-pub fn impersonated(reqs: &[Request1], groups_given: bool) -> UserInfo {
+pub fn impersonated(reqs: &[Impersonation], groups_given: bool) -> UserInfo {
     let mut user = UserInfo::default();
     let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for r in reqs {
         match r {
-            Request1::User(n) => user.name = n.clone(),
-            Request1::ServiceAccount { namespace, name } => {
+            Impersonation::User(n) => user.name = n.clone(),
+            Impersonation::ServiceAccount { namespace, name } => {
                 user.name = format!("{SA_PREFIX}{namespace}:{name}");
                 if !groups_given {
                     user.groups = vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{namespace}")];
                 }
             }
-            Request1::Group(g) => user.groups.push(g.clone()),
-            Request1::Extra { key, value } => extra.entry(key.clone()).or_default().push(value.clone()),
-            Request1::Uid(u) => user.uid = u.clone(),
+            Impersonation::Group(g) => user.groups.push(g.clone()),
+            Impersonation::Extra { key, value } => extra.entry(key.clone()).or_default().push(value.clone()),
+            Impersonation::Uid(u) => user.uid = u.clone(),
         }
     }
     if user.name != ANONYMOUS_USER {
@@ -207,7 +207,7 @@ pub async fn impersonate(State(authz): State<Arc<dyn Authorizer>>, mut req: Requ
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
+#[allow(clippy::unwrap_used, clippy::type_complexity)]
 mod tests {
     use super::*;
 
@@ -230,15 +230,15 @@ mod tests {
             ("Impersonate-Uid", b"u-1"),
         ]);
         let r = requests(&h).unwrap();
-        assert_eq!(r[0], Request1::User("jane".into()));
-        assert_eq!(r[1], Request1::Group("devs".into()));
-        assert_eq!(r[2], Request1::Group("ops".into()));
-        assert!(r.contains(&Request1::Extra { key: "scopes".into(), value: "view".into() }));
-        assert!(r.contains(&Request1::Extra { key: "example.com/key".into(), value: "v".into() }));
-        assert_eq!(r.last(), Some(&Request1::Uid("u-1".into())));
+        assert_eq!(r[0], Impersonation::User("jane".into()));
+        assert_eq!(r[1], Impersonation::Group("devs".into()));
+        assert_eq!(r[2], Impersonation::Group("ops".into()));
+        assert!(r.contains(&Impersonation::Extra { key: "scopes".into(), value: "view".into() }));
+        assert!(r.contains(&Impersonation::Extra { key: "example.com/key".into(), value: "v".into() }));
+        assert_eq!(r.last(), Some(&Impersonation::Uid("u-1".into())));
 
         let sa = requests(&headers(&[("Impersonate-User", b"system:serviceaccount:ns1:robot")])).unwrap();
-        assert_eq!(sa, vec![Request1::ServiceAccount { namespace: "ns1".into(), name: "robot".into() }]);
+        assert_eq!(sa, vec![Impersonation::ServiceAccount { namespace: "ns1".into(), name: "robot".into() }]);
         assert!(requests(&HeaderMap::new()).unwrap().is_empty());
 
         for bad in [
@@ -254,25 +254,25 @@ mod tests {
 
     #[test]
     fn impersonated_identity() {
-        let cases: Vec<(&str, Vec<Request1>, bool, &str, Vec<&str>)> = vec![
-            ("user alone", vec![Request1::User("jane".into())], false, "jane", vec!["system:authenticated"]),
+        let cases: Vec<(&str, Vec<Impersonation>, bool, &str, Vec<&str>)> = vec![
+            ("user alone", vec![Impersonation::User("jane".into())], false, "jane", vec!["system:authenticated"]),
             (
                 "user and group",
-                vec![Request1::User("jane".into()), Request1::Group("devs".into())],
+                vec![Impersonation::User("jane".into()), Impersonation::Group("devs".into())],
                 true,
                 "jane",
                 vec!["devs", "system:authenticated"],
             ),
             (
                 "explicit unauthenticated group",
-                vec![Request1::User("jane".into()), Request1::Group("system:unauthenticated".into())],
+                vec![Impersonation::User("jane".into()), Impersonation::Group("system:unauthenticated".into())],
                 true,
                 "jane",
                 vec!["system:unauthenticated"],
             ),
             (
                 "service account gets its groups",
-                vec![Request1::ServiceAccount { namespace: "ns".into(), name: "sa".into() }],
+                vec![Impersonation::ServiceAccount { namespace: "ns".into(), name: "sa".into() }],
                 false,
                 "system:serviceaccount:ns:sa",
                 vec!["system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"],
@@ -280,8 +280,8 @@ mod tests {
             (
                 "service account with given groups",
                 vec![
-                    Request1::ServiceAccount { namespace: "ns".into(), name: "sa".into() },
-                    Request1::Group("g".into()),
+                    Impersonation::ServiceAccount { namespace: "ns".into(), name: "sa".into() },
+                    Impersonation::Group("g".into()),
                 ],
                 true,
                 "system:serviceaccount:ns:sa",
@@ -289,7 +289,7 @@ mod tests {
             ),
             (
                 "anonymous",
-                vec![Request1::User("system:anonymous".into())],
+                vec![Impersonation::User("system:anonymous".into())],
                 false,
                 "system:anonymous",
                 vec!["system:unauthenticated"],
@@ -304,15 +304,15 @@ mod tests {
 
     #[test]
     fn attributes_name_the_right_resource() {
-        let a = attributes(&Request1::ServiceAccount { namespace: "ns".into(), name: "sa".into() });
+        let a = attributes(&Impersonation::ServiceAccount { namespace: "ns".into(), name: "sa".into() });
         assert_eq!((a.resource.as_str(), a.namespace.as_str(), a.name.as_str()), ("serviceaccounts", "ns", "sa"));
-        let a = attributes(&Request1::Extra { key: "scopes".into(), value: "view".into() });
+        let a = attributes(&Impersonation::Extra { key: "scopes".into(), value: "view".into() });
         assert_eq!(
             (a.api_group.as_str(), a.resource.as_str(), a.subresource.as_str()),
             ("authentication.k8s.io", "userextras", "scopes")
         );
         let attrs_user = UserInfo { name: "bob".into(), ..Default::default() };
-        let info = attributes(&Request1::User("jane".into()));
+        let info = attributes(&Impersonation::User("jane".into()));
         let msg = crate::authz::forbidden(&Attributes { user: &attrs_user, info: &info }).to_string();
         assert_eq!(msg, "users \"jane\" is forbidden: User \"bob\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope");
     }

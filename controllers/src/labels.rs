@@ -36,6 +36,7 @@ pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> R
 }
 
 #[cfg(test)]
+#[allow(clippy::type_complexity)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;

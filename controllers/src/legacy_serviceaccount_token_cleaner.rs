@@ -187,6 +187,7 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::type_complexity)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{ObjectReference, PodSpec, SecretVolumeSource, Volume};

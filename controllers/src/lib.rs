@@ -156,6 +156,7 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
 }
 
 #[cfg(test)]
+#[allow(clippy::type_complexity)]
 mod tests {
     use super::*;
 

@@ -113,6 +113,7 @@ pub async fn run(client: Client, ca_file: PathBuf, cfg: crate::Config) -> anyhow
 }
 
 #[cfg(test)]
+#[allow(clippy::type_complexity)]
 mod tests {
     use super::*;
 

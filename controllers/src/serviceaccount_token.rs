@@ -224,6 +224,7 @@ async fn remove_references(client: Client, secrets: Api<Secret>, token_type: Str
 }
 
 #[cfg(test)]
+#[allow(clippy::type_complexity)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::ObjectReference;

@@ -98,7 +98,7 @@ impl Authorizer for RbacAuthorizer {
 mod tests {
     use super::*;
     use crate::authz::Chain;
-    use crate::rbac::cache::{install, rbac_prefix};
+    use crate::rbac::cache::install;
     use crate::request_info::{resolve, RequestInfo};
     use crate::storage::Storage;
     use http::Method;

@@ -186,7 +186,7 @@ mod tests {
     use super::*;
     use crate::authz::{Chain, MastersAuthorizer};
     use crate::rbac::authorizer::RbacAuthorizer;
-    use crate::rbac::cache::{install, rbac_prefix};
+    use crate::rbac::cache::install;
     use crate::storage::Storage;
     use serde_json::json;
 
