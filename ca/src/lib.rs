@@ -17,6 +17,7 @@
 //! [`BACKDATE`], NotAfter capped at the CA's NotAfter, a random 128-bit serial, CA:false,
 //! subject key identifier, and an authority key identifier matching the CA's.
 
+pub mod csr;
 mod der;
 pub mod jwt;
 mod key;
@@ -241,8 +242,10 @@ pub struct IssueParams {
     pub email_addresses: Vec<String>,
     pub uris: Vec<String>,
     /// Key usages and extended key usages. When it holds no key usage bit, `digital
-    /// signature` is added, and `key encipherment` too for RSA subject keys.
+    /// signature` is added, and `key encipherment` too for RSA subject keys — unless
+    /// `exact_usages` is set (CSR signing: extensions only from `spec.usages`).
     pub usages: Vec<Usage>,
+    pub exact_usages: bool,
     /// Requested lifetime from `now`; capped at the CA's NotAfter.
     pub validity: Duration,
     pub key: SubjectKey,
@@ -680,7 +683,7 @@ impl Ca {
         let mut usages = params.usages.clone();
         usages.sort();
         usages.dedup();
-        if !usages.iter().any(|u| u.is_key_usage()) {
+        if !params.exact_usages && !usages.iter().any(|u| u.is_key_usage()) {
             usages.push(Usage::DigitalSignature);
             if key::spki_is_rsa(&spki_der) {
                 usages.push(Usage::KeyEncipherment);
