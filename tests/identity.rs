@@ -292,3 +292,87 @@ async fn hostile_credentials_get_401_never_a_crash() {
     }
     send(anon.get(format!("{}/readyz", s.url))).await.expect_code(200, "still healthy");
 }
+
+/// A CSR object for `signer` whose request has CN `cn` and O `orgs`.
+fn csr_manifest(name: &str, signer: &str, cn: &str, orgs: &[&str]) -> Value {
+    use base64::Engine as _;
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    for o in orgs {
+        params.distinguished_name.push(rcgen::DnType::OrganizationName, *o);
+    }
+    let pem = params.serialize_request(&key).expect("CSR").pem().expect("CSR PEM");
+    json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest", "metadata": {"name": name},
+           "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem), "signerName": signer,
+                    "usages": ["client auth"]}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approving_and_signing_need_rights_on_the_signer() {
+    use base64::Engine as _;
+    let s = shared();
+    let tag = unique("appr");
+    let approver = issue_user(&s, &format!("{tag}-approver"), &[]);
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("{tag}-csr")},
+        "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests"], "verbs": ["get", "list", "watch"]},
+                  {"apiGroups": ["certificates.k8s.io"], "resources": ["certificatesigningrequests/approval", "certificatesigningrequests/status"], "verbs": ["update", "patch"]}]});
+    let out = s.kubectl_with_stdin(&["apply", "-f", "-"], Some(&role.to_string()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    s.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &format!("{tag}-csr"),
+        &format!("--clusterrole={tag}-csr"),
+        &format!("--user={}", approver.name),
+    ]);
+
+    let name = format!("{tag}-one");
+    let out = s.kubectl_with_stdin(
+        &["create", "-f", "-"],
+        Some(&csr_manifest(&name, "example.com/foo", "someone", &[]).to_string()),
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // Update on /approval alone is not enough: `approve` on the signer is needed.
+    let err = approver.kubectl_err(&s, &["certificate", "approve", &name]);
+    assert!(err.contains("user not permitted to approve requests with signerName \"example.com/foo\""), "{err}");
+    // `approve` on example.com/* covers example.com/foo.
+    let signers = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("{tag}-signer")},
+        "rules": [{"apiGroups": ["certificates.k8s.io"], "resources": ["signers"], "verbs": ["approve"], "resourceNames": ["example.com/*"]}]});
+    let out = s.kubectl_with_stdin(&["apply", "-f", "-"], Some(&signers.to_string()));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    s.kubectl_ok(&[
+        "create",
+        "clusterrolebinding",
+        &format!("{tag}-signer"),
+        &format!("--clusterrole={tag}-signer"),
+        &format!("--user={}", approver.name),
+    ]);
+    approver.kubectl_ok(&s, &["certificate", "approve", &name]);
+
+    // Setting status.certificate needs `sign`.
+    let csr = s.kubectl_ok(&["get", "csr", &name, "-o", "json"]);
+    let mut csr: Value = serde_json::from_str(&csr).expect("CSR JSON");
+    let some_cert = std::fs::read(s.data_dir.join("pki/ca.crt")).expect("reading ca.crt");
+    csr["status"]["certificate"] = json!(base64::engine::general_purpose::STANDARD.encode(some_cert));
+    let r = send(
+        s.http_with_identity(&approver.identity)
+            .put(format!("{}/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/status", s.url))
+            .json(&csr),
+    )
+    .await;
+    common::assert_status(&r, 403, Some("Forbidden"), "setting a certificate without sign");
+    assert!(r.text.contains("user not permitted to sign requests with signerName"), "{}", r.text);
+
+    // system:masters may not be requested from the kube-apiserver-client signer.
+    let masters =
+        csr_manifest(&format!("{tag}-masters"), "kubernetes.io/kube-apiserver-client", "evil", &["system:masters"]);
+    let out = s.kubectl_with_stdin(&["create", "-f", "-"], Some(&masters.to_string()));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err
+                .contains("use of kubernetes.io/kube-apiserver-client signer with system:masters group is not allowed"),
+        "{err}"
+    );
+}

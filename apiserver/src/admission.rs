@@ -3,6 +3,10 @@
 //!
 //! - RBAC escalation prevention on roles, clusterroles, rolebindings, clusterrolebindings
 //!   (`crate::rbac::escalation`).
+//! - CertificateSigningRequests, as upstream's admission plugins: CertificateApproval (a write
+//!   to `/approval` needs verb `approve` on `signers` for the signerName or `<domain>/*`),
+//!   CertificateSigning (changing `status.certificate` through `/status` needs `sign`),
+//!   CertificateSubjectRestriction (no `system:masters` in a `kube-apiserver-client` request).
 //!
 //! [`restrict_read`] applies to reads: a bootstrap token (group `system:bootstrappers`) may
 //! list and watch CertificateSigningRequests only one at a time by name (the way a kubelet
@@ -18,6 +22,89 @@ use crate::request_info::RequestInfo;
 use crate::rest::Call;
 
 const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
+const CSR_GROUP: &str = "certificates.k8s.io";
+const KUBE_APISERVER_CLIENT: &str = "kubernetes.io/kube-apiserver-client";
+
+/// Whether `user` may `verb` (`approve`, `sign`) for `signer`: on `signers` named the signer,
+/// or `<domain>/*`.
+pub async fn authorized_for_signer(
+    authz: &dyn crate::authz::Authorizer,
+    user: &UserInfo,
+    verb: &str,
+    signer: &str,
+) -> bool {
+    let mut names = vec![signer.to_string()];
+    if let Some((domain, _)) = signer.split_once('/') {
+        names.push(format!("{domain}/*"));
+    }
+    for name in names {
+        let info = RequestInfo {
+            is_resource_request: true,
+            verb: verb.into(),
+            api_group: CSR_GROUP.into(),
+            api_version: "*".into(),
+            resource: "signers".into(),
+            name,
+            ..Default::default()
+        };
+        if authz.authorize(&crate::authz::Attributes { user, info: &info }).await.allowed() {
+            return true;
+        }
+    }
+    false
+}
+
+fn csr_forbidden(name: &str, why: String) -> ApiError {
+    ApiError::forbidden(
+        CSR_GROUP,
+        "certificatesigningrequests",
+        name,
+        format!("certificatesigningrequests.{CSR_GROUP} \"{name}\" is forbidden: {why}"),
+    )
+}
+
+async fn certificate_signing_request(
+    c: &Call<'_>,
+    op: Operation,
+    new: &Value,
+    old: Option<&Value>,
+) -> Result<(), ApiError> {
+    let name = crate::meta::name(new).to_string();
+    let signer = new.pointer("/spec/signerName").and_then(Value::as_str).unwrap_or_default().to_string();
+    let authz = c.state.security.authz.as_ref();
+    match (op, c.info.subresource.as_str()) {
+        (Operation::Create, _) if signer == KUBE_APISERVER_CLIENT => {
+            let request = new.pointer("/spec/request").and_then(Value::as_str).unwrap_or_default();
+            use base64::Engine as _;
+            let pem = base64::engine::general_purpose::STANDARD.decode(request).unwrap_or_default();
+            let parsed = kustos_ca::csr::parse_pem(&pem)
+                .map_err(|e| csr_forbidden(&name, format!("failed to parse CSR: {e}")))?;
+            if parsed.organizations.iter().any(|o| o == crate::authz::MASTERS_GROUP) {
+                return Err(csr_forbidden(
+                    &name,
+                    format!("use of {signer} signer with system:masters group is not allowed"),
+                ));
+            }
+            Ok(())
+        }
+        (Operation::Update, "approval") => {
+            if authorized_for_signer(authz, c.user, "approve", &signer).await {
+                Ok(())
+            } else {
+                Err(csr_forbidden(&name, format!("user not permitted to approve requests with signerName {signer:?}")))
+            }
+        }
+        (Operation::Update, "status") => {
+            let cert = |v: Option<&Value>| v.and_then(|v| v.pointer("/status/certificate")).cloned();
+            if cert(Some(new)) == cert(old) || authorized_for_signer(authz, c.user, "sign", &signer).await {
+                Ok(())
+            } else {
+                Err(csr_forbidden(&name, format!("user not permitted to sign requests with signerName {signer:?}")))
+            }
+        }
+        _ => Ok(()),
+    }
+}
 
 /// Reads a requester may not make even though authorization allowed them (see module doc).
 /// `field_selector` is the request's `fieldSelector` parameter.
@@ -59,6 +146,9 @@ pub enum Operation {
 
 /// Run the admission checks for a write of `new` (`old` is the stored object on update).
 pub async fn validate(c: &Call<'_>, op: Operation, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    if c.def.group == CSR_GROUP && c.def.resource == "certificatesigningrequests" {
+        return certificate_signing_request(c, op, new, old).await;
+    }
     if c.def.group == crate::registry::rbac::GROUP && c.info.subresource.is_empty() {
         let cx = crate::rbac::escalation::Context {
             authz: c.state.security.authz.as_ref(),
