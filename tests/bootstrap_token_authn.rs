@@ -107,8 +107,9 @@ async fn a_valid_bootstrap_token_authenticates() {
 async fn invalid_bootstrap_tokens_get_401() {
     let s = shared_apiserver();
     type Edit = Box<dyn FnOnce(&mut Value, &str)>;
+    type Case = (&'static str, Edit, fn(&str) -> String);
     // (what, edit of the Secret for id, token to send given id)
-    let cases: Vec<(&str, Edit, fn(&str) -> String)> = vec![
+    let cases: Vec<Case> = vec![
         ("in namespace default", Box::new(|m, _| m["metadata"]["namespace"] = json!("default")), good),
         ("type Opaque", Box::new(|m, _| m["type"] = json!("Opaque")), good),
         ("another name", Box::new(|m, id| m["metadata"]["name"] = json!(format!("token-{id}"))), good),

@@ -349,7 +349,8 @@ mod tests {
     #[test]
     fn audiences_like_the_audience_agnostic_wrapper() {
         let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let cases: &[(&str, Vec<String>, Vec<String>, Option<Vec<String>>)] = &[
+        type Case = (&'static str, Vec<String>, Vec<String>, Option<Vec<String>>);
+        let cases: &[Case] = &[
             ("nothing requested", v(&["api"]), v(&[]), Some(v(&[]))),
             ("no api audiences, nothing requested", v(&[]), v(&[]), Some(v(&[]))),
             ("the apiserver's audience", v(&["api"]), v(&["api"]), Some(v(&["api"]))),
