@@ -228,7 +228,7 @@ async fn kubectl_impersonation_needs_the_impersonate_verb() {
     let r = send(bob_http.get(&cms).header("Impersonate-User", "jane")).await;
     common::assert_status(&r, 403, Some("Forbidden"), "jane herself may not list configmaps");
     assert!(r.body["message"].as_str().is_some_and(|m| m.contains("User \"jane\" cannot list")), "{}", r.text);
-    // Groups without a user are refused (upstream answers 500 InternalError).
+    // Groups without a user are refused (400 BadRequest, as current upstream).
     let r = send(s.http().get(format!("{}/api/v1/namespaces", s.url)).header("Impersonate-Group", "devs")).await;
-    common::assert_status(&r, 500, Some("InternalError"), "Impersonate-Group without Impersonate-User");
+    common::assert_status(&r, 400, Some("BadRequest"), "Impersonate-Group without Impersonate-User");
 }

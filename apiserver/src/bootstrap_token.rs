@@ -2,17 +2,17 @@
 //! Secret `kube-system/bootstrap-token-<id>` of type `bootstrap.kubernetes.io/token`.
 //!
 //! The token authenticates as `system:bootstrap:<id>` in `system:bootstrappers` plus the
-//! Secret's `auth-extra-groups` when the Secret is not being deleted, its `token-id` and
-//! `token-secret` match (the secret compared in constant time), `expiration` (RFC 3339) has
-//! not passed and `usage-bootstrap-authentication` is `"true"`. Like upstream, a bootstrap
-//! token carries no audience: it is valid for the apiserver's own audiences only.
+//! Secret's `auth-extra-groups` when the Secret is not being deleted, its `token-secret`
+//! (compared in constant time) and `token-id` match, `expiration` (RFC 3339) has not passed
+//! and `usage-bootstrap-authentication` is `"true"`. An invalid extra group rejects the token
+//! as a whole. A bootstrap token names no audience of its own: it is good for the apiserver's
+//! audiences only.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use base64::Engine as _;
 use chrono::{DateTime, Utc};
-use serde_json::Value;
+use k8s_openapi::api::core::v1::Secret;
 
 use crate::authn::{TokenAuthenticator, TokenResult, UserInfo};
 use crate::storage::Storage;
@@ -21,73 +21,84 @@ pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
 pub const SECRET_NAME_PREFIX: &str = "bootstrap-token-";
 pub const USER_PREFIX: &str = "system:bootstrap:";
 pub const DEFAULT_GROUP: &str = "system:bootstrappers";
-const NAMESPACE: &str = "kube-system";
+/// Extra groups must start with this.
+pub const EXTRA_GROUP_PREFIX: &str = "system:bootstrappers:";
+pub const NAMESPACE: &str = "kube-system";
 
-/// `<id>.<secret>` → (id, secret) when the token has the bootstrap token shape
-/// `[a-z0-9]{6}\.[a-z0-9]{16}`.
+pub const KEY_TOKEN_ID: &str = "token-id";
+pub const KEY_TOKEN_SECRET: &str = "token-secret";
+pub const KEY_EXPIRATION: &str = "expiration";
+pub const KEY_USAGE_AUTHENTICATION: &str = "usage-bootstrap-authentication";
+pub const KEY_EXTRA_GROUPS: &str = "auth-extra-groups";
+
+/// `<id>.<secret>` → (id, secret) when the token matches `^([a-z0-9]{6})\.([a-z0-9]{16})$`.
 pub fn parse_token(token: &str) -> Option<(&str, &str)> {
     let (id, secret) = token.split_once('.')?;
     let ok = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
     (ok(id, 6) && ok(secret, 16)).then_some((id, secret))
 }
 
-/// A valid extra group: `system:bootstrappers:` then `[a-z0-9:-]{0,255}[a-z0-9]`.
-fn valid_group(g: &str) -> bool {
-    let Some(rest) = g.strip_prefix("system:bootstrappers:") else { return false };
-    let b = rest.as_bytes();
-    !b.is_empty()
-        && b.len() <= 256
-        && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, b':' | b'-'))
-        && b.last().is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+/// `^system:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]$`
+pub fn valid_extra_group(g: &[u8]) -> bool {
+    let Some(rest) = g.strip_prefix(EXTRA_GROUP_PREFIX.as_bytes()) else { return false };
+    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
+    (1..=256).contains(&rest.len())
+        && rest.iter().all(|c| alnum(c) || matches!(c, b':' | b'-'))
+        && rest.last().is_some_and(alnum)
 }
 
-/// A `data` value of the Secret (base64 in the stored JSON).
-fn data(secret: &Value, key: &str) -> Option<Vec<u8>> {
-    let s = secret.get("data")?.get(key)?.as_str()?;
-    base64::engine::general_purpose::STANDARD.decode(s).ok()
+/// A `data` value of the Secret; a missing key reads as empty (as upstream).
+fn data<'a>(secret: &'a Secret, key: &str) -> &'a [u8] {
+    secret.data.as_ref().and_then(|d| d.get(key)).map(|b| b.0.as_slice()).unwrap_or_default()
 }
 
-fn data_str(secret: &Value, key: &str) -> Option<String> {
-    data(secret, key).and_then(|b| String::from_utf8(b).ok())
-}
-
-/// The decision for a token `<id>.<secret_part>` against its Secret at `now`: the user, or
-/// why not (never containing the secret).
-pub fn check(secret: &Value, id: &str, secret_part: &str, now: DateTime<Utc>) -> Result<UserInfo, String> {
-    let name = format!("{NAMESPACE}/{SECRET_NAME_PREFIX}{id}");
-    let fail = |why: &str| Err(format!("secret {name} {why}"));
-    if secret.pointer("/metadata/deletionTimestamp").is_some_and(|v| !v.is_null()) {
-        return fail("is deleted and awaiting removal");
+/// The decision for a token `<id>.<secret_part>` against the Secret found for it at `now`:
+/// the user, or why not. Reasons name the Secret and the failed rule, never the secret.
+pub fn check(secret: &Secret, id: &str, secret_part: &str, now: DateTime<Utc>) -> Result<UserInfo, String> {
+    let fail = |why: String| {
+        let ns = secret.metadata.namespace.as_deref().unwrap_or_default();
+        let name = secret.metadata.name.as_deref().unwrap_or_default();
+        Err(format!("bootstrap secret {ns}/{name} matching bearer token {why}"))
+    };
+    if secret.metadata.deletion_timestamp.is_some() {
+        return fail("is deleted and awaiting removal".into());
     }
-    if secret.get("type").and_then(Value::as_str) != Some(SECRET_TYPE) || secret.get("data").is_none() {
-        return fail(&format!("has invalid type, expected {SECRET_TYPE}"));
+    if secret.type_.as_deref() != Some(SECRET_TYPE) || secret.data.is_none() {
+        return fail(format!("has invalid type, expected {SECRET_TYPE}"));
     }
-    let stored = data(secret, "token-secret").unwrap_or_default();
-    if !crate::authn::constant_time_eq(&stored, secret_part.as_bytes()) {
-        return fail("has invalid value for key token-secret");
+    if !crate::authn::constant_time_eq(data(secret, KEY_TOKEN_SECRET), secret_part.as_bytes()) {
+        return fail(format!("has invalid value for key {KEY_TOKEN_SECRET}"));
     }
-    if data_str(secret, "token-id").as_deref() != Some(id) {
-        return fail("has invalid value for key token-id");
+    if data(secret, KEY_TOKEN_ID) != id.as_bytes() {
+        return fail(format!("has invalid value for key {KEY_TOKEN_ID}, expected {id}"));
     }
-    if let Some(exp) = data_str(secret, "expiration") {
-        match DateTime::parse_from_rfc3339(&exp) {
-            Ok(t) if t.with_timezone(&Utc) > now => {}
-            Ok(_) => return fail(&format!("has expired (expiration {exp})")),
-            Err(_) => return fail(&format!("has an unparsable expiration {exp:?}")),
+    let expiration = data(secret, KEY_EXPIRATION);
+    if !expiration.is_empty() {
+        // Unparsable counts as expired (upstream).
+        let at = std::str::from_utf8(expiration).ok().and_then(|s| DateTime::parse_from_rfc3339(s).ok());
+        match at {
+            Some(t) if t.with_timezone(&Utc) > now => {}
+            Some(_) => return fail(format!("has expired ({KEY_EXPIRATION} {})", String::from_utf8_lossy(expiration))),
+            None => return fail(format!("has an unparsable {KEY_EXPIRATION}, treated as expired")),
         }
     }
-    if data_str(secret, "usage-bootstrap-authentication").as_deref() != Some("true") {
-        return fail("not marked usage-bootstrap-authentication=true");
+    if data(secret, KEY_USAGE_AUTHENTICATION) != b"true" {
+        return fail(format!("not marked {KEY_USAGE_AUTHENTICATION}=true"));
     }
     let mut groups = vec![DEFAULT_GROUP.to_string()];
-    if let Some(extra) = data_str(secret, "auth-extra-groups") {
-        for g in extra.split(',').map(str::trim) {
-            if !valid_group(g) {
-                return fail(&format!(
-                    "has invalid value for key auth-extra-groups: {g:?} is not a valid bootstrap group"
-                ));
+    let extra = data(secret, KEY_EXTRA_GROUPS);
+    if !extra.is_empty() {
+        for g in extra.split(|b| *b == b',') {
+            match std::str::from_utf8(g) {
+                Ok(g) if valid_extra_group(g.as_bytes()) => groups.push(g.to_string()),
+                _ => {
+                    return fail(format!(
+                        "has invalid value for key {KEY_EXTRA_GROUPS}: bootstrap group {:?} is invalid (must match \
+                         system:bootstrappers:[a-z0-9:-]{{0,255}}[a-z0-9])",
+                        String::from_utf8_lossy(g)
+                    ))
+                }
             }
-            groups.push(g.to_string());
         }
     }
     groups.sort();
@@ -95,58 +106,57 @@ pub fn check(secret: &Value, id: &str, secret_part: &str, now: DateTime<Utc>) ->
     Ok(UserInfo { name: format!("{USER_PREFIX}{id}"), groups, ..Default::default() })
 }
 
-/// The intersection of two audience lists, in the order of `a`.
-fn intersect(a: &[String], b: &[String]) -> Vec<String> {
-    a.iter().filter(|x| b.contains(x)).cloned().collect()
+/// The audiences a response carries, as upstream's audience-agnostic wrapper decides: no
+/// requested audiences → valid, none named; otherwise the requested audiences that are the
+/// apiserver's own, and not valid (None) when there are none.
+pub fn audiences(api_audiences: &[String], requested: &[String]) -> Option<Vec<String>> {
+    if requested.is_empty() {
+        return Some(Vec::new());
+    }
+    let both: Vec<String> = api_audiences.iter().filter(|a| requested.contains(a)).cloned().collect();
+    (!both.is_empty()).then_some(both)
 }
 
 /// The authenticator: reads the Secret from the store on every use.
 pub struct BootstrapTokenAuthenticator {
     storage: Arc<dyn Storage>,
-    /// Storage key of a Secret in kube-system, without the name.
-    key_prefix: String,
+    /// The `secrets` resource, whose `key()` places the Secret in the store.
+    secrets: crate::registry::ResourceDef,
     api_audiences: Vec<String>,
 }
 
 impl BootstrapTokenAuthenticator {
-    /// `secrets_key_prefix`: the secrets resource's storage key for namespace kube-system
-    /// ending with `/`.
-    pub fn new(storage: Arc<dyn Storage>, secrets_key_prefix: String, api_audiences: Vec<String>) -> Self {
-        BootstrapTokenAuthenticator { storage, key_prefix: secrets_key_prefix, api_audiences }
-    }
-
+    /// Secrets keyed as the registry's `secrets` resource keys them.
     pub fn for_registry(
         storage: Arc<dyn Storage>,
         registry: &crate::registry::Registry,
         api_audiences: Vec<String>,
     ) -> anyhow::Result<Self> {
         let def = registry.find("", "v1", "secrets").ok_or_else(|| anyhow::anyhow!("secrets are not registered"))?;
-        Ok(Self::new(storage, def.ns_prefix(Some(NAMESPACE)), api_audiences))
+        Ok(BootstrapTokenAuthenticator { storage, secrets: def.clone(), api_audiences })
     }
 }
 
 #[async_trait]
 impl TokenAuthenticator for BootstrapTokenAuthenticator {
-    async fn authenticate_token(&self, token: &str, audiences: &[String]) -> TokenResult {
+    async fn authenticate_token(&self, token: &str, requested: &[String]) -> TokenResult {
         let Some((id, secret_part)) = parse_token(token) else { return TokenResult::NotMine };
-        // Audience-agnostic: valid only for the apiserver's own audiences.
-        let auds = if self.api_audiences.is_empty() { Vec::new() } else { intersect(&self.api_audiences, audiences) };
-        if !self.api_audiences.is_empty() && auds.is_empty() {
-            return TokenResult::Invalid("bootstrap token: no requested audience is the apiserver's".into());
-        }
-        let key = format!("{}{SECRET_NAME_PREFIX}{id}", self.key_prefix);
-        let kv = match self.storage.get(&key).await {
+        let Some(auds) = audiences(&self.api_audiences, requested) else {
+            return TokenResult::Invalid(format!("bootstrap token {id}: not valid for the requested audiences"));
+        };
+        let kv = match self.storage.get(&self.secrets.key(Some(NAMESPACE), &format!("{SECRET_NAME_PREFIX}{id}"))).await
+        {
             Ok(Some(kv)) => kv,
             Ok(None) => {
                 return TokenResult::Invalid(format!(
-                    "bootstrap token {id}: no secret {NAMESPACE}/{SECRET_NAME_PREFIX}{id}"
+                    "no secret of name {NAMESPACE}/{SECRET_NAME_PREFIX}{id} to match bootstrap bearer token"
                 ))
             }
             Err(e) => return TokenResult::Invalid(format!("bootstrap token {id}: reading its secret: {e}")),
         };
-        let secret: Value = match serde_json::from_slice(&kv.value) {
-            Ok(v) => v,
-            Err(e) => return TokenResult::Invalid(format!("bootstrap token {id}: corrupt secret: {e}")),
+        let secret: Secret = match serde_json::from_slice(&kv.value) {
+            Ok(s) => s,
+            Err(e) => return TokenResult::Invalid(format!("bootstrap token {id}: unreadable secret: {e}")),
         };
         match check(&secret, id, secret_part, Utc::now()) {
             Ok(user) => TokenResult::Authenticated { user, audiences: auds },
@@ -159,127 +169,176 @@ impl TokenAuthenticator for BootstrapTokenAuthenticator {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::ByteString;
     use serde_json::json;
 
-    fn b64(s: &str) -> String {
-        base64::engine::general_purpose::STANDARD.encode(s)
+    const ID: &str = "abcdef";
+    const SECRET: &str = "0123456789abcdef";
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().with_timezone(&Utc)
     }
 
-    fn secret(edit: impl FnOnce(&mut Value)) -> Value {
-        let mut s = json!({
+    /// A valid Secret for `abcdef.0123456789abcdef`, then `edit`.
+    fn secret(edit: impl FnOnce(&mut Secret)) -> Secret {
+        let mut s: Secret = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Secret", "type": SECRET_TYPE,
             "metadata": {"name": "bootstrap-token-abcdef", "namespace": "kube-system"},
-            "data": {
-                "token-id": b64("abcdef"), "token-secret": b64("0123456789abcdef"),
-                "usage-bootstrap-authentication": b64("true"),
-                "expiration": b64("2030-01-01T00:00:00Z"),
-            },
-        });
+            "data": {},
+        }))
+        .unwrap();
+        for (k, v) in [
+            (KEY_TOKEN_ID, ID),
+            (KEY_TOKEN_SECRET, SECRET),
+            (KEY_USAGE_AUTHENTICATION, "true"),
+            (KEY_EXPIRATION, "2030-01-01T00:00:00Z"),
+        ] {
+            put(&mut s, k, v.as_bytes());
+        }
         edit(&mut s);
         s
     }
 
-    fn set(key: &'static str, value: &'static str) -> impl FnOnce(&mut Value) {
-        move |s| s["data"][key] = json!(b64(value))
+    fn put(s: &mut Secret, key: &str, value: &[u8]) {
+        s.data.get_or_insert_with(Default::default).insert(key.into(), ByteString(value.to_vec()));
+    }
+
+    fn set(key: &'static str, value: &'static str) -> impl FnOnce(&mut Secret) {
+        move |s| put(s, key, value.as_bytes())
+    }
+
+    fn unset(key: &'static str) -> impl FnOnce(&mut Secret) {
+        move |s| {
+            s.data.as_mut().unwrap().remove(key);
+        }
     }
 
     #[test]
     fn tokens_are_recognised_by_shape() {
         assert_eq!(parse_token("abcdef.0123456789abcdef"), Some(("abcdef", "0123456789abcdef")));
+        assert_eq!(parse_token("07401b.f395accd246ae52d"), Some(("07401b", "f395accd246ae52d")));
         for bad in [
             "ABCDEF.0123456789abcdef",
+            "abcdef.0123456789ABCDEF",
             "abc.def",
+            "abcde.0123456789abcdef",
+            "abcdefg.0123456789abcdef",
             "abcdef.0123456789abcde",
+            "abcdef.0123456789abcdef0",
             "abcdef0123456789abcdef",
-            "abcdef.0123456789abcdeg.x",
+            "abcdef.0123456789abcde.",
+            "abcdef.0123456789abcdef.x",
+            "abcdef-0123456789abcdef",
+            " abcdef.0123456789abcdef",
+            "abcdef.0123456789abcdef ",
+            "abcd_f.0123456789abcdef",
             "",
             ".",
             "abcdé.0123456789abcdef",
         ] {
-            assert_eq!(parse_token(bad), None, "{bad}");
+            assert_eq!(parse_token(bad), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn extra_group_names() {
+        let long_ok = format!("system:bootstrappers:{}", "a".repeat(256));
+        let long_bad = format!("system:bootstrappers:{}", "a".repeat(257));
+        let cases: &[(&str, bool)] = &[
+            ("system:bootstrappers:worker", true),
+            ("system:bootstrappers:kubeadm:default-node-token", true),
+            ("system:bootstrappers:a", true),
+            ("system:bootstrappers:0", true),
+            (&long_ok, true),
+            (&long_bad, false),
+            ("system:bootstrappers:", false),
+            ("system:bootstrappers", false),
+            ("system:bootstrappers:worker-", false),
+            ("system:bootstrappers:worker:", false),
+            ("system:bootstrappers:Worker", false),
+            ("system:bootstrappers:wor ker", false),
+            (" system:bootstrappers:worker", false),
+            ("system:masters", false),
+            ("system:nodes", false),
+            ("", false),
+        ];
+        for (g, want) in cases {
+            assert_eq!(valid_extra_group(g.as_bytes()), *want, "{g:?}");
         }
     }
 
     #[test]
     fn check_applies_every_rule() {
-        let now = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z").unwrap().with_timezone(&Utc);
-        type Case = (&'static str, Value, &'static str, Result<Vec<&'static str>, &'static str>);
+        type Case = (&'static str, Secret, &'static str, Result<Vec<&'static str>, &'static str>);
+        let deleting =
+            |s: &mut Secret| s.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
         let cases: Vec<Case> = vec![
-            ("valid", secret(|_| {}), "0123456789abcdef", Ok(vec!["system:bootstrappers"])),
+            ("valid", secret(|_| {}), SECRET, Ok(vec![DEFAULT_GROUP])),
+            ("no expiration", secret(unset(KEY_EXPIRATION)), SECRET, Ok(vec![DEFAULT_GROUP])),
+            ("empty expiration", secret(set(KEY_EXPIRATION, "")), SECRET, Ok(vec![DEFAULT_GROUP])),
+            ("expiration with offset", secret(set(KEY_EXPIRATION, "2026-01-01T02:00:00+01:00")), SECRET, Ok(vec![DEFAULT_GROUP])),
+            ("description is ignored", secret(set("description", "for node n1")), SECRET, Ok(vec![DEFAULT_GROUP])),
+            ("signing usage is not needed", secret(set("usage-bootstrap-signing", "false")), SECRET, Ok(vec![DEFAULT_GROUP])),
+            // Type.
+            ("type Opaque", secret(|s| s.type_ = Some("Opaque".into())), SECRET, Err("has invalid type")),
+            ("no type", secret(|s| s.type_ = None), SECRET, Err("has invalid type")),
+            ("no data", secret(|s| s.data = None), SECRET, Err("has invalid type")),
+            // Secret and id.
             ("wrong secret", secret(|_| {}), "0123456789abcdee", Err("invalid value for key token-secret")),
-            ("wrong type", secret(|s| s["type"] = json!("Opaque")), "0123456789abcdef", Err("invalid type")),
+            ("no token-secret", secret(unset(KEY_TOKEN_SECRET)), SECRET, Err("invalid value for key token-secret")),
+            ("longer stored secret", secret(set(KEY_TOKEN_SECRET, "0123456789abcdef0")), SECRET, Err("token-secret")),
+            ("id mismatch", secret(set(KEY_TOKEN_ID, "abcdeg")), SECRET, Err("invalid value for key token-id")),
+            ("no token-id", secret(unset(KEY_TOKEN_ID)), SECRET, Err("invalid value for key token-id")),
+            // Expiration.
+            ("expired", secret(set(KEY_EXPIRATION, "2020-01-01T00:00:00Z")), SECRET, Err("has expired")),
+            ("expires right now", secret(set(KEY_EXPIRATION, "2026-01-01T00:00:00Z")), SECRET, Err("has expired")),
+            ("expired by offset", secret(set(KEY_EXPIRATION, "2026-01-01T00:30:00+01:00")), SECRET, Err("has expired")),
+            ("unparsable expiration", secret(set(KEY_EXPIRATION, "tomorrow")), SECRET, Err("unparsable")),
+            ("date-only expiration", secret(set(KEY_EXPIRATION, "2030-01-01")), SECRET, Err("unparsable")),
+            // Usage.
+            ("usage false", secret(set(KEY_USAGE_AUTHENTICATION, "false")), SECRET, Err("not marked usage-bootstrap-authentication=true")),
+            ("usage True", secret(set(KEY_USAGE_AUTHENTICATION, "True")), SECRET, Err("usage-bootstrap-authentication")),
+            ("usage 1", secret(set(KEY_USAGE_AUTHENTICATION, "1")), SECRET, Err("usage-bootstrap-authentication")),
+            ("usage missing", secret(unset(KEY_USAGE_AUTHENTICATION)), SECRET, Err("usage-bootstrap-authentication")),
+            // Deletion.
+            ("being deleted", secret(deleting), SECRET, Err("is deleted and awaiting removal")),
+            // Extra groups.
             (
-                "no data",
-                secret(|s| s.as_object_mut().unwrap().remove("data").map(drop).unwrap_or(())),
-                "0123456789abcdef",
-                Err("invalid type"),
-            ),
-            ("id mismatch", secret(set("token-id", "abcdeg")), "0123456789abcdef", Err("token-id")),
-            ("expired", secret(set("expiration", "2020-01-01T00:00:00Z")), "0123456789abcdef", Err("expired")),
-            ("bad expiration", secret(set("expiration", "tomorrow")), "0123456789abcdef", Err("unparsable")),
-            (
-                "no expiration",
-                secret(|s| {
-                    s["data"].as_object_mut().unwrap().remove("expiration");
-                }),
-                "0123456789abcdef",
-                Ok(vec!["system:bootstrappers"]),
-            ),
-            (
-                "usage false",
-                secret(set("usage-bootstrap-authentication", "false")),
-                "0123456789abcdef",
-                Err("usage-bootstrap-authentication"),
-            ),
-            (
-                "usage missing",
-                secret(|s| {
-                    s["data"].as_object_mut().unwrap().remove("usage-bootstrap-authentication");
-                }),
-                "0123456789abcdef",
-                Err("usage-bootstrap-authentication"),
-            ),
-            (
-                "extra groups",
+                "extra groups, sorted and deduplicated",
                 secret(set(
-                    "auth-extra-groups",
-                    "system:bootstrappers:worker, system:bootstrappers:kubeadm:default-node-token",
+                    KEY_EXTRA_GROUPS,
+                    "system:bootstrappers:worker,system:bootstrappers:kubeadm:default-node-token,system:bootstrappers:worker",
                 )),
-                "0123456789abcdef",
-                Ok(vec![
-                    "system:bootstrappers",
-                    "system:bootstrappers:kubeadm:default-node-token",
-                    "system:bootstrappers:worker",
-                ]),
+                SECRET,
+                Ok(vec![DEFAULT_GROUP, "system:bootstrappers:kubeadm:default-node-token", "system:bootstrappers:worker"]),
             ),
+            ("default group listed again", secret(set(KEY_EXTRA_GROUPS, "system:bootstrappers:x")), SECRET, Ok(vec![DEFAULT_GROUP, "system:bootstrappers:x"])),
+            ("empty extra groups", secret(set(KEY_EXTRA_GROUPS, "")), SECRET, Ok(vec![DEFAULT_GROUP])),
+            ("a group outside the prefix", secret(set(KEY_EXTRA_GROUPS, "system:masters")), SECRET, Err("has invalid value for key auth-extra-groups")),
             (
-                "foreign extra group",
-                secret(set("auth-extra-groups", "system:masters")),
-                "0123456789abcdef",
+                "one bad group spoils all",
+                secret(set(KEY_EXTRA_GROUPS, "system:bootstrappers:worker,system:masters")),
+                SECRET,
                 Err("auth-extra-groups"),
             ),
-            (
-                "bad extra group",
-                secret(set("auth-extra-groups", "system:bootstrappers:Bad")),
-                "0123456789abcdef",
-                Err("auth-extra-groups"),
-            ),
-            (
-                "deleting",
-                secret(|s| s["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z")),
-                "0123456789abcdef",
-                Err("deleted"),
-            ),
+            ("spaces are not trimmed", secret(set(KEY_EXTRA_GROUPS, "system:bootstrappers:a, system:bootstrappers:b")), SECRET, Err("auth-extra-groups")),
+            ("empty item", secret(set(KEY_EXTRA_GROUPS, "system:bootstrappers:a,")), SECRET, Err("auth-extra-groups")),
+            ("uppercase group", secret(set(KEY_EXTRA_GROUPS, "system:bootstrappers:Bad")), SECRET, Err("auth-extra-groups")),
+            ("bare default group", secret(set(KEY_EXTRA_GROUPS, "system:bootstrappers")), SECRET, Err("auth-extra-groups")),
+            ("non-UTF-8 group", secret(|s| put(s, KEY_EXTRA_GROUPS, b"system:bootstrappers:\xff")), SECRET, Err("auth-extra-groups")),
         ];
         for (name, s, secret_part, want) in cases {
-            let got = check(&s, "abcdef", secret_part, now);
+            let got = check(&s, ID, secret_part, now());
             match (got, want) {
                 (Ok(u), Ok(groups)) => {
                     assert_eq!(u.name, "system:bootstrap:abcdef", "{name}");
                     assert_eq!(u.groups, groups, "{name}");
+                    assert!(u.uid.is_empty() && u.extra.is_empty(), "{name}");
                 }
                 (Err(e), Err(w)) => {
                     assert!(e.contains(w), "{name}: {e}");
+                    assert!(e.contains("kube-system/bootstrap-token-abcdef"), "{name}: names the secret: {e}");
                     assert!(!e.contains("0123456789abcde"), "{name}: the reason never holds the secret: {e}");
                 }
                 (got, want) => panic!("{name}: got {got:?}, want {want:?}"),
@@ -287,35 +346,77 @@ mod tests {
         }
     }
 
+    #[test]
+    fn audiences_like_the_audience_agnostic_wrapper() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        type Case = (&'static str, Vec<String>, Vec<String>, Option<Vec<String>>);
+        let cases: &[Case] = &[
+            ("nothing requested", v(&["api"]), v(&[]), Some(v(&[]))),
+            ("no api audiences, nothing requested", v(&[]), v(&[]), Some(v(&[]))),
+            ("the apiserver's audience", v(&["api"]), v(&["api"]), Some(v(&["api"]))),
+            ("the intersection", v(&["api", "k8s"]), v(&["other", "k8s"]), Some(v(&["k8s"]))),
+            ("another audience", v(&["api"]), v(&["vault"]), None),
+            ("no api audiences, one requested", v(&[]), v(&["vault"]), None),
+        ];
+        for (what, api, requested, want) in cases {
+            assert_eq!(&audiences(api, requested), want, "{what}");
+        }
+    }
+
     #[tokio::test]
-    async fn authenticator_reads_the_secret_and_checks_audiences() {
+    async fn authenticator_finds_the_secret_by_namespace_and_name() {
         let store: Arc<dyn Storage> = Arc::new(crate::storage::sqlite::SqliteStorage::open_in_memory().unwrap());
         let reg = crate::registry::Registry::builtin();
         let def = reg.find("", "v1", "secrets").unwrap();
-        store
-            .create(
-                &def.key(Some("kube-system"), "bootstrap-token-abcdef"),
-                serde_json::to_vec(&secret(|_| {})).unwrap(),
-            )
-            .await
-            .unwrap();
-        let mut wrong_ns = secret(|_| {});
-        wrong_ns["metadata"]["namespace"] = json!("default");
-        store
-            .create(&def.key(Some("default"), "bootstrap-token-zzzzzz"), serde_json::to_vec(&wrong_ns).unwrap())
-            .await
-            .unwrap();
-        let a = BootstrapTokenAuthenticator::for_registry(store, &reg, vec!["api".into()]).unwrap();
+        let put = |ns: &'static str, name: &'static str, s: Secret| {
+            let store = store.clone();
+            let key = def.key(Some(ns), name);
+            async move { store.create(&key, serde_json::to_vec(&s).unwrap()).await.unwrap() }
+        };
+        put("kube-system", "bootstrap-token-abcdef", secret(|_| {})).await;
+        // The same data in the wrong namespace, or under another name.
+        let other = |id: &'static str| {
+            secret(move |s| {
+                put_id(s, id);
+            })
+        };
+        fn put_id(s: &mut Secret, id: &str) {
+            s.data.as_mut().unwrap().insert(KEY_TOKEN_ID.into(), ByteString(id.as_bytes().to_vec()));
+        }
+        put("default", "bootstrap-token-zzzzzz", other("zzzzzz")).await;
+        put("kube-system", "token-yyyyyy", other("yyyyyy")).await;
+        // Stored JSON that is not a Secret.
+        store.create(&def.key(Some("kube-system"), "bootstrap-token-xxxxxx"), b"{\"data\": 1}".to_vec()).await.unwrap();
+
+        let a = BootstrapTokenAuthenticator::for_registry(store.clone(), &reg, vec!["api".into()]).unwrap();
         let api = vec!["api".to_string()];
+        match a.authenticate_token("abcdef.0123456789abcdef", &api).await {
+            TokenResult::Authenticated { user, audiences } => {
+                assert_eq!(user.name, "system:bootstrap:abcdef");
+                assert_eq!(user.groups, vec![DEFAULT_GROUP]);
+                assert_eq!(audiences, api);
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(matches!(
-            a.authenticate_token("abcdef.0123456789abcdef", &api).await,
-            TokenResult::Authenticated { ref audiences, .. } if audiences == &api
+            a.authenticate_token("abcdef.0123456789abcdef", &[]).await,
+            TokenResult::Authenticated { .. }
         ));
-        assert!(matches!(
-            a.authenticate_token("abcdef.0123456789abcdef", &["other".into()]).await,
-            TokenResult::Invalid(_)
-        ));
-        assert!(matches!(a.authenticate_token("zzzzzz.0123456789abcdef", &api).await, TokenResult::Invalid(_)));
-        assert!(matches!(a.authenticate_token("not-a-bootstrap-token", &api).await, TokenResult::NotMine));
+        let cases: &[(&str, &str, &[String])] = &[
+            ("another audience", "abcdef.0123456789abcdef", &["vault".to_string()]),
+            ("wrong secret", "abcdef.0123456789abcdee", &api),
+            ("namespace default", "zzzzzz.0123456789abcdef", &api),
+            ("another name", "yyyyyy.0123456789abcdef", &api),
+            ("not a secret", "xxxxxx.0123456789abcdef", &api),
+        ];
+        for (what, token, auds) in cases {
+            match a.authenticate_token(token, auds).await {
+                TokenResult::Invalid(why) => assert!(!why.contains("0123456789abcde"), "{what}: {why}"),
+                other => panic!("{what}: {other:?}"),
+            }
+        }
+        for token in ["not-a-bootstrap-token", "ABCDEF.0123456789abcdef", "abc.def", "eyJ.eyJ.sig"] {
+            assert_eq!(a.authenticate_token(token, &api).await, TokenResult::NotMine, "{token}");
+        }
     }
 }

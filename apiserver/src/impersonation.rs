@@ -7,7 +7,6 @@
 //! continues as the impersonated user: its groups (a service account's fixed groups when none
 //! are given) plus `system:authenticated` — or `system:unauthenticated` for `system:anonymous`.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Request, State};
@@ -25,6 +24,7 @@ const GROUP: &str = "impersonate-group";
 const UID: &str = "impersonate-uid";
 const EXTRA_PREFIX: &str = "impersonate-extra-";
 const SA_PREFIX: &str = "system:serviceaccount:";
+const SA_GROUP: &str = "system:serviceaccounts";
 
 /// One thing the requester asks to act as.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,35 +42,42 @@ pub fn split_service_account(user: &str) -> Option<(&str, &str)> {
     (!ns.is_empty() && !name.is_empty() && !name.contains(':')).then_some((ns, name))
 }
 
-/// Percent-decoding of an extra key (upstream unescapes `%XX`; invalid escapes are kept).
-fn unescape(key: &str) -> String {
+/// An extra key as upstream reads it: lowercased, then percent-decoded; a key with a
+/// malformed escape (or one decoding to something that is not UTF-8) is kept as it came.
+pub fn extra_key(raw: &str) -> String {
+    let key = raw.to_ascii_lowercase();
     let b = key.as_bytes();
+    let hex = |c: u8| (c as char).to_digit(16);
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let hex = |c: u8| (c as char).to_digit(16);
-        if b[i] == b'%' && i + 2 < b.len() {
-            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
-                out.push((h * 16 + l) as u8);
-                i += 3;
-                continue;
-            }
+        if b[i] != b'%' {
+            out.push(b[i]);
+            i += 1;
+            continue;
         }
-        out.push(b[i]);
-        i += 1;
+        match (b.get(i + 1).copied().and_then(hex), b.get(i + 2).copied().and_then(hex)) {
+            (Some(h), Some(l)) => out.push((h * 16 + l) as u8),
+            _ => return key,
+        }
+        i += 3;
     }
-    String::from_utf8(out).unwrap_or_else(|_| key.to_string())
+    String::from_utf8(out).unwrap_or(key)
+}
+
+/// A header value as text; anything but UTF-8 is a bad request.
+fn text(name: &str, v: &http::HeaderValue) -> Result<String, ApiError> {
+    std::str::from_utf8(v.as_bytes())
+        .map(str::to_string)
+        .map_err(|_| ApiError::BadRequest(format!("the {name} header is not valid UTF-8")))
 }
 
 /// The impersonation requests of a header set, in upstream's order (user, groups, extras,
-/// uid). Err: a header that is not valid text, or groups/extras/uid without a user.
-pub fn requests(headers: &HeaderMap) -> Result<Vec<Impersonation>, String> {
-    let text = |v: &http::HeaderValue| {
-        v.to_str().map(str::to_string).map_err(|_| "impersonation header values must be text".to_string())
-    };
+/// uid). Err (400): a value that is not UTF-8, or groups/extras/uid without a user.
+pub fn requests(headers: &HeaderMap) -> Result<Vec<Impersonation>, ApiError> {
     let mut out = Vec::new();
     let user = match headers.get(USER) {
-        Some(v) => text(v)?,
+        Some(v) => text("Impersonate-User", v)?,
         None => String::new(),
     };
     if !user.is_empty() {
@@ -80,39 +87,45 @@ pub fn requests(headers: &HeaderMap) -> Result<Vec<Impersonation>, String> {
         });
     }
     for v in headers.get_all(GROUP) {
-        out.push(Impersonation::Group(text(v)?));
+        out.push(Impersonation::Group(text("Impersonate-Group", v)?));
     }
-    let mut extras: Vec<(String, Vec<String>)> = Vec::new();
     for name in headers.keys() {
-        let Some(key) = name.as_str().strip_prefix(EXTRA_PREFIX) else { continue };
-        let values = headers.get_all(name).iter().map(text).collect::<Result<Vec<_>, _>>()?;
-        extras.push((unescape(key), values));
-    }
-    for (key, values) in extras {
-        out.extend(values.into_iter().map(|value| Impersonation::Extra { key: key.clone(), value }));
+        let Some(raw) = name.as_str().strip_prefix(EXTRA_PREFIX) else { continue };
+        let key = extra_key(raw);
+        for v in headers.get_all(name) {
+            out.push(Impersonation::Extra { key: key.clone(), value: text(name.as_str(), v)? });
+        }
     }
     let uid = match headers.get(UID) {
-        Some(v) => text(v)?,
+        Some(v) => text("Impersonate-Uid", v)?,
         None => String::new(),
     };
     if !uid.is_empty() {
         out.push(Impersonation::Uid(uid));
     }
     if user.is_empty() && !out.is_empty() {
-        return Err(format!("requested {} without impersonating a user", describe(&out)));
+        return Err(ApiError::BadRequest(format!("requested {} without impersonating a user", go_format(&out))));
     }
     Ok(out)
 }
 
-fn describe(reqs: &[Impersonation]) -> String {
+/// The requests as upstream prints its list of object references (`%v`): each as
+/// `{Kind Namespace Name UID APIVersion ResourceVersion FieldPath}`.
+fn go_format(reqs: &[Impersonation]) -> String {
+    const AUTHN_V1: &str = "authentication.k8s.io/v1";
     let parts: Vec<String> = reqs
         .iter()
-        .map(|r| match r {
-            Impersonation::User(n) => format!("User {n}"),
-            Impersonation::ServiceAccount { namespace, name } => format!("ServiceAccount {namespace}/{name}"),
-            Impersonation::Group(g) => format!("Group {g}"),
-            Impersonation::Extra { key, value } => format!("UserExtra {key}={value}"),
-            Impersonation::Uid(u) => format!("UID {u}"),
+        .map(|r| {
+            let (kind, ns, name, api_version, field_path) = match r {
+                Impersonation::User(n) => ("User", "", n.as_str(), "", ""),
+                Impersonation::ServiceAccount { namespace, name } => {
+                    ("ServiceAccount", namespace.as_str(), name.as_str(), "", "")
+                }
+                Impersonation::Group(g) => ("Group", "", g.as_str(), "", ""),
+                Impersonation::Extra { key, value } => ("UserExtra", "", value.as_str(), AUTHN_V1, key.as_str()),
+                Impersonation::Uid(u) => ("UID", "", u.as_str(), AUTHN_V1, ""),
+            };
+            format!("{{{kind} {ns} {name}  {api_version}  {field_path}}}")
         })
         .collect();
     format!("[{}]", parts.join(" "))
@@ -144,40 +157,50 @@ pub fn attributes(r: &Impersonation) -> RequestInfo {
     }
 }
 
-/// The identity the request continues as.
-pub fn impersonated(reqs: &[Impersonation], groups_given: bool) -> UserInfo {
+/// The identity the request continues as: the given user, uid, extras and groups; a
+/// service account without given groups gets its fixed groups; then `system:authenticated`
+/// unless a given group is `system:authenticated` or `system:unauthenticated` — or, for
+/// `system:anonymous`, `system:unauthenticated` unless given.
+pub fn impersonated(reqs: &[Impersonation]) -> UserInfo {
+    let groups_given = reqs.iter().any(|r| matches!(r, Impersonation::Group(_)));
     let mut user = UserInfo::default();
-    let mut extra: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for r in reqs {
         match r {
             Impersonation::User(n) => user.name = n.clone(),
             Impersonation::ServiceAccount { namespace, name } => {
                 user.name = format!("{SA_PREFIX}{namespace}:{name}");
                 if !groups_given {
-                    user.groups = vec!["system:serviceaccounts".into(), format!("system:serviceaccounts:{namespace}")];
+                    user.groups = vec![SA_GROUP.into(), format!("{SA_GROUP}:{namespace}")];
                 }
             }
             Impersonation::Group(g) => user.groups.push(g.clone()),
-            Impersonation::Extra { key, value } => extra.entry(key.clone()).or_default().push(value.clone()),
+            Impersonation::Extra { key, value } => user.extra.entry(key.clone()).or_default().push(value.clone()),
             Impersonation::Uid(u) => user.uid = u.clone(),
         }
     }
+    let has = |user: &UserInfo, g: &str| user.groups.iter().any(|x| x == g);
     if user.name != ANONYMOUS_USER {
-        if !user.groups.iter().any(|g| g == AUTHENTICATED_GROUP || g == UNAUTHENTICATED_GROUP) {
+        if !has(&user, AUTHENTICATED_GROUP) && !has(&user, UNAUTHENTICATED_GROUP) {
             user.groups.push(AUTHENTICATED_GROUP.into());
         }
-    } else if !user.groups.iter().any(|g| g == UNAUTHENTICATED_GROUP) {
+    } else if !has(&user, UNAUTHENTICATED_GROUP) {
         user.groups.push(UNAUTHENTICATED_GROUP.into());
     }
-    user.extra = extra;
     user
 }
 
-/// Middleware (after authentication): check and apply impersonation headers.
+/// Is this one of the impersonation headers removed once they are applied?
+fn is_impersonation_header(name: &http::HeaderName) -> bool {
+    let n = name.as_str();
+    n == USER || n == GROUP || n == UID || n.starts_with(EXTRA_PREFIX)
+}
+
+/// Middleware (after authentication, before the request is resolved and authorized): check
+/// and apply the impersonation headers.
 pub async fn impersonate(State(authz): State<Arc<dyn Authorizer>>, mut req: Request, next: Next) -> Response {
     let reqs = match requests(req.headers()) {
         Ok(r) => r,
-        Err(e) => return ApiError::internal(e).into_response(),
+        Err(e) => return e.into_response(),
     };
     if reqs.is_empty() {
         return next.run(req).await;
@@ -190,15 +213,14 @@ pub async fn impersonate(State(authz): State<Arc<dyn Authorizer>>, mut req: Requ
         let attrs = Attributes { user: &requester, info: &info };
         let verdict = authz.authorize(&attrs).await;
         if !verdict.allowed() {
-            tracing::debug!(requester = %requester.name, what = %describe(std::slice::from_ref(r)), "impersonation forbidden");
+            tracing::debug!(requester = %requester.name, verb = "impersonate", resource = %info.resource, "impersonation forbidden");
             return forbidden_with_reason(&attrs, &verdict.reason).into_response();
         }
     }
-    let user = impersonated(&reqs, req.headers().contains_key(GROUP));
+    let user = impersonated(&reqs);
     tracing::debug!(requester = %requester.name, user = %user.name, "impersonating");
     let headers = req.headers_mut();
-    let names: Vec<http::HeaderName> =
-        headers.keys().filter(|n| n.as_str().starts_with("impersonate-")).cloned().collect();
+    let names: Vec<http::HeaderName> = headers.keys().filter(|n| is_impersonation_header(n)).cloned().collect();
     for n in names {
         headers.remove(n);
     }
@@ -210,6 +232,9 @@ pub async fn impersonate(State(authz): State<Arc<dyn Authorizer>>, mut req: Requ
 #[allow(clippy::unwrap_used, clippy::type_complexity)]
 mod tests {
     use super::*;
+    use crate::authz::Verdict;
+    use axum::body::Body;
+    use tower::ServiceExt as _;
 
     fn headers(pairs: &[(&str, &[u8])]) -> HeaderMap {
         let mut h = HeaderMap::new();
@@ -219,101 +244,360 @@ mod tests {
         h
     }
 
+    fn user(n: &str) -> Impersonation {
+        Impersonation::User(n.into())
+    }
+    fn group(g: &str) -> Impersonation {
+        Impersonation::Group(g.into())
+    }
+    fn extra(k: &str, v: &str) -> Impersonation {
+        Impersonation::Extra { key: k.into(), value: v.into() }
+    }
+    fn sa(ns: &str, n: &str) -> Impersonation {
+        Impersonation::ServiceAccount { namespace: ns.into(), name: n.into() }
+    }
+
     #[test]
     fn requests_from_headers() {
-        let h = headers(&[
-            ("Impersonate-User", b"jane"),
-            ("Impersonate-Group", b"devs"),
-            ("Impersonate-Group", b"ops"),
-            ("Impersonate-Extra-Scopes", b"view"),
-            ("Impersonate-Extra-Example.com%2Fkey", b"v"),
-            ("Impersonate-Uid", b"u-1"),
-        ]);
-        let r = requests(&h).unwrap();
-        assert_eq!(r[0], Impersonation::User("jane".into()));
-        assert_eq!(r[1], Impersonation::Group("devs".into()));
-        assert_eq!(r[2], Impersonation::Group("ops".into()));
-        assert!(r.contains(&Impersonation::Extra { key: "scopes".into(), value: "view".into() }));
-        assert!(r.contains(&Impersonation::Extra { key: "example.com/key".into(), value: "v".into() }));
-        assert_eq!(r.last(), Some(&Impersonation::Uid("u-1".into())));
-
-        let sa = requests(&headers(&[("Impersonate-User", b"system:serviceaccount:ns1:robot")])).unwrap();
-        assert_eq!(sa, vec![Impersonation::ServiceAccount { namespace: "ns1".into(), name: "robot".into() }]);
-        assert!(requests(&HeaderMap::new()).unwrap().is_empty());
-
-        for bad in [
-            headers(&[("Impersonate-Group", b"devs")]),
-            headers(&[("Impersonate-Uid", b"u")]),
-            headers(&[("Impersonate-Extra-a", b"b")]),
-            headers(&[("Impersonate-User", b"\xff\xfe")]),
-        ] {
-            assert!(requests(&bad).is_err(), "{bad:?}");
+        let cases: Vec<(&str, HeaderMap, Vec<Impersonation>)> = vec![
+            ("none", HeaderMap::new(), vec![]),
+            ("unrelated headers", headers(&[("Accept", b"*/*"), ("Impersonate", b"x")]), vec![]),
+            ("empty user alone", headers(&[("Impersonate-User", b"")]), vec![]),
+            ("user", headers(&[("Impersonate-User", b"jane")]), vec![user("jane")]),
+            (
+                "first user wins",
+                headers(&[("Impersonate-User", b"jane"), ("Impersonate-User", b"bob")]),
+                vec![user("jane")],
+            ),
+            ("UTF-8 user", headers(&[("Impersonate-User", "jäne".as_bytes())]), vec![user("jäne")]),
+            (
+                "user, groups, uid",
+                headers(&[
+                    ("Impersonate-Uid", b"u-1"),
+                    ("Impersonate-Group", b"devs"),
+                    ("Impersonate-User", b"jane"),
+                    ("Impersonate-Group", b"ops"),
+                ]),
+                vec![user("jane"), group("devs"), group("ops"), Impersonation::Uid("u-1".into())],
+            ),
+            (
+                "an empty group counts",
+                headers(&[("Impersonate-User", b"jane"), ("Impersonate-Group", b"")]),
+                vec![user("jane"), group("")],
+            ),
+            (
+                "empty uid is none",
+                headers(&[("Impersonate-User", b"jane"), ("Impersonate-Uid", b"")]),
+                vec![user("jane")],
+            ),
+            (
+                "extras: key lowercased and decoded, values repeatable",
+                headers(&[
+                    ("Impersonate-User", b"jane"),
+                    ("Impersonate-Extra-Scopes", b"view"),
+                    ("Impersonate-Extra-Scopes", b"edit"),
+                    ("Impersonate-Extra-Example.com%2FKey", b"v"),
+                ]),
+                vec![user("jane"), extra("scopes", "view"), extra("scopes", "edit"), extra("example.com/key", "v")],
+            ),
+            (
+                "service account",
+                headers(&[("Impersonate-User", b"system:serviceaccount:ns1:robot")]),
+                vec![sa("ns1", "robot")],
+            ),
+            (
+                "not quite a service account",
+                headers(&[("Impersonate-User", b"system:serviceaccount:a:b:c")]),
+                vec![user("system:serviceaccount:a:b:c")],
+            ),
+            (
+                "no namespace",
+                headers(&[("Impersonate-User", b"system:serviceaccount::b")]),
+                vec![user("system:serviceaccount::b")],
+            ),
+        ];
+        for (what, h, want) in cases {
+            assert_eq!(requests(&h).unwrap(), want, "{what}");
         }
-        assert_eq!(unescape("a%2Fb%zz%"), "a/b%zz%");
+    }
+
+    #[test]
+    fn bad_impersonation_headers_are_bad_requests() {
+        let cases: Vec<(&str, HeaderMap, &str)> = vec![
+            (
+                "group without user",
+                headers(&[("Impersonate-Group", b"devs")]),
+                "requested [{Group  devs    }] without impersonating a user",
+            ),
+            (
+                "groups with an empty user",
+                headers(&[("Impersonate-User", b""), ("Impersonate-Group", b"a"), ("Impersonate-Group", b"b")]),
+                "requested [{Group  a    } {Group  b    }] without impersonating a user",
+            ),
+            (
+                "uid without user",
+                headers(&[("Impersonate-Uid", b"u")]),
+                "requested [{UID  u  authentication.k8s.io/v1  }] without impersonating a user",
+            ),
+            (
+                "extra without user",
+                headers(&[("Impersonate-Extra-Scopes", b"view")]),
+                "requested [{UserExtra  view  authentication.k8s.io/v1  scopes}] without impersonating a user",
+            ),
+            (
+                "non-UTF-8 user",
+                headers(&[("Impersonate-User", b"\xff\xfe")]),
+                "Impersonate-User header is not valid UTF-8",
+            ),
+            (
+                "non-UTF-8 group",
+                headers(&[("Impersonate-User", b"jane"), ("Impersonate-Group", b"\x80")]),
+                "Impersonate-Group header is not valid UTF-8",
+            ),
+            (
+                "non-UTF-8 extra",
+                headers(&[("Impersonate-User", b"jane"), ("Impersonate-Extra-A", b"\xc3(")]),
+                "impersonate-extra-a header is not valid UTF-8",
+            ),
+            (
+                "non-UTF-8 uid",
+                headers(&[("Impersonate-User", b"jane"), ("Impersonate-Uid", b"\xff")]),
+                "Impersonate-Uid header",
+            ),
+        ];
+        for (what, h, want) in cases {
+            let e = requests(&h).unwrap_err();
+            assert_eq!(e.code(), http::StatusCode::BAD_REQUEST, "{what}");
+            assert!(e.to_string().contains(want), "{what}: {e}");
+        }
+    }
+
+    #[test]
+    fn extra_keys_like_upstream() {
+        let cases = [
+            ("scopes", "scopes"),
+            ("Scopes", "scopes"),
+            ("example.com%2fkey", "example.com/key"),
+            ("example.com%2Fkey", "example.com/key"),
+            ("a%20b", "a b"),
+            ("a+b", "a+b"),
+            ("%e4%b8%ad", "中"),
+            ("bad%zzescape%2f", "bad%zzescape%2f"),
+            ("trailing%", "trailing%"),
+            ("short%2", "short%2"),
+            ("notutf8%ff", "notutf8%ff"),
+            ("", ""),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(extra_key(raw), want, "{raw}");
+        }
     }
 
     #[test]
     fn impersonated_identity() {
-        let cases: Vec<(&str, Vec<Impersonation>, bool, &str, Vec<&str>)> = vec![
-            ("user alone", vec![Impersonation::User("jane".into())], false, "jane", vec!["system:authenticated"]),
+        let cases: Vec<(&str, Vec<Impersonation>, &str, Vec<&str>)> = vec![
+            ("user alone", vec![user("jane")], "jane", vec!["system:authenticated"]),
+            ("user and group", vec![user("jane"), group("devs")], "jane", vec!["devs", "system:authenticated"]),
             (
-                "user and group",
-                vec![Impersonation::User("jane".into()), Impersonation::Group("devs".into())],
-                true,
+                "system:authenticated given",
+                vec![user("jane"), group("system:authenticated"), group("devs")],
                 "jane",
-                vec!["devs", "system:authenticated"],
+                vec!["system:authenticated", "devs"],
             ),
             (
-                "explicit unauthenticated group",
-                vec![Impersonation::User("jane".into()), Impersonation::Group("system:unauthenticated".into())],
-                true,
+                "system:unauthenticated given",
+                vec![user("jane"), group("system:unauthenticated")],
                 "jane",
                 vec!["system:unauthenticated"],
             ),
             (
                 "service account gets its groups",
-                vec![Impersonation::ServiceAccount { namespace: "ns".into(), name: "sa".into() }],
-                false,
+                vec![sa("ns", "sa")],
                 "system:serviceaccount:ns:sa",
                 vec!["system:serviceaccounts", "system:serviceaccounts:ns", "system:authenticated"],
             ),
             (
                 "service account with given groups",
-                vec![
-                    Impersonation::ServiceAccount { namespace: "ns".into(), name: "sa".into() },
-                    Impersonation::Group("g".into()),
-                ],
-                true,
+                vec![sa("ns", "sa"), group("g")],
                 "system:serviceaccount:ns:sa",
                 vec!["g", "system:authenticated"],
             ),
+            ("anonymous", vec![user("system:anonymous")], "system:anonymous", vec!["system:unauthenticated"]),
             (
-                "anonymous",
-                vec![Impersonation::User("system:anonymous".into())],
-                false,
+                "anonymous with a group",
+                vec![user("system:anonymous"), group("g")],
                 "system:anonymous",
-                vec!["system:unauthenticated"],
+                vec!["g", "system:unauthenticated"],
+            ),
+            (
+                "anonymous in system:authenticated",
+                vec![user("system:anonymous"), group("system:authenticated")],
+                "system:anonymous",
+                vec!["system:authenticated", "system:unauthenticated"],
             ),
         ];
-        for (what, reqs, given, name, groups) in cases {
-            let u = impersonated(&reqs, given);
+        for (what, reqs, name, groups) in cases {
+            let u = impersonated(&reqs);
             assert_eq!(u.name, name, "{what}");
             assert_eq!(u.groups, groups, "{what}");
         }
+        let u = impersonated(&[
+            user("jane"),
+            extra("scopes", "a"),
+            extra("scopes", "b"),
+            extra("k", "v"),
+            Impersonation::Uid("u1".into()),
+        ]);
+        assert_eq!(u.uid, "u1");
+        assert_eq!(u.extra.get("scopes"), Some(&vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(u.extra.get("k"), Some(&vec!["v".to_string()]));
     }
 
     #[test]
-    fn attributes_name_the_right_resource() {
-        let a = attributes(&Impersonation::ServiceAccount { namespace: "ns".into(), name: "sa".into() });
-        assert_eq!((a.resource.as_str(), a.namespace.as_str(), a.name.as_str()), ("serviceaccounts", "ns", "sa"));
-        let a = attributes(&Impersonation::Extra { key: "scopes".into(), value: "view".into() });
+    fn attributes_and_denials_name_the_right_resource() {
+        let bob = UserInfo::with_groups("bob", &["system:authenticated"]);
+        let cases: Vec<(Impersonation, (&str, &str, &str, &str, &str), &str)> = vec![
+            (
+                user("jane"),
+                ("", "users", "", "", "jane"),
+                "users \"jane\" is forbidden: User \"bob\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope",
+            ),
+            (
+                sa("ns", "robot"),
+                ("", "serviceaccounts", "", "ns", "robot"),
+                "serviceaccounts \"robot\" is forbidden: User \"bob\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"ns\"",
+            ),
+            (
+                group("devs"),
+                ("", "groups", "", "", "devs"),
+                "groups \"devs\" is forbidden: User \"bob\" cannot impersonate resource \"groups\" in API group \"\" at the cluster scope",
+            ),
+            (
+                extra("scopes", "view"),
+                ("authentication.k8s.io", "userextras", "scopes", "", "view"),
+                "userextras.authentication.k8s.io \"view\" is forbidden: User \"bob\" cannot impersonate resource \"userextras/scopes\" in API group \"authentication.k8s.io\" at the cluster scope",
+            ),
+            (
+                Impersonation::Uid("u-1".into()),
+                ("authentication.k8s.io", "uids", "", "", "u-1"),
+                "uids.authentication.k8s.io \"u-1\" is forbidden: User \"bob\" cannot impersonate resource \"uids\" in API group \"authentication.k8s.io\" at the cluster scope",
+            ),
+        ];
+        for (r, (g, res, sub, ns, name), msg) in cases {
+            let a = attributes(&r);
+            assert!(a.is_resource_request, "{r:?}");
+            assert_eq!(a.verb, "impersonate", "{r:?}");
+            assert_eq!(
+                (
+                    a.api_group.as_str(),
+                    a.resource.as_str(),
+                    a.subresource.as_str(),
+                    a.namespace.as_str(),
+                    a.name.as_str()
+                ),
+                (g, res, sub, ns, name),
+                "{r:?}"
+            );
+            let e = crate::authz::forbidden(&Attributes { user: &bob, info: &a });
+            assert_eq!(e.to_string(), msg, "{r:?}");
+            assert_eq!(e.code(), http::StatusCode::FORBIDDEN);
+        }
+    }
+
+    /// Allows `impersonate` on the listed (resource, name) pairs, and everything else.
+    struct Allow(Vec<(&'static str, &'static str)>);
+
+    #[async_trait::async_trait]
+    impl Authorizer for Allow {
+        async fn authorize(&self, attrs: &Attributes<'_>) -> Verdict {
+            let i = attrs.info;
+            if i.verb != "impersonate" || self.0.iter().any(|(r, n)| i.resource == *r && i.name == *n) {
+                Verdict::allow("")
+            } else {
+                Verdict::no_opinion()
+            }
+        }
+    }
+
+    /// Echoes the identity the handler sees and whether impersonation headers reached it.
+    async fn run(allowed: Vec<(&'static str, &'static str)>, hdrs: &[(&str, &[u8])]) -> (u16, serde_json::Value) {
+        let authz: Arc<dyn Authorizer> = Arc::new(Allow(allowed));
+        let app = axum::Router::new()
+            .fallback(|req: Request| async move {
+                let u = req.extensions().get::<UserInfo>().cloned().unwrap_or_default();
+                let leaked = req.headers().keys().any(|k| k.as_str().starts_with("impersonate-"));
+                axum::Json(serde_json::json!({"name": u.name, "groups": u.groups, "uid": u.uid, "extra": u.extra, "leaked": leaked}))
+            })
+            .layer(axum::middleware::from_fn_with_state(authz, impersonate))
+            .layer(axum::middleware::from_fn(|mut req: Request, next: Next| async move {
+                req.extensions_mut().insert(UserInfo::with_groups("bob", &["system:authenticated"]));
+                next.run(req).await
+            }));
+        let mut req = http::Request::builder().uri("/api/v1/configmaps");
+        for (k, v) in hdrs {
+            req = req.header(*k, http::HeaderValue::from_bytes(v).unwrap());
+        }
+        let resp = app.oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
+        let code = resp.status().as_u16();
+        let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        (code, serde_json::from_slice(&body).unwrap())
+    }
+
+    #[tokio::test]
+    async fn middleware_checks_each_value_then_switches_identity() {
+        // Nothing asked: the requester goes on.
+        let (code, body) = run(vec![], &[]).await;
+        assert_eq!((code, body["name"].as_str()), (200, Some("bob")));
+
+        let all = vec![("users", "jane"), ("groups", "devs"), ("userextras", "view"), ("uids", "u-1")];
+        let h: &[(&str, &[u8])] = &[
+            ("Impersonate-User", b"jane"),
+            ("Impersonate-Group", b"devs"),
+            ("Impersonate-Extra-Scopes", b"view"),
+            ("Impersonate-Uid", b"u-1"),
+        ];
+        let (code, body) = run(all.clone(), h).await;
+        assert_eq!(code, 200, "{body}");
+        assert_eq!(body["name"], "jane");
+        assert_eq!(body["groups"], serde_json::json!(["devs", "system:authenticated"]));
+        assert_eq!(body["uid"], "u-1");
+        assert_eq!(body["extra"], serde_json::json!({"scopes": ["view"]}));
+        assert_eq!(body["leaked"], false, "impersonation headers are removed");
+
+        // Each value needs its own grant.
+        for (missing, msg) in [
+            (("users", "jane"), "users \"jane\" is forbidden"),
+            (("groups", "devs"), "groups \"devs\" is forbidden"),
+            (("userextras", "view"), "userextras.authentication.k8s.io \"view\" is forbidden"),
+            (("uids", "u-1"), "uids.authentication.k8s.io \"u-1\" is forbidden"),
+        ] {
+            let allowed: Vec<_> = all.iter().copied().filter(|g| *g != missing).collect();
+            let (code, body) = run(allowed, h).await;
+            assert_eq!(code, 403, "{missing:?}: {body}");
+            assert_eq!(body["reason"], "Forbidden");
+            let m = body["message"].as_str().unwrap_or_default();
+            assert!(m.starts_with(msg) && m.contains("User \"bob\" cannot impersonate"), "{missing:?}: {m}");
+        }
+
+        // A service account is checked as serviceaccounts in its namespace.
+        let (code, body) =
+            run(vec![("serviceaccounts", "robot")], &[("Impersonate-User", b"system:serviceaccount:ns1:robot")]).await;
+        assert_eq!(code, 200, "{body}");
         assert_eq!(
-            (a.api_group.as_str(), a.resource.as_str(), a.subresource.as_str()),
-            ("authentication.k8s.io", "userextras", "scopes")
+            body["groups"],
+            serde_json::json!(["system:serviceaccounts", "system:serviceaccounts:ns1", "system:authenticated"])
         );
-        let attrs_user = UserInfo { name: "bob".into(), ..Default::default() };
-        let info = attributes(&Impersonation::User("jane".into()));
-        let msg = crate::authz::forbidden(&Attributes { user: &attrs_user, info: &info }).to_string();
-        assert_eq!(msg, "users \"jane\" is forbidden: User \"bob\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope");
+        let (code, _) = run(
+            vec![("users", "system:serviceaccount:ns1:robot")],
+            &[("Impersonate-User", b"system:serviceaccount:ns1:robot")],
+        )
+        .await;
+        assert_eq!(code, 403);
+
+        // Malformed requests: 400, never a panic.
+        let (code, body) = run(all.clone(), &[("Impersonate-Group", b"devs")]).await;
+        assert_eq!((code, body["reason"].as_str()), (400, Some("BadRequest")), "{body}");
+        let (code, body) = run(all, &[("Impersonate-User", b"\xff")]).await;
+        assert_eq!((code, body["reason"].as_str()), (400, Some("BadRequest")), "{body}");
     }
 }
