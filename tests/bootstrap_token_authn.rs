@@ -267,6 +267,27 @@ async fn impersonation_is_checked_and_applied() {
         ]
     );
 
+    // A name that only looks like a service account's is an ordinary user name.
+    let r = send(
+        admin
+            .post(format!("{}{SSR}", s.url))
+            .header("Impersonate-User", format!("system:serviceaccount:{ns}:Robot"))
+            .json(&review),
+    )
+    .await;
+    r.expect_code(201, "impersonating an SA-like user name");
+    assert_eq!(groups(&r.body), vec!["system:authenticated"], "{}", r.text);
+
+    // system:anonymous stays unauthenticated: not in system:authenticated, so system:basic-user
+    // (SelfSubjectReview) does not apply.
+    let r =
+        send(admin.post(format!("{}{SSR}", s.url)).header("Impersonate-User", "system:anonymous").json(&review)).await;
+    assert_status(&r, 403, Some("Forbidden"), "impersonated system:anonymous asking who it is");
+    assert_eq!(
+        r.body["message"],
+        "selfsubjectreviews.authentication.k8s.io is forbidden: User \"system:anonymous\" cannot create resource \"selfsubjectreviews\" in API group \"authentication.k8s.io\" at the cluster scope",
+    );
+
     // Anything but the user needs Impersonate-User: 400 with upstream's message.
     let cms = format!("{}/api/v1/namespaces/{ns}/configmaps", s.url);
     let r = send(admin.get(&cms).header("Impersonate-Group", "devs")).await;
@@ -296,6 +317,13 @@ async fn impersonation_is_checked_and_applied() {
     assert_eq!(
         r.body["message"],
         format!("serviceaccounts \"robot\" is forbidden: User \"bob\" cannot impersonate resource \"serviceaccounts\" in API group \"\" in the namespace \"{ns}\"")
+    );
+
+    let r = send(bob_http.get(&cms).header("Impersonate-User", format!("system:serviceaccount:{ns}:Robot"))).await;
+    assert_status(&r, 403, Some("Forbidden"), "bob impersonating an SA-like user name");
+    assert_eq!(
+        r.body["message"],
+        format!("users \"system:serviceaccount:{ns}:Robot\" is forbidden: User \"bob\" cannot impersonate resource \"users\" in API group \"\" at the cluster scope")
     );
 
     // With a grant for users/jane only, bob is jane — and still may not add a group or an extra.

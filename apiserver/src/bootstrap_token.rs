@@ -47,6 +47,18 @@ pub fn valid_extra_group(g: &[u8]) -> bool {
         && rest.last().is_some_and(alnum)
 }
 
+/// RFC 3339 as Go's `time.Parse(time.RFC3339, ..)` reads it: an upper-case `T` and `Z`,
+/// seconds up to 59, optional fractional seconds; chrono alone would also take `t`, a space,
+/// `z` and a leap second.
+pub fn parse_rfc3339(s: &str) -> Option<DateTime<chrono::FixedOffset>> {
+    let b = s.as_bytes();
+    let strict = b.len() >= 20 && b[10] == b'T' && !s.ends_with('z') && b.get(17..19) != Some(b"60".as_slice());
+    if !strict {
+        return None;
+    }
+    DateTime::parse_from_rfc3339(s).ok()
+}
+
 /// A `data` value of the Secret; a missing key reads as empty (as upstream).
 fn data<'a>(secret: &'a Secret, key: &str) -> &'a [u8] {
     secret.data.as_ref().and_then(|d| d.get(key)).map(|b| b.0.as_slice()).unwrap_or_default()
@@ -75,7 +87,7 @@ pub fn check(secret: &Secret, id: &str, secret_part: &str, now: DateTime<Utc>) -
     let expiration = data(secret, KEY_EXPIRATION);
     if !expiration.is_empty() {
         // Unparsable counts as expired (upstream).
-        let at = std::str::from_utf8(expiration).ok().and_then(|s| DateTime::parse_from_rfc3339(s).ok());
+        let at = std::str::from_utf8(expiration).ok().and_then(parse_rfc3339);
         match at {
             Some(t) if t.with_timezone(&Utc) > now => {}
             Some(_) => return fail(format!("has expired ({KEY_EXPIRATION} {})", String::from_utf8_lossy(expiration))),
@@ -296,6 +308,13 @@ mod tests {
             ("expired by offset", secret(set(KEY_EXPIRATION, "2026-01-01T00:30:00+01:00")), SECRET, Err("has expired")),
             ("unparsable expiration", secret(set(KEY_EXPIRATION, "tomorrow")), SECRET, Err("unparsable")),
             ("date-only expiration", secret(set(KEY_EXPIRATION, "2030-01-01")), SECRET, Err("unparsable")),
+            ("fractional seconds", secret(set(KEY_EXPIRATION, "2030-01-01T00:00:00.5Z")), SECRET, Ok(vec![DEFAULT_GROUP])),
+            ("lower-case t", secret(set(KEY_EXPIRATION, "2030-01-01t00:00:00Z")), SECRET, Err("unparsable")),
+            ("space for T", secret(set(KEY_EXPIRATION, "2030-01-01 00:00:00Z")), SECRET, Err("unparsable")),
+            ("lower-case z", secret(set(KEY_EXPIRATION, "2030-01-01T00:00:00z")), SECRET, Err("unparsable")),
+            ("leap second", secret(set(KEY_EXPIRATION, "2030-12-31T23:59:60Z")), SECRET, Err("unparsable")),
+            ("no zone", secret(set(KEY_EXPIRATION, "2030-01-01T00:00:00")), SECRET, Err("unparsable")),
+            ("non-UTF-8 expiration", secret(|s| put(s, KEY_EXPIRATION, b"2030-01-01T00:00:00Z\xff")), SECRET, Err("unparsable")),
             // Usage.
             ("usage false", secret(set(KEY_USAGE_AUTHENTICATION, "false")), SECRET, Err("not marked usage-bootstrap-authentication=true")),
             ("usage True", secret(set(KEY_USAGE_AUTHENTICATION, "True")), SECRET, Err("usage-bootstrap-authentication")),

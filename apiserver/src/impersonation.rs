@@ -36,10 +36,14 @@ pub enum Impersonation {
     Uid(String),
 }
 
-/// `system:serviceaccount:<ns>:<name>` → (ns, name).
+/// `system:serviceaccount:<ns>:<name>` → (ns, name), when the namespace is a DNS-1123 label
+/// and the name a DNS-1123 subdomain (as upstream; anything else is an ordinary user name).
 pub fn split_service_account(user: &str) -> Option<(&str, &str)> {
     let (ns, name) = user.strip_prefix(SA_PREFIX)?.split_once(':')?;
-    (!ns.is_empty() && !name.is_empty() && !name.contains(':')).then_some((ns, name))
+    let valid = !name.contains(':')
+        && crate::validation::is_dns1123_label(ns).is_empty()
+        && crate::validation::is_dns1123_subdomain(name).is_empty();
+    valid.then_some((ns, name))
 }
 
 /// An extra key as upstream reads it: lowercased, then percent-decoded; a key with a
@@ -314,6 +318,31 @@ mod tests {
                 "no namespace",
                 headers(&[("Impersonate-User", b"system:serviceaccount::b")]),
                 vec![user("system:serviceaccount::b")],
+            ),
+            (
+                "no name",
+                headers(&[("Impersonate-User", b"system:serviceaccount:a:")]),
+                vec![user("system:serviceaccount:a:")],
+            ),
+            (
+                "dotted account name",
+                headers(&[("Impersonate-User", b"system:serviceaccount:ns1:robot.v2")]),
+                vec![sa("ns1", "robot.v2")],
+            ),
+            (
+                "namespace is not a DNS label",
+                headers(&[("Impersonate-User", b"system:serviceaccount:ns.1:robot")]),
+                vec![user("system:serviceaccount:ns.1:robot")],
+            ),
+            (
+                "uppercase account name",
+                headers(&[("Impersonate-User", b"system:serviceaccount:ns1:Robot")]),
+                vec![user("system:serviceaccount:ns1:Robot")],
+            ),
+            (
+                "prefix only",
+                headers(&[("Impersonate-User", b"system:serviceaccount:")]),
+                vec![user("system:serviceaccount:")],
             ),
         ];
         for (what, h, want) in cases {
