@@ -573,6 +573,88 @@ async fn a_watch_from_the_list_rv_sees_added_modified_deleted_in_order() {
     }
 }
 
+/// A name-pinned list and watch (as a kubelet waits for its CSR) read one key: a sibling
+/// whose name extends the pinned one is never included, the list's resourceVersion lets a
+/// watch continue without a gap, and the other terms of the selectors still apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_and_watch_pinned_to_one_name_see_that_object_alone() {
+    let s = shared_apiserver();
+    let http = s.http();
+    let ns = s.create_namespace("pin").await;
+    let mut p1 = configmap("p1", json!({"v": "1"}));
+    p1["metadata"]["labels"] = json!({"app": "a"});
+    let p1 = create_cm(&http, &s.url, &ns, &p1).await;
+    create_cm(&http, &s.url, &ns, &configmap("p10", json!({}))).await;
+    let names = |r: &common::Reply| -> Vec<String> {
+        r.body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["metadata"]["name"].as_str())
+            .map(String::from)
+            .collect()
+    };
+    for (what, query, want) in [
+        ("name", vec![("fieldSelector", "metadata.name=p1")], vec!["p1"]),
+        (
+            "name and a matching label",
+            vec![("fieldSelector", "metadata.name=p1"), ("labelSelector", "app=a")],
+            vec!["p1"],
+        ),
+        ("name and another label", vec![("fieldSelector", "metadata.name=p1"), ("labelSelector", "app=b")], vec![]),
+        ("a missing name", vec![("fieldSelector", "metadata.name=p")], vec![]),
+        ("name and a contradicting term", vec![("fieldSelector", "metadata.name=p1,metadata.name!=p1")], vec![]),
+    ] {
+        let r = send(http.get(cms(&s.url, &ns)).query(&query)).await;
+        r.expect_code(200, what);
+        assert_eq!(names(&r), want, "{what}: {}", r.text);
+        let rv: u64 = r.body["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse().ok()).unwrap_or(0);
+        assert!(rv > 0, "{what}: a list resourceVersion: {}", r.text);
+    }
+    // Across all namespaces, the name alone pins nothing: both namespaces are searched.
+    let r = send(
+        http.get(format!("{}/api/v1/configmaps", s.url))
+            .query(&[("fieldSelector", format!("metadata.name=p1,metadata.namespace={ns}"))]),
+    )
+    .await;
+    assert_eq!(names(&r), vec!["p1"], "name and namespace fields: {}", r.text);
+
+    let list = send(http.get(cms(&s.url, &ns)).query(&[("fieldSelector", "metadata.name=p1")])).await;
+    let rv = list.body["metadata"]["resourceVersion"].as_str().expect("list RV").to_string();
+    let mut w = WatchLines::open(http.get(cms(&s.url, &ns)).query(&[
+        ("watch", "1"),
+        ("fieldSelector", "metadata.name=p1"),
+        ("resourceVersion", rv.as_str()),
+        ("timeoutSeconds", "60"),
+    ]))
+    .await;
+    assert_eq!(w.code, 200);
+    // Changes to the sibling come first and must not show up.
+    let mut p10 = send(http.get(format!("{}/p10", cms(&s.url, &ns)))).await.body;
+    p10["data"] = json!({"v": "x"});
+    send(http.put(format!("{}/p10", cms(&s.url, &ns))).json(&p10)).await.expect_code(200, "update p10");
+    let mut upd = p1.clone();
+    upd["data"]["v"] = json!("2");
+    send(http.put(format!("{}/p1", cms(&s.url, &ns))).json(&upd)).await.expect_code(200, "update p1");
+    send(http.delete(format!("{}/p1", cms(&s.url, &ns)))).await.expect_code(200, "delete p1");
+    for (want, v) in [("MODIFIED", "2"), ("DELETED", "2")] {
+        let ev = w.next_non_bookmark(EVENT_WAIT).await.expect("an event");
+        assert_eq!(ev["type"], want, "{ev}");
+        assert_eq!(ev["object"]["metadata"]["name"], "p1", "only p1's events: {ev}");
+        assert_eq!(ev["object"]["data"]["v"], v, "{ev}");
+    }
+    // A pinned watch without a resourceVersion starts with the object as ADDED.
+    create_cm(&http, &s.url, &ns, &configmap("p1", json!({"v": "3"}))).await;
+    let mut w = WatchLines::open(http.get(cms(&s.url, &ns)).query(&[
+        ("watch", "1"),
+        ("fieldSelector", "metadata.name=p1"),
+        ("timeoutSeconds", "60"),
+    ]))
+    .await;
+    let ev = w.next_non_bookmark(EVENT_WAIT).await.expect("the initial ADDED");
+    assert_eq!((ev["type"].as_str(), ev["object"]["data"]["v"].as_str()), (Some("ADDED"), Some("3")), "{ev}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_initial_events_gives_added_then_an_initial_events_end_bookmark_then_live_events() {
     let s = shared_apiserver();

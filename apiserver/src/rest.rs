@@ -346,6 +346,21 @@ impl Filter {
         }
         true
     }
+
+    /// The one storage key this filter can match, when `metadata.name=X` (and, for a
+    /// namespaced kind, the namespace) pins it: lists and watches of it then read that key
+    /// alone instead of scanning the collection (a kubelet waiting for its CSR among
+    /// thousands).
+    pub fn pinned_key(&self, def: &ResourceDef, ns: Option<&str>) -> Option<String> {
+        let fields = self.fields.as_ref()?;
+        let name = fields.requires_exact_match("metadata.name")?;
+        let ns = match (def.namespaced, ns) {
+            (false, _) => None,
+            (true, Some(ns)) => Some(ns),
+            (true, None) => Some(fields.requires_exact_match("metadata.namespace")?),
+        };
+        Some(def.key(ns, name))
+    }
 }
 
 /// The list RV semantics of the seed table (§5): returns the revision to read at, if any.
@@ -419,6 +434,21 @@ pub async fn read_list(
         if at_rev.is_none() && cont.is_none() {
             wait_for_rv(store, parse_rv(v)?).await?;
         }
+    }
+    if let (None, Some(key)) = (cont, filter.pinned_key(def, ns)) {
+        let (kv, rev) = store.get_at(&key, at_rev).await.map_err(|e| map_storage_error(def, "", e))?;
+        let mut items = Vec::new();
+        let mut raw = Vec::new();
+        if let Some(kv) = kv {
+            let obj = meta::from_stored(&kv)?;
+            if filter.matches(def, &obj) {
+                raw.push(kv);
+                if decode {
+                    items.push(obj);
+                }
+            }
+        }
+        return Ok(Listed { items, raw, rev, continue_token: None, remaining: None });
     }
     let prefix = def.ns_prefix(ns);
     let mut start_after = None;

@@ -92,8 +92,15 @@ async fn plan(c: &Call<'_>, filter: &Filter) -> Result<std::result::Result<Plan,
     }
     // A consistent snapshot, then changes after it.
     let store = &c.state.storage;
-    let prefix = c.def.ns_prefix(ns(c));
-    let page = match store.list(&prefix, ListOptions::default()).await {
+    let page = match filter.pinned_key(c.def, ns(c)) {
+        Some(key) => store.get_at(&key, None).await.map(|(kv, rev)| storage::ListResult {
+            items: kv.into_iter().collect(),
+            rev,
+            remaining: 0,
+        }),
+        None => store.list(&c.def.ns_prefix(ns(c)), ListOptions::default()).await,
+    };
+    let page = match page {
         Ok(p) => p,
         Err(e) => return Ok(Err(e)),
     };
@@ -172,10 +179,13 @@ pub async fn watch(c: &Call<'_>) -> Result<Response> {
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(BUFFER);
     let planned = plan(c, &filter).await?;
     let store = c.state.storage.clone();
-    let prefix = c.def.ns_prefix(ns(c));
+    let scope = match filter.pinned_key(c.def, ns(c)) {
+        Some(key) => Scope::Key(key),
+        None => Scope::Prefix(c.def.ns_prefix(ns(c))),
+    };
     let def = c.def.clone();
     tokio::spawn(async move {
-        let work = run(store, prefix, def, filter, planned, enc, bookmarks, tx.clone());
+        let work = run(store, scope, def, filter, planned, enc, bookmarks, tx.clone());
         let _ = tokio::time::timeout(timeout, work).await;
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>);
@@ -185,10 +195,18 @@ pub async fn watch(c: &Call<'_>) -> Result<Response> {
     Ok(resp)
 }
 
+/// What a watch listens to in storage.
+enum Scope {
+    /// Every key under the collection's (or namespace's) prefix.
+    Prefix(String),
+    /// The one key a `metadata.name` field selector pins.
+    Key(String),
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run(
     store: Arc<dyn Storage>,
-    prefix: String,
+    scope: Scope,
     def: ResourceDef,
     filter: Filter,
     planned: std::result::Result<Plan, storage::Error>,
@@ -211,7 +229,11 @@ async fn run(
     if plan.end_bookmark && tx.send(enc.bookmark(plan.after, true)).await.is_err() {
         return;
     }
-    let mut events = match store.watch(&prefix, plan.after).await {
+    let events = match &scope {
+        Scope::Prefix(prefix) => store.watch(prefix, plan.after).await,
+        Scope::Key(key) => store.watch_key(key, plan.after).await,
+    };
+    let mut events = match events {
         Ok(s) => s,
         Err(e) => {
             let _ = tx.send(enc.error(&crate::rest::map_storage_error(&def, "", e))).await;

@@ -37,9 +37,9 @@
 //! [`SqliteStorage::spawn_compactor`] keeps the last N revisions (a revision count rather than
 //! a time window: it bounds the size of the history whatever the write rate).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, PoisonError, TryLockError, Weak};
 use std::thread;
 use std::time::Duration;
@@ -48,7 +48,7 @@ use async_trait::async_trait;
 use futures::stream::{self, BoxStream, StreamExt};
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Value, ValueRef};
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, ToSql};
-use tokio::sync::{broadcast, oneshot};
+use tokio::sync::{broadcast, oneshot, Notify};
 
 use super::{Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
 
@@ -118,7 +118,81 @@ impl Default for Config {
 struct Shared {
     rev: AtomicU64,
     compacted: AtomicU64,
+    /// Every event, for prefix watches.
     events: broadcast::Sender<Arc<Event>>,
+    /// Single-key watches, woken only by changes to their key.
+    keyed: Mutex<KeyWatchers>,
+    /// The writer has stopped: no event will come any more.
+    closed: AtomicBool,
+}
+
+/// The single-key watches: key → (watch id, its wake-up).
+#[derive(Default)]
+struct KeyWatchers {
+    next_id: u64,
+    by_key: HashMap<String, Vec<(u64, Arc<Notify>)>>,
+}
+
+impl Shared {
+    fn keyed(&self) -> std::sync::MutexGuard<'_, KeyWatchers> {
+        self.keyed.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Wake the single-key watches of these keys (each wake-up is kept until taken, so a
+    /// watch that is between two reads misses nothing).
+    fn wake_keys<'a>(&self, keys: impl Iterator<Item = &'a str>) {
+        let keyed = self.keyed();
+        if keyed.by_key.is_empty() {
+            return;
+        }
+        for key in keys {
+            for (_, n) in keyed.by_key.get(key).into_iter().flatten() {
+                n.notify_one();
+            }
+        }
+    }
+
+    /// The writer is gone: wake every single-key watch so it can end.
+    fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        for (_, n) in self.keyed().by_key.values().flatten() {
+            n.notify_one();
+        }
+    }
+}
+
+/// A single-key watch's entry in [`KeyWatchers`], removed when the watch is dropped. It does
+/// not keep the store alive.
+struct KeyRegistration {
+    shared: Weak<Shared>,
+    key: String,
+    id: u64,
+    notify: Arc<Notify>,
+}
+
+impl KeyRegistration {
+    fn new(shared: &Arc<Shared>, key: &str) -> Self {
+        let notify = Arc::new(Notify::new());
+        let mut keyed = shared.keyed();
+        keyed.next_id += 1;
+        let id = keyed.next_id;
+        keyed.by_key.entry(key.to_owned()).or_default().push((id, notify.clone()));
+        drop(keyed);
+        KeyRegistration { shared: Arc::downgrade(shared), key: key.to_owned(), id, notify }
+    }
+}
+
+impl Drop for KeyRegistration {
+    fn drop(&mut self) {
+        let Some(shared) = self.shared.upgrade() else { return };
+        let mut keyed = shared.keyed();
+        if let Some(list) = keyed.by_key.get_mut(&self.key) {
+            list.retain(|(id, _)| *id != self.id);
+            if list.is_empty() {
+                keyed.by_key.remove(&self.key);
+            }
+        }
+    }
 }
 
 /// SQLite implementation of [`Storage`].
@@ -181,7 +255,13 @@ impl SqliteStorage {
         let reads = Arc::new(ReadPool { conns, next: AtomicUsize::new(0) });
 
         let (events, _) = broadcast::channel(cfg.broadcast_capacity.max(1));
-        let shared = Arc::new(Shared { rev: AtomicU64::new(rev), compacted: AtomicU64::new(compacted), events });
+        let shared = Arc::new(Shared {
+            rev: AtomicU64::new(rev),
+            compacted: AtomicU64::new(compacted),
+            events,
+            keyed: Mutex::new(KeyWatchers::default()),
+            closed: AtomicBool::new(false),
+        });
         let writer =
             Writer { conn, shared: shared.clone(), rev, compacted, cursor, compact_step: cfg.compact_step.max(1) };
         let (tx, rx) = mpsc::channel();
@@ -269,8 +349,15 @@ impl Storage for SqliteStorage {
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
-        let prefix = prefix.to_owned();
-        self.reads.run(move |conn| list_at(conn, &prefix, &opts)).await
+        let keys = Keys::Prefix(prefix.to_owned());
+        self.reads.run(move |conn| list_at(conn, &keys, &opts)).await
+    }
+
+    async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> Result<(Option<KeyValue>, Rev)> {
+        let keys = Keys::Exact(key.to_owned());
+        let opts = ListOptions { at_rev, ..Default::default() };
+        let page = self.reads.run(move |conn| list_at(conn, &keys, &opts)).await?;
+        Ok((page.items.into_iter().next(), page.rev))
     }
 
     async fn count(&self, prefix: &str) -> Result<u64> {
@@ -278,7 +365,7 @@ impl Storage for SqliteStorage {
         self.reads
             .run(move |conn| {
                 let mut params = Vec::new();
-                let filter = key_filter("key", &prefix, None, &mut params);
+                let filter = key_filter("key", &Keys::Prefix(prefix), None, &mut params);
                 let sql = format!("SELECT COUNT(*) FROM cur WHERE {filter}");
                 let n: SqlRev = conn.prepare_cached(&sql)?.query_row(params_from_iter(params.iter()), |r| r.get(0))?;
                 Ok(n.0)
@@ -303,8 +390,8 @@ impl Storage for SqliteStorage {
         // guaranteed to arrive on the channel (events are published after their commit).
         let rx = self.shared.events.subscribe();
         let first = {
-            let prefix = prefix.to_owned();
-            self.reads.run(move |conn| history_after(conn, &prefix, after_rev, WATCH_CHUNK)).await?
+            let keys = Keys::Prefix(prefix.to_owned());
+            self.reads.run(move |conn| history_after(conn, &keys, after_rev, WATCH_CHUNK)).await?
         };
         let state = WatchState {
             reads: self.reads.clone(),
@@ -316,6 +403,13 @@ impl Storage for SqliteStorage {
             done: false,
         };
         Ok(stream::unfold(state, watch_step).boxed())
+    }
+
+    async fn watch_key(&self, key: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
+        // Register first: a change committed after the first history read then wakes it.
+        let reg = KeyRegistration::new(&self.shared, key);
+        let state = KeyWatchState { reads: self.reads.clone(), reg, pos: after_rev, buf: VecDeque::new(), done: false };
+        Ok(stream::unfold(state, key_watch_step).boxed())
     }
 
     fn current_rev(&self) -> Rev {
@@ -411,8 +505,25 @@ fn prefix_end(prefix: &str) -> Option<String> {
     None
 }
 
-/// SQL condition on `col`: under `prefix` and strictly after `after`. Pushes its parameters.
-fn key_filter(col: &str, prefix: &str, after: Option<&str>, params: &mut Vec<Value>) -> String {
+/// Which keys a read covers.
+#[derive(Debug, Clone)]
+enum Keys {
+    /// Every key starting with this.
+    Prefix(String),
+    /// This one key.
+    Exact(String),
+}
+
+/// SQL condition on `col`: the keys of `keys` strictly after `after` (exact keys ignore
+/// `after`: one key never pages). Pushes its parameters.
+fn key_filter(col: &str, keys: &Keys, after: Option<&str>, params: &mut Vec<Value>) -> String {
+    let prefix = match keys {
+        Keys::Prefix(p) => p.as_str(),
+        Keys::Exact(k) => {
+            params.push(Value::Text(k.clone()));
+            return format!("{col} = ?");
+        }
+    };
     let mut sql = match after {
         Some(a) if a >= prefix => {
             params.push(Value::Text(a.to_owned()));
@@ -476,11 +587,11 @@ fn get_current(conn: &mut Connection, key: &str) -> Result<Option<KeyValue>> {
 }
 
 /// Keys (and, unless `count_only`, values) visible at `at` (None: current), as SQL + params.
-fn list_query(prefix: &str, after: Option<&str>, at: Option<Rev>, count_only: bool) -> Result<(String, Vec<Value>)> {
+fn list_query(keys: &Keys, after: Option<&str>, at: Option<Rev>, count_only: bool) -> Result<(String, Vec<Value>)> {
     let mut params = Vec::new();
     let sql = match at {
         None => {
-            let filter = key_filter("c.key", prefix, after, &mut params);
+            let filter = key_filter("c.key", keys, after, &mut params);
             if count_only {
                 format!("SELECT COUNT(*) FROM cur c WHERE {filter}")
             } else {
@@ -491,7 +602,7 @@ fn list_query(prefix: &str, after: Option<&str>, at: Option<Rev>, count_only: bo
             }
         }
         Some(at) => {
-            let filter = key_filter("k.key", prefix, after, &mut params);
+            let filter = key_filter("k.key", keys, after, &mut params);
             params.push(rev_value(at)?);
             params.push(rev_value(at)?);
             let what = if count_only { "COUNT(*)" } else { "k.key, k.value, k.create_rev, k.rev" };
@@ -506,7 +617,7 @@ fn list_query(prefix: &str, after: Option<&str>, at: Option<Rev>, count_only: bo
     Ok((sql, params))
 }
 
-fn list_at(conn: &mut Connection, prefix: &str, opts: &ListOptions) -> Result<ListResult> {
+fn list_at(conn: &mut Connection, keys: &Keys, opts: &ListOptions) -> Result<ListResult> {
     let tx = conn.transaction()?;
     let current = read_meta_value(&tx, "rev")?;
     let compacted = read_meta_value(&tx, "compact_rev")?;
@@ -520,7 +631,7 @@ fn list_at(conn: &mut Connection, prefix: &str, opts: &ListOptions) -> Result<Li
     // At the current revision the `cur` table answers directly.
     let hist = (at < current).then_some(at);
     let limit = opts.limit.filter(|l| *l > 0);
-    let (sql, mut params) = list_query(prefix, opts.start_after.as_deref(), hist, false)?;
+    let (sql, mut params) = list_query(keys, opts.start_after.as_deref(), hist, false)?;
     params.push(limit_value(limit));
     let items = tx
         .prepare_cached(&sql)?
@@ -528,7 +639,7 @@ fn list_at(conn: &mut Connection, prefix: &str, opts: &ListOptions) -> Result<Li
         .collect::<rusqlite::Result<Vec<_>>>()?;
     let remaining = match (limit, items.last()) {
         (Some(l), Some(last)) if items.len() >= l => {
-            let (sql, params) = list_query(prefix, Some(&last.key), hist, true)?;
+            let (sql, params) = list_query(keys, Some(&last.key), hist, true)?;
             tx.prepare_cached(&sql)?.query_row(params_from_iter(params.iter()), rev_at(0))?
         }
         _ => 0,
@@ -536,17 +647,19 @@ fn list_at(conn: &mut Connection, prefix: &str, opts: &ListOptions) -> Result<Li
     Ok(ListResult { items, rev: at, remaining })
 }
 
-/// Up to `limit` changes under `prefix` with revision > `after`, in revision order.
+/// Up to `limit` changes to `keys` with revision > `after`, in revision order.
 /// Err(Compacted) if history after `after` is no longer complete.
-fn history_after(conn: &mut Connection, prefix: &str, after: Rev, limit: usize) -> Result<Vec<Event>> {
+fn history_after(conn: &mut Connection, keys: &Keys, after: Rev, limit: usize) -> Result<Vec<Event>> {
     let tx = conn.transaction()?;
     let compacted = read_meta_value(&tx, "compact_rev")?;
     if after < compacted {
         return Err(Error::Compacted { requested: after, compacted });
     }
     let mut params = vec![rev_value(after)?];
-    // `+n.key`: keep the planner on the rowid (= revision) order instead of the key index.
-    let filter = key_filter("+n.key", prefix, None, &mut params);
+    // A prefix: `+n.key` keeps the planner on the rowid (= revision) order instead of the key
+    // index. One key: the (key, rev) index is exactly the history wanted.
+    let col = if matches!(keys, Keys::Exact(_)) { "n.key" } else { "+n.key" };
+    let filter = key_filter(col, keys, None, &mut params);
     params.push(limit_value(Some(limit)));
     let sql = format!(
         "SELECT n.rev, n.key, n.create_rev, n.deleted, n.value, \
@@ -601,8 +714,8 @@ async fn watch_step(mut st: WatchState) -> Option<(Result<Event>, WatchState)> {
             return Some((Ok(ev), st));
         }
         if st.catching_up {
-            let (prefix, pos) = (st.prefix.clone(), st.pos);
-            match st.reads.run(move |conn| history_after(conn, &prefix, pos, WATCH_CHUNK)).await {
+            let (keys, pos) = (Keys::Prefix(st.prefix.clone()), st.pos);
+            match st.reads.run(move |conn| history_after(conn, &keys, pos, WATCH_CHUNK)).await {
                 Ok(events) => {
                     st.catching_up = events.len() >= WATCH_CHUNK;
                     st.buf.extend(events);
@@ -629,6 +742,44 @@ async fn watch_step(mut st: WatchState) -> Option<(Result<Event>, WatchState)> {
             Err(broadcast::error::RecvError::Lagged(_)) => st.catching_up = true,
             Err(broadcast::error::RecvError::Closed) => return None,
         }
+    }
+}
+
+/// A single-key watch: reads the key's history after `pos` whenever a change to the key is
+/// published (and once at the start), so it costs nothing while other keys change.
+struct KeyWatchState {
+    reads: Arc<ReadPool>,
+    reg: KeyRegistration,
+    pos: Rev,
+    buf: VecDeque<Event>,
+    done: bool,
+}
+
+async fn key_watch_step(mut st: KeyWatchState) -> Option<(Result<Event>, KeyWatchState)> {
+    loop {
+        if st.done {
+            return None;
+        }
+        if let Some(ev) = st.buf.pop_front() {
+            st.pos = ev.rev;
+            return Some((Ok(ev), st));
+        }
+        let (keys, pos) = (Keys::Exact(st.reg.key.clone()), st.pos);
+        match st.reads.run(move |conn| history_after(conn, &keys, pos, WATCH_CHUNK)).await {
+            Ok(events) if !events.is_empty() => {
+                st.buf.extend(events);
+                continue;
+            }
+            Ok(_) => {}
+            Err(e) => {
+                st.done = true;
+                return Some((Err(e), st));
+            }
+        }
+        if st.reg.shared.upgrade().is_none_or(|s| s.closed.load(Ordering::SeqCst)) {
+            return None;
+        }
+        st.reg.notify.notified().await;
     }
 }
 
@@ -698,6 +849,7 @@ impl Writer {
                 }
             }
         }
+        self.shared.close();
     }
 
     /// Start a write transaction, first clearing one a failed earlier step may have left open.
@@ -770,6 +922,7 @@ impl Writer {
     fn publish(&mut self, rev: Rev, events: Vec<Event>) {
         self.rev = rev;
         self.shared.rev.store(rev, Ordering::SeqCst);
+        self.shared.wake_keys(events.iter().map(|e| e.key.as_str()));
         for ev in events {
             // No receivers is fine.
             let _ = self.shared.events.send(Arc::new(ev));
@@ -1209,6 +1362,104 @@ mod tests {
         s.create("/q/z", b"z".to_vec()).await.expect("8");
         assert_eq!(next_events(&mut all, 1).await[0].rev, 8);
         assert_eq!(next_events(&mut w, 0).await.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn get_at_reads_one_key_at_a_revision_without_its_prefix_siblings() {
+        let s = fast_store(Config::default());
+        let a1 = s.create("/p/a", b"a1".to_vec()).await.expect("1");
+        s.create("/p/ab", b"ab".to_vec()).await.expect("2");
+        let a2 = s.update("/p/a", b"a2".to_vec(), a1).await.expect("3");
+        type Case = (&'static str, &'static str, Option<Rev>, Option<&'static [u8]>, Rev);
+        let cases: &[Case] = &[
+            ("current value, read at the current revision", "/p/a", None, Some(b"a2"), 3),
+            ("an old revision sees the old value", "/p/a", Some(a1), Some(b"a1"), a1),
+            ("a sibling that extends the key is not the key", "/p/a", Some(2), Some(b"a1"), 2),
+            ("missing key", "/p/b", None, None, 3),
+            ("before the key existed", "/p/ab", Some(1), None, 1),
+        ];
+        for (what, key, at, want, want_rev) in cases {
+            let (kv, rev) = s.get_at(key, *at).await.expect(what);
+            assert_eq!(kv.as_ref().map(|kv| kv.value.as_slice()), *want, "{what}");
+            assert_eq!(rev, *want_rev, "{what}");
+            if let Some(kv) = kv {
+                assert_eq!(kv.key, *key, "{what}");
+            }
+        }
+        assert_eq!(s.get_at("/p/a", None).await.expect("get").0.expect("a").mod_rev, a2);
+        assert!(matches!(s.get_at("/p/a", Some(99)).await, Err(Error::FutureRevision { .. })));
+        s.compact(3).await.expect("compact");
+        assert!(matches!(s.get_at("/p/a", Some(1)).await, Err(Error::Compacted { .. })));
+    }
+
+    #[tokio::test]
+    async fn a_key_watch_sees_only_its_key_history_first() {
+        let s = fast_store(Config::default());
+        let a1 = s.create("/p/a", b"a1".to_vec()).await.expect("1");
+        s.create("/p/ab", b"ab".to_vec()).await.expect("2");
+        let mut w = s.watch_key("/p/a", 0).await.expect("watch");
+        let a2 = s.update("/p/a", b"a2".to_vec(), a1).await.expect("3");
+        s.create("/p/b", b"b".to_vec()).await.expect("4");
+        let gone = s.delete("/p/a", a2).await.expect("5");
+        let again = s.create("/p/a", b"a3".to_vec()).await.expect("6");
+        let got = next_events(&mut w, 4).await;
+        assert_eq!(
+            summary(&got),
+            vec![
+                (EventKind::Created, a1, "/p/a", &b"a1"[..], None),
+                (EventKind::Updated, a2, "/p/a", &b"a2"[..], Some(&b"a1"[..])),
+                (EventKind::Deleted, gone, "/p/a", &b"a2"[..], Some(&b"a2"[..])),
+                (EventKind::Created, again, "/p/a", &b"a3"[..], None),
+            ]
+        );
+        // From a later revision: only what follows it.
+        let mut late = s.watch_key("/p/a", gone).await.expect("watch");
+        assert_eq!(next_events(&mut late, 1).await[0].rev, again);
+        // Nothing else arrives for other keys' changes.
+        s.create("/p/c", b"c".to_vec()).await.expect("7");
+        assert!(tokio::time::timeout(Duration::from_millis(200), w.next()).await.is_err(), "no event for /p/c");
+    }
+
+    #[tokio::test]
+    async fn many_key_watches_each_get_their_own_changes_and_leave_no_registration_behind() {
+        let s = fast_store(Config::default());
+        let mut watches = Vec::new();
+        for i in 0..50 {
+            watches.push(s.watch_key(&format!("/csr/n{i}"), 0).await.expect("watch"));
+        }
+        for i in 0..50 {
+            s.create(&format!("/csr/n{i}"), format!("v{i}").into_bytes()).await.expect("create");
+        }
+        for (i, w) in watches.iter_mut().enumerate() {
+            let got = next_events(w, 1).await;
+            assert_eq!(got[0].key, format!("/csr/n{i}"));
+            assert_eq!(got[0].value, format!("v{i}").into_bytes());
+        }
+        assert_eq!(s.shared.keyed().by_key.len(), 50);
+        drop(watches);
+        assert!(s.shared.keyed().by_key.is_empty(), "dropped watches unregister");
+    }
+
+    #[tokio::test]
+    async fn a_key_watch_from_a_compacted_revision_fails_with_compacted() {
+        let s = fast_store(Config::default());
+        let mut rev = s.create("/p/a", b"0".to_vec()).await.expect("create");
+        for i in 1..5 {
+            rev = s.update("/p/a", vec![i], rev).await.expect("update");
+        }
+        s.compact(3).await.expect("compact");
+        let mut w = s.watch_key("/p/a", 1).await.expect("watch");
+        let item = tokio::time::timeout(WAIT, w.next()).await.expect("in time").expect("an item");
+        assert!(matches!(item, Err(Error::Compacted { .. })), "{item:?}");
+    }
+
+    #[tokio::test]
+    async fn a_key_watch_ends_when_the_store_is_dropped() {
+        let s = fast_store(Config::default());
+        let mut w = s.watch_key("/p/a", 0).await.expect("watch");
+        drop(s);
+        let end = tokio::time::timeout(WAIT, w.next()).await.expect("ends in time");
+        assert!(end.is_none(), "{end:?}");
     }
 
     #[tokio::test]
