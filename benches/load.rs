@@ -5,108 +5,15 @@
 //! BENCH_LIST_OBJECTS, BENCH_WATCHERS). Figures are printed as a Markdown table; see
 //! docs/BENCHMARKS.md.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
+use common::{admin_client, env_u64, ms, pct, read_ok, rss_kib, start};
 use futures::StreamExt;
 use serde_json::json;
-
-fn env_u64(k: &str, d: u64) -> u64 {
-    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
-}
-
-struct Server {
-    child: Child,
-    url: String,
-    dir: PathBuf,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
-}
-
-/// Start the server and return it with the time until `/readyz` answered 200.
-async fn start(dir: &Path) -> Result<(Server, Duration)> {
-    let port = free_port()?;
-    let t0 = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_kustos"))
-        .args(["apiserver", "--data-dir"])
-        .arg(dir)
-        .args(["--secure-port", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .context("spawning kustos")?;
-    let url = format!("https://127.0.0.1:{port}");
-    let server = Server { child, url: url.clone(), dir: dir.to_path_buf() };
-    let anon = reqwest::Client::builder().danger_accept_invalid_certs(true).build()?;
-    for _ in 0..20_000 {
-        if let Ok(r) = anon.get(format!("{url}/readyz")).send().await {
-            if r.status().is_success() {
-                return Ok((server, t0.elapsed()));
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    bail!("server did not become ready")
-}
-
-fn admin_client(dir: &Path) -> Result<reqwest::Client> {
-    let kc: serde_json::Value = serde_yaml::from_slice(&std::fs::read(dir.join("admin.kubeconfig"))?)?;
-    use base64::Engine;
-    let b64 = |p: &serde_json::Value| -> Result<Vec<u8>> {
-        Ok(base64::engine::general_purpose::STANDARD.decode(p.as_str().context("kubeconfig field")?)?)
-    };
-    let user = &kc["users"][0]["user"];
-    let mut pem = b64(&user["client-certificate-data"])?;
-    pem.extend(b64(&user["client-key-data"])?);
-    let ca = b64(&kc["clusters"][0]["cluster"]["certificate-authority-data"])?;
-    Ok(reqwest::Client::builder()
-        .use_rustls_tls()
-        .add_root_certificate(reqwest::Certificate::from_pem(&ca)?)
-        .identity(reqwest::Identity::from_pem(&pem)?)
-        .pool_max_idle_per_host(256)
-        .build()?)
-}
-
-fn rss_kib(pid: u32) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines().find(|l| l.starts_with("VmRSS:"))?.split_whitespace().nth(1)?.parse().ok()
-}
-
-fn pct(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
-}
-
-/// True if the response has the wanted status; the body is always read to the end (dropping
-/// unread responses makes the client reset HTTP/2 streams, which servers rightly limit).
-async fn read_ok(r: reqwest::Result<reqwest::Response>, want: u16) -> bool {
-    match r {
-        Ok(r) => {
-            let ok = r.status().as_u16() == want;
-            r.bytes().await.is_ok() && ok
-        }
-        Err(_) => false,
-    }
-}
 
 /// Open-loop load at `rate` req/s for `secs`: every request is its own task, started on
 /// schedule whether or not earlier ones finished (a slow server cannot hold the load back);
@@ -154,9 +61,9 @@ async fn main() -> Result<()> {
     let mut rows: Vec<(String, String)> = Vec::new();
 
     // Cold start (first start creates the PKI), then a restart on the same directory.
-    let (first, first_ready) = start(tmp.path()).await?;
+    let (first, first_ready) = start("apiserver", &tmp.path().join("data"), &[]).await?;
     drop(first);
-    let (server, ready) = start(tmp.path()).await?;
+    let (server, ready) = start("apiserver", &tmp.path().join("data"), &[]).await?;
     rows.push(("first start to /readyz (creates PKI)".into(), ms(first_ready)));
     rows.push(("start to /readyz (existing data dir)".into(), ms(ready)));
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -388,12 +388,23 @@ impl Running {
     }
 }
 
+/// Connections waiting to be accepted: room for thousands of kubelets connecting at once
+/// (the kernel caps it at `net.core.somaxconn`).
+const LISTEN_BACKLOG: u32 = 4096;
+
+fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Start the apiserver: PKI, store, bootstrap objects, admin kubeconfig, HTTPS listener.
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     std::fs::create_dir_all(&cfg.data_dir)?;
     let now = chrono::Utc::now();
     let pki = pki::ensure(&cfg.data_dir, &cfg.tls_sans, now)?;
-    let listener = tokio::net::TcpListener::bind(SocketAddr::new(cfg.bind_address, cfg.secure_port)).await?;
+    let listener = listen(SocketAddr::new(cfg.bind_address, cfg.secure_port))?;
     let addr = listener.local_addr()?;
     let host = if cfg.bind_address.is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { cfg.bind_address };
     let server_address = SocketAddr::new(host, addr.port()).to_string();

@@ -1,0 +1,140 @@
+//! What the benchmarks share: starting the real binary on a free port, the admin client,
+//! process figures from /proc, and percentiles.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+pub fn env_u64(k: &str, d: u64) -> u64 {
+    std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d)
+}
+
+/// A running `kustos` child process; killed on drop.
+pub struct Server {
+    pub child: Child,
+    pub url: String,
+    pub dir: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+/// Start `kustos <subcommand> --data-dir DIR --secure-port P <extra>` and return it with the
+/// time until `/readyz` answered 200. The server's stderr goes to `DIR/../<subcommand>.log`.
+pub async fn start(subcommand: &str, dir: &Path, extra: &[&str]) -> Result<(Server, Duration)> {
+    let port = free_port()?;
+    let log = dir.with_file_name(format!("{subcommand}.log"));
+    let t0 = Instant::now();
+    let child = Command::new(env!("CARGO_BIN_EXE_kustos"))
+        .args([subcommand, "--data-dir"])
+        .arg(dir)
+        .args(["--secure-port", &port.to_string()])
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).context("creating the server log")?)
+        .spawn()
+        .context("spawning kustos")?;
+    let url = format!("https://127.0.0.1:{port}");
+    let server = Server { child, url: url.clone(), dir: dir.to_path_buf() };
+    let anon = reqwest::Client::builder().danger_accept_invalid_certs(true).build()?;
+    for _ in 0..20_000 {
+        if let Ok(r) = anon.get(format!("{url}/readyz")).send().await {
+            if r.status().is_success() {
+                return Ok((server, t0.elapsed()));
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    bail!("server did not become ready")
+}
+
+/// The server's CA certificate (PEM) from the admin kubeconfig in `dir`.
+pub fn ca_pem(dir: &Path) -> Result<Vec<u8>> {
+    let kc = kubeconfig(dir)?;
+    b64(&kc["clusters"][0]["cluster"]["certificate-authority-data"])
+}
+
+fn kubeconfig(dir: &Path) -> Result<serde_json::Value> {
+    Ok(serde_yaml::from_slice(&std::fs::read(dir.join("admin.kubeconfig"))?)?)
+}
+
+fn b64(v: &serde_json::Value) -> Result<Vec<u8>> {
+    use base64::Engine;
+    Ok(base64::engine::general_purpose::STANDARD.decode(v.as_str().context("kubeconfig field")?)?)
+}
+
+/// An HTTPS client with the admin's client certificate (system:masters).
+pub fn admin_client(dir: &Path) -> Result<reqwest::Client> {
+    let kc = kubeconfig(dir)?;
+    let user = &kc["users"][0]["user"];
+    let mut pem = b64(&user["client-certificate-data"])?;
+    pem.extend(b64(&user["client-key-data"])?);
+    Ok(reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca_pem(dir)?)?)
+        .identity(reqwest::Identity::from_pem(&pem)?)
+        .pool_max_idle_per_host(256)
+        .build()?)
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines().find(|l| l.starts_with(field))?.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Resident set size now.
+pub fn rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmRSS:")
+}
+
+/// Peak resident set size.
+pub fn peak_rss_kib(pid: u32) -> Option<u64> {
+    status_kib(pid, "VmHWM:")
+}
+
+/// User + system CPU time the process has used.
+pub fn cpu_time(pid: u32) -> Option<Duration> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start after the last ')'.
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // The kernel reports clock ticks; USER_HZ is 100 on Linux.
+    Some(Duration::from_millis(ticks * 10))
+}
+
+pub fn pct(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+pub fn ms(d: Duration) -> String {
+    format!("{:.2} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// True if the response has the wanted status; the body is always read to the end (dropping
+/// unread responses makes the client reset HTTP/2 streams, which servers rightly limit).
+pub async fn read_ok(r: reqwest::Result<reqwest::Response>, want: u16) -> bool {
+    match r {
+        Ok(r) => {
+            let ok = r.status().as_u16() == want;
+            r.bytes().await.is_ok() && ok
+        }
+        Err(_) => false,
+    }
+}
