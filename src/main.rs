@@ -6,6 +6,9 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod kubeconfig_cmd;
+mod token;
+
 #[derive(Parser)]
 #[command(
     name = "kustos",
@@ -23,6 +26,10 @@ enum Command {
     Server(ServerArgs),
     /// The apiserver alone (same flags as `server`).
     Apiserver(ServerArgs),
+    /// Manage bootstrap tokens (kubeadm-compatible): create, list, delete.
+    Token(token::TokenCommand),
+    /// Write kubeconfig files for clients of the cluster.
+    Kubeconfig(kubeconfig_cmd::KubeconfigCommand),
 }
 
 #[derive(Args, Clone)]
@@ -59,8 +66,10 @@ struct ServerArgs {
     /// legacy-serviceaccount-token-cleaner marks it invalid (and, as long again, deletes it).
     #[arg(long, default_value = "8760h", value_parser = parse_duration)]
     legacy_service_account_token_clean_up_period: std::time::Duration,
-    /// Controllers to run (`server` only): `*` (all on by default), `name`, `-name`.
-    #[arg(long, value_delimiter = ',', default_value = "*")]
+    /// Controllers to run (`server` only): `*` (every controller that is on by default),
+    /// `name`, `-name`. The default also runs bootstrapsigner and tokencleaner (off in `*`,
+    /// as upstream), as kubeadm runs kube-controller-manager.
+    #[arg(long, value_delimiter = ',', default_value = "*,bootstrapsigner,tokencleaner")]
     controllers: Vec<String>,
     /// Issuer of service-account tokens (repeatable): the first one is put into new tokens,
     /// all are accepted.
@@ -220,10 +229,13 @@ fn main() {
         match cli.command {
             Command::Server(a) => run_server(a, true).await,
             Command::Apiserver(a) => run_server(a, false).await,
+            Command::Token(t) => token::run(t).await,
+            Command::Kubeconfig(k) => kubeconfig_cmd::run(k),
         }
     });
     if let Err(e) = result {
-        eprintln!("error: {e:#}");
+        // One line, whatever the causes say.
+        eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
         std::process::exit(1);
     }
 }

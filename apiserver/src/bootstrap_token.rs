@@ -47,17 +47,8 @@ pub fn valid_extra_group(g: &[u8]) -> bool {
         && rest.last().is_some_and(alnum)
 }
 
-/// RFC 3339 as Go's `time.Parse(time.RFC3339, ..)` reads it: an upper-case `T` and `Z`,
-/// seconds up to 59, optional fractional seconds; chrono alone would also take `t`, a space,
-/// `z` and a leap second.
-pub fn parse_rfc3339(s: &str) -> Option<DateTime<chrono::FixedOffset>> {
-    let b = s.as_bytes();
-    let strict = b.len() >= 20 && b[10] == b'T' && !s.ends_with('z') && b.get(17..19) != Some(b"60".as_slice());
-    if !strict {
-        return None;
-    }
-    DateTime::parse_from_rfc3339(s).ok()
-}
+/// RFC 3339 as Go's `time.Parse(time.RFC3339, ..)` reads it.
+pub use kustos_ca::rfc3339::parse as parse_rfc3339;
 
 /// A `data` value of the Secret; a missing key reads as empty (as upstream).
 fn data<'a>(secret: &'a Secret, key: &str) -> &'a [u8] {

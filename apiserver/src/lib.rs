@@ -19,6 +19,7 @@ pub mod admission;
 pub mod authn;
 pub mod authz;
 pub mod bootstrap_token;
+pub mod cluster_info;
 pub mod discovery;
 mod dupcheck;
 pub mod error;
@@ -446,6 +447,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     serviceaccount::ensure_legacy_token_tracking(&state, now).await?;
     let policy = rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     rbac::reconcile::ensure_default_policy(&state, &policy).await?;
+    cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
     gc::spawn_startup_sweep(state.clone());
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());

@@ -12,6 +12,8 @@
 //!   validity, usages, key identifiers).
 //! - [`generate_sa_keypair`]: the service-account token signing key; [`jwt`] signs and
 //!   verifies service-account tokens with it.
+//! - [`jws`]: the detached HS256 signatures of `cluster-info` (bootstrap signer).
+//! - [`rfc3339`]: timestamps as Go reads and writes them (bootstrap token expirations).
 //!
 //! Issued certificates follow what Kubernetes' own signers produce: NotBefore backdated by
 //! [`BACKDATE`], NotAfter capped at the CA's NotAfter, a random 128-bit serial, CA:false,
@@ -19,8 +21,10 @@
 
 pub mod csr;
 mod der;
+pub mod jws;
 pub mod jwt;
 mod key;
+pub mod rfc3339;
 
 use std::net::IpAddr;
 

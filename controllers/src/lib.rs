@@ -6,6 +6,8 @@
 //! wakes it, it reads the current state, decides, and applies the decision. That keeps each
 //! controller correct after missed events, restarts and conflicts.
 
+pub mod bootstrap_signer;
+pub mod bootstrap_tokens;
 pub mod client;
 pub mod clusterrole_aggregation;
 pub mod labels;
@@ -14,6 +16,7 @@ pub mod root_ca_cert_publisher;
 pub mod runtime;
 pub mod serviceaccount;
 pub mod serviceaccount_token;
+pub mod token_cleaner;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -138,6 +141,12 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
             },
             "clusterrole-aggregation" => {
                 tasks.spawn(clusterrole_aggregation::run(client, cfg));
+            }
+            "tokencleaner" => {
+                tasks.spawn(token_cleaner::run(client, cfg));
+            }
+            "bootstrapsigner" => {
+                tasks.spawn(bootstrap_signer::run(client, cfg));
             }
             other => tracing::info!(controller = %other, "controller not available yet in this build"),
         }

@@ -51,22 +51,44 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
+    level_loop_until(name, triggers, period, move || {
+        let fut = sync();
+        async move { fut.await.map(|()| None) }
+    })
+    .await
+}
+
+/// Like [`level_loop`], for a `sync` that knows when the world changes without an event
+/// (a token expiring): it returns how soon to run again at the latest (`None`: `period`).
+pub async fn level_loop_until<F, Fut>(
+    name: &'static str,
+    triggers: Vec<Trigger>,
+    period: Duration,
+    mut sync: F,
+) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<Option<Duration>>>,
+{
     // Ended trigger streams (or none at all) must not wake the loop.
     let mut merged = futures::stream::select_all(triggers).chain(futures::stream::pending());
     let mut backoff = Duration::from_millis(250);
     loop {
-        match sync().await {
-            Ok(()) => backoff = Duration::from_millis(250),
+        let wait = match sync().await {
+            Ok(next) => {
+                backoff = Duration::from_millis(250);
+                next.map_or(period, |n| n.min(period))
+            }
             Err(e) => {
                 tracing::warn!(controller = name, error = %e, "sync failed; retrying");
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             }
-        }
+        };
         tokio::select! {
             _ = merged.next() => {}
-            _ = tokio::time::sleep(period) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
         let window = tokio::time::sleep(DEBOUNCE);
         tokio::pin!(window);
@@ -96,4 +118,47 @@ pub fn tolerate_races<T>(res: Result<T, kube::Error>) -> Result<(), kube::Error>
 /// A JSON merge patch body.
 pub fn merge_patch(v: Value) -> kube::api::Patch<Value> {
     kube::api::Patch::Merge(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// On Tokio's paused clock: each sync runs when the previous one asked (plus the debounce
+    /// window), never later than the period.
+    #[tokio::test(start_paused = true)]
+    async fn level_loop_until_wakes_when_asked_and_at_the_period() {
+        let period = Duration::from_secs(300);
+        let asks = [Some(Duration::from_secs(10)), Some(Duration::from_secs(900)), None, None];
+        let seen: Arc<Mutex<Vec<tokio::time::Instant>>> = Arc::default();
+        let start = tokio::time::Instant::now();
+        let task = tokio::spawn({
+            let seen = seen.clone();
+            level_loop_until("test", Vec::new(), period, move || {
+                let seen = seen.clone();
+                async move {
+                    let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                    s.push(tokio::time::Instant::now());
+                    Ok(asks.get(s.len() - 1).copied().flatten())
+                }
+            })
+        });
+        tokio::time::sleep(Duration::from_secs(700)).await;
+        task.abort();
+        let offsets: Vec<Duration> =
+            seen.lock().unwrap_or_else(|e| e.into_inner()).iter().map(|t| *t - start).collect();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            offsets,
+            vec![
+                ms(0),
+                ms(10_000 + 100),                       // asked for 10 s
+                ms(10_000 + 100 + 300_000 + 100),       // asked for 900 s: the period wins
+                ms(10_000 + 100 + 2 * (300_000 + 100)), // nothing asked: the period
+            ],
+            "sync times"
+        );
+    }
 }

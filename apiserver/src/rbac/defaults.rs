@@ -30,6 +30,11 @@
 //! creates for kubelet TLS bootstrapping are added under kubeadm's names, for every
 //! bootstrap token (group `system:bootstrappers`); like kubeadm's they are not labelled
 //! `rbac-defaults`, but they are annotated for reconciliation.
+//!
+//! Always present, under kubeadm's name and likewise unlabelled: the Role and RoleBinding
+//! `kube-public/kubeadm:bootstrap-signer-clusterinfo` that let `system:anonymous` get the
+//! ConfigMap `cluster-info` (and nothing else), so a joining node can read it before it has
+//! credentials.
 
 use std::collections::BTreeMap;
 
@@ -71,6 +76,8 @@ struct Data {
     roles: Vec<RoleData>,
     role_bindings: Vec<BindingData>,
     tls_bootstrap_bindings: Vec<BindingData>,
+    kubeadm_roles: Vec<RoleData>,
+    kubeadm_role_bindings: Vec<BindingData>,
 }
 
 #[derive(Deserialize)]
@@ -196,12 +203,16 @@ pub fn default_policy(opts: &PolicyOptions) -> DefaultPolicy {
     if opts.tls_bootstrap_bindings {
         policy.cluster_role_bindings.extend(data.tls_bootstrap_bindings.iter().map(|b| cluster_role_binding(b, false)));
     }
-    policy.roles.extend(data.roles.iter().map(|r| Role {
-        metadata: meta(&r.name, r.namespace.as_deref(), &r.labels, true),
+    let labelled_roles = data.roles.iter().map(|r| (r, true));
+    let kubeadm_roles = data.kubeadm_roles.iter().map(|r| (r, false));
+    policy.roles.extend(labelled_roles.chain(kubeadm_roles).map(|(r, labelled)| Role {
+        metadata: meta(&r.name, r.namespace.as_deref(), &r.labels, labelled),
         rules: Some(r.rules.clone()),
     }));
-    policy.role_bindings.extend(data.role_bindings.iter().map(|b| RoleBinding {
-        metadata: meta(&b.name, b.namespace.as_deref(), &BTreeMap::new(), true),
+    let labelled_bindings = data.role_bindings.iter().map(|b| (b, true));
+    let kubeadm_bindings = data.kubeadm_role_bindings.iter().map(|b| (b, false));
+    policy.role_bindings.extend(labelled_bindings.chain(kubeadm_bindings).map(|(b, labelled)| RoleBinding {
+        metadata: meta(&b.name, b.namespace.as_deref(), &BTreeMap::new(), labelled),
         role_ref: role_ref("Role", &b.role),
         subjects: subjects(b),
     }));
@@ -240,8 +251,8 @@ mod tests {
         let p = policy();
         assert_eq!(p.cluster_roles.len(), 31 + 5);
         assert_eq!(p.cluster_role_bindings.len(), 12 + 5 + 3);
-        assert_eq!(p.roles.len(), 7);
-        assert_eq!(p.role_bindings.len(), 7);
+        assert_eq!(p.roles.len(), 7 + 1);
+        assert_eq!(p.role_bindings.len(), 7 + 1);
         let per_namespace = |ns: &str| {
             (
                 p.roles.iter().filter(|r| r.metadata.namespace.as_deref() == Some(ns)).count(),
@@ -249,7 +260,7 @@ mod tests {
             )
         };
         assert_eq!(per_namespace("kube-system"), (6, 6));
-        assert_eq!(per_namespace("kube-public"), (1, 1));
+        assert_eq!(per_namespace("kube-public"), (2, 2));
         let without = default_policy(&PolicyOptions { tls_bootstrap_bindings: false });
         assert_eq!(without.cluster_role_bindings.len(), 12 + 5);
         assert!(!without.cluster_role_bindings.iter().any(|b| b
@@ -365,6 +376,7 @@ mod tests {
         }
         let ns_cases: &[(&str, &str, usize)] = &[
             ("kube-public", "system:controller:bootstrap-signer", 3),
+            ("kube-public", "kubeadm:bootstrap-signer-clusterinfo", 1),
             ("kube-system", "extension-apiserver-authentication-reader", 1),
             ("kube-system", "system::leader-locking-kube-controller-manager", 2),
             ("kube-system", "system::leader-locking-kube-scheduler", 2),
@@ -440,6 +452,12 @@ mod tests {
                 "system:controller:token-cleaner",
                 "system:controller:token-cleaner",
                 &[("ServiceAccount", "token-cleaner", Some("kube-system"))],
+            ),
+            (
+                "kube-public",
+                "kubeadm:bootstrap-signer-clusterinfo",
+                "kubeadm:bootstrap-signer-clusterinfo",
+                &[("User", "system:anonymous", None)],
             ),
         ];
         for (ns, name, role, want) in ns_cases {

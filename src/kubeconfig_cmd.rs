@@ -1,0 +1,231 @@
+//! `kustos kubeconfig bootstrap`, and reading the kubeconfig every client command is given.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use base64::Engine as _;
+use clap::{Args, Subcommand};
+use kube::config::Kubeconfig;
+use kustos_controllers::bootstrap_tokens::Token;
+
+/// The user name kubeadm gives the token in the bootstrap kubeconfigs it writes.
+pub const BOOTSTRAP_USER: &str = "tls-bootstrap-token-user";
+
+#[derive(Args)]
+pub struct KubeconfigCommand {
+    #[command(subcommand)]
+    action: KubeconfigAction,
+}
+
+#[derive(Subcommand)]
+enum KubeconfigAction {
+    /// Print a kubeconfig a kubelet can use as --bootstrap-kubeconfig: the server URL and CA of
+    /// the current context's cluster in --kubeconfig, and a user with the bootstrap token.
+    Bootstrap(BootstrapArgs),
+}
+
+#[derive(Args)]
+struct BootstrapArgs {
+    /// The kubeconfig to take the cluster from (default: $KUBECONFIG).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}), e.g. from `kustos token create`.
+    #[arg(long)]
+    token: Option<String>,
+}
+
+pub fn run(cmd: KubeconfigCommand) -> anyhow::Result<()> {
+    match cmd.action {
+        KubeconfigAction::Bootstrap(args) => {
+            let token = args.token.ok_or_else(|| anyhow::anyhow!("--token is required"))?;
+            let token = Token::parse(&token)?;
+            let path = resolve_path(args.kubeconfig, std::env::var_os("KUBECONFIG"))?;
+            let kc = read(&path)?;
+            let cluster = current_cluster(&kc).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            let ca_pem = match cluster.ca {
+                CaSource::Data(pem) => pem,
+                CaSource::File(file) => std::fs::read_to_string(&file)
+                    .with_context(|| format!("reading the certificate authority {file} named in {}", path.display()))?,
+            };
+            print!(
+                "{}",
+                kustos_apiserver::pki::kubeconfig_yaml(
+                    &cluster.server,
+                    &ca_pem,
+                    BOOTSTRAP_USER,
+                    kustos_apiserver::pki::KubeconfigAuth::Token(token.expose()),
+                )
+            );
+            Ok(())
+        }
+    }
+}
+
+/// `--kubeconfig`, else the first file of `$KUBECONFIG` (as kubeadm picks it).
+pub fn resolve_path(flag: Option<PathBuf>, env: Option<OsString>) -> anyhow::Result<PathBuf> {
+    if let Some(p) = flag.filter(|p| !p.as_os_str().is_empty()) {
+        return Ok(p);
+    }
+    env.as_ref()
+        .and_then(|v| std::env::split_paths(v).find(|p| !p.as_os_str().is_empty()))
+        .ok_or_else(|| anyhow::anyhow!("no kubeconfig: pass --kubeconfig FILE or set KUBECONFIG"))
+}
+
+/// Read a kubeconfig file (relative file references made absolute).
+pub fn read(path: &Path) -> anyhow::Result<Kubeconfig> {
+    if !path.is_file() {
+        anyhow::bail!("kubeconfig {} does not exist or is not a file", path.display());
+    }
+    Kubeconfig::read_from(path).map_err(|e| anyhow::anyhow!("reading kubeconfig {}: {e}", path.display()))
+}
+
+/// A client for the current context of the kubeconfig at `path`.
+pub async fn client(path: &Path) -> anyhow::Result<kube::Client> {
+    let kc = read(path)?;
+    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("loading kubeconfig {}: {e}", path.display()))?;
+    kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("building a client from {}: {e}", path.display()))
+}
+
+/// Where a cluster's CA bundle is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaSource {
+    /// PEM from `certificate-authority-data`.
+    Data(String),
+    /// The `certificate-authority` file (absolute once read with [`read`]).
+    File(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterInfo {
+    pub server: String,
+    pub ca: CaSource,
+}
+
+/// The cluster of the current context: its server URL and CA.
+pub fn current_cluster(kc: &Kubeconfig) -> Result<ClusterInfo, String> {
+    let current = kc.current_context.as_deref().filter(|c| !c.is_empty()).ok_or("no current-context is set")?;
+    let context = kc
+        .contexts
+        .iter()
+        .find(|c| c.name == current)
+        .and_then(|c| c.context.as_ref())
+        .ok_or_else(|| format!("the current context {current:?} is not defined"))?;
+    let name = context.cluster.as_str();
+    let cluster = kc
+        .clusters
+        .iter()
+        .find(|c| c.name == name)
+        .and_then(|c| c.cluster.as_ref())
+        .ok_or_else(|| format!("the cluster {name:?} of context {current:?} is not defined"))?;
+    let server =
+        cluster.server.clone().filter(|s| !s.is_empty()).ok_or_else(|| format!("cluster {name:?} has no server"))?;
+    let ca = match (&cluster.certificate_authority_data, &cluster.certificate_authority) {
+        (Some(data), _) if !data.trim().is_empty() => {
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(data.trim())
+                .map_err(|_| format!("cluster {name:?}: certificate-authority-data is not base64"))?;
+            CaSource::Data(
+                String::from_utf8(bytes)
+                    .map_err(|_| format!("cluster {name:?}: certificate-authority-data is not PEM"))?,
+            )
+        }
+        (_, Some(file)) if !file.is_empty() => CaSource::File(file.clone()),
+        _ => {
+            return Err(format!("cluster {name:?} has no certificate authority (a kubelet could not trust the server)"))
+        }
+    };
+    Ok(ClusterInfo { server, ca })
+}
+
+#[cfg(test)]
+#[allow(clippy::type_complexity)]
+mod tests {
+    use super::*;
+
+    fn kubeconfig(clusters: &str, contexts: &str, current: &str) -> Kubeconfig {
+        let yaml = format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n{clusters}\ncontexts:\n{contexts}\ncurrent-context: {current}\n"
+        );
+        Kubeconfig::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}: {yaml}"))
+    }
+
+    #[test]
+    fn the_current_contexts_cluster_is_used() {
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        let data = base64::engine::general_purpose::STANDARD.encode(pem);
+        let two = format!(
+            "- name: a\n  cluster:\n    server: https://a:6443\n    certificate-authority-data: {data}\n\
+             - name: b\n  cluster:\n    server: https://b:6443\n    certificate-authority: /etc/b-ca.crt"
+        );
+        let ctx =
+            "- name: ca\n  context:\n    cluster: a\n    user: u\n- name: cb\n  context:\n    cluster: b\n    user: u";
+        let cases: Vec<(&str, Kubeconfig, Result<ClusterInfo, &str>)> = vec![
+            (
+                "inline CA",
+                kubeconfig(&two, ctx, "ca"),
+                Ok(ClusterInfo { server: "https://a:6443".into(), ca: CaSource::Data(pem.into()) }),
+            ),
+            (
+                "CA file",
+                kubeconfig(&two, ctx, "cb"),
+                Ok(ClusterInfo { server: "https://b:6443".into(), ca: CaSource::File("/etc/b-ca.crt".into()) }),
+            ),
+            ("no current context", kubeconfig(&two, ctx, "\"\""), Err("no current-context is set")),
+            ("unknown context", kubeconfig(&two, ctx, "zz"), Err("the current context \"zz\" is not defined")),
+            (
+                "context names a missing cluster",
+                kubeconfig(&two, "- name: cx\n  context:\n    cluster: x\n    user: u", "cx"),
+                Err("the cluster \"x\" of context \"cx\" is not defined"),
+            ),
+            (
+                "no CA",
+                kubeconfig("- name: a\n  cluster:\n    server: https://a:6443", ctx, "ca"),
+                Err("cluster \"a\" has no certificate authority (a kubelet could not trust the server)"),
+            ),
+            (
+                "no server",
+                kubeconfig(&format!("- name: a\n  cluster:\n    certificate-authority-data: {data}"), ctx, "ca"),
+                Err("cluster \"a\" has no server"),
+            ),
+            (
+                "CA data not base64",
+                kubeconfig(
+                    "- name: a\n  cluster:\n    server: https://a\n    certificate-authority-data: '!!'",
+                    ctx,
+                    "ca",
+                ),
+                Err("cluster \"a\": certificate-authority-data is not base64"),
+            ),
+        ];
+        for (name, kc, want) in cases {
+            assert_eq!(current_cluster(&kc), want.map_err(str::to_string), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_kubeconfig_path_comes_from_the_flag_then_the_environment() {
+        let list = std::env::join_paths(["/first", "/second"]).unwrap_or_default();
+        let cases: Vec<(&str, Option<&str>, Option<OsString>, Option<&str>)> = vec![
+            ("flag wins", Some("/flag"), Some("/env".into()), Some("/flag")),
+            ("environment", None, Some("/env".into()), Some("/env")),
+            ("first of a list", None, Some(list), Some("/first")),
+            ("empty flag falls back", Some(""), Some("/env".into()), Some("/env")),
+            ("neither", None, None, None),
+            ("empty environment", None, Some("".into()), None),
+        ];
+        for (name, flag, env, want) in cases {
+            let got = resolve_path(flag.map(PathBuf::from), env);
+            match want {
+                Some(p) => assert_eq!(got.ok(), Some(PathBuf::from(p)), "{name}"),
+                None => assert_eq!(
+                    got.err().map(|e| e.to_string()).as_deref(),
+                    Some("no kubeconfig: pass --kubeconfig FILE or set KUBECONFIG"),
+                    "{name}"
+                ),
+            }
+        }
+    }
+}
