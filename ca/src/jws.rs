@@ -6,12 +6,11 @@
 //! signer produces), every part is base64url without padding, and the signature is
 //! HMAC-SHA256 over `<header>.<base64url(content)>`.
 //!
-//! Keying follows the upstream implementation (the signer and kubeadm's discovery check
-//! both pass the token's *secret* part as the key), not the prose of the bootstrap-token
-//! documentation (which speaks of the full `<id>.<secret>`); a signature made any other way
-//! would not verify on a joining node. Upstream pads keys shorter than 32 bytes with zero
-//! bytes; HMAC pads every key to its 64-byte block with zeros anyway, so the result is the
-//! same and no padding happens here.
+//! The key is the caller's choice. kustos' bootstrap signer keys with the full token
+//! `<id>.<secret>`, as the bootstrap-token documentation specifies; upstream's own signer and
+//! kubeadm's discovery check pass only the secret part (the vectors below cover both).
+//! Upstream pads keys shorter than 32 bytes with zero bytes; HMAC pads every key to its
+//! 64-byte block with zeros anyway, so the result is the same and no padding happens here.
 //!
 //! No I/O and no clock: bytes in, a string out.
 
@@ -51,8 +50,8 @@ pub fn detached_signature_is_valid(detached: &str, content: &[u8], key_id: &str,
 mod tests {
     use super::*;
 
-    // Vectors of upstream's signer tests, recomputed independently with Python's `hmac` and
-    // `base64` modules (key = the token secret, content as given).
+    // Vectors of upstream's signer tests (keyed by the token secret) and one keyed by the
+    // full token, all computed independently with Python's `hmac` and `base64` modules.
     const CONTENT: &str = "Hello from the other side. I must have called a thousand times.";
     const SECRET: &str = "my voice is my passcode";
     const ID: &str = "joshua";
@@ -71,6 +70,12 @@ mod tests {
                 "",
                 SECRET,
                 "eyJhbGciOiJIUzI1NiIsImtpZCI6Impvc2h1YSJ9..7Ui1ALizW4jXphVUB7xUqC9vLYLL9RZeOFfVLoB7Tgk",
+            ),
+            (
+                "the full token as key (what kustos' bootstrap signer uses)",
+                CONTENT,
+                "joshua.my voice is my passcode",
+                "eyJhbGciOiJIUzI1NiIsImtpZCI6Impvc2h1YSJ9..jK5v1I-RC5HX2In2GV2O72WvNTwPZ0qUiERCC4cfkkI",
             ),
             (
                 "empty key",
@@ -113,7 +118,13 @@ mod tests {
             ("other content", good.clone(), "Hello", ID, SECRET),
             ("other key id", good.clone(), CONTENT, "joshub", SECRET),
             ("other key", good.clone(), CONTENT, ID, "my voice is my passcodf"),
-            ("full token as key", good.clone(), CONTENT, ID, "joshua.my voice is my passcode"),
+            (
+                "the full token for a secret-keyed signature",
+                good.clone(),
+                CONTENT,
+                ID,
+                "joshua.my voice is my passcode",
+            ),
             ("empty", String::new(), CONTENT, ID, SECRET),
         ];
         for (name, sig, content, id, key) in cases {

@@ -46,8 +46,9 @@ pub fn decide(cluster_info: Option<&ConfigMap>, secrets: &[Secret], now: DateTim
     let mut wanted: BTreeMap<String, String> =
         data.iter().filter(|(k, _)| !k.starts_with(JWS_KEY_PREFIX)).map(|(k, v)| (k.clone(), v.clone())).collect();
     for token in secrets.iter().filter_map(|s| signing_token(s, now)) {
-        // Keyed by the token secret, as upstream's signer and kubeadm's check do.
-        let sig = kustos_ca::jws::detached_signature(content.as_bytes(), token.id(), token.secret().as_bytes());
+        // Keyed by the full token `<id>.<secret>`, as the bootstrap-token documentation
+        // specifies (see kustos_ca::jws on upstream's implementation).
+        let sig = kustos_ca::jws::detached_signature(content.as_bytes(), token.id(), token.expose().as_bytes());
         wanted.insert(format!("{JWS_KEY_PREFIX}{}", token.id()), sig);
     }
     if wanted == data {
@@ -149,7 +150,7 @@ mod tests {
     }
 
     fn sig(id: &str, secret: &str) -> String {
-        kustos_ca::jws::detached_signature(KUBECONFIG.as_bytes(), id, secret.as_bytes())
+        kustos_ca::jws::detached_signature(KUBECONFIG.as_bytes(), id, format!("{id}.{secret}").as_bytes())
     }
 
     #[test]
@@ -212,7 +213,7 @@ mod tests {
                 Ok(Some(d(&[
                     (
                         &key("aaaaaa"),
-                        &kustos_ca::jws::detached_signature(b"apiVersion: v1\n", "aaaaaa", b"0123456789abcdef"),
+                        &kustos_ca::jws::detached_signature(b"apiVersion: v1\n", "aaaaaa", b"aaaaaa.0123456789abcdef"),
                     ),
                     (KUBECONFIG_KEY, "apiVersion: v1\n"),
                 ]))),
