@@ -39,9 +39,16 @@ pub fn usages(csr: &CertificateSigningRequest) -> &[String] {
     csr.spec.usages.as_deref().unwrap_or_default()
 }
 
-/// The parsed request (self-signature checked), or why it does not parse.
+/// The parsed request (self-signature checked, as upstream's CA does before signing), or
+/// why it does not parse.
 pub fn parse_request(csr: &CertificateSigningRequest) -> Result<kustos_ca::csr::CertificateRequest, String> {
     kustos_ca::csr::parse_pem(&csr.spec.request.0).map_err(|e| e.to_string())
+}
+
+/// The parsed request without checking its self-signature (the apiserver did at create and
+/// `spec` is immutable), as upstream's approver reads it.
+pub fn read_request(csr: &CertificateSigningRequest) -> Result<kustos_ca::csr::CertificateRequest, String> {
+    kustos_ca::csr::parse_pem_unverified(&csr.spec.request.0).map_err(|e| e.to_string())
 }
 
 pub fn creation_time(csr: &CertificateSigningRequest) -> Option<DateTime<Utc>> {

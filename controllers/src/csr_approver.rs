@@ -24,7 +24,6 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessRevie
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::{CertificateRequest, Signer};
 
@@ -188,7 +187,7 @@ const AFTER_CONFLICT: Duration = Duration::from_millis(100);
 
 pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = obj.name_any();
-    let recognizers = match decide(&obj, csr::parse_request, RECOGNIZERS) {
+    let recognizers = match decide(&obj, csr::read_request, RECOGNIZERS) {
         Decision::Skip(_) => {
             ctx.backoff.forget(&name);
             return Ok(Action::await_change());
@@ -218,7 +217,7 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
         {
             Ok(_) => {
                 ctx.backoff.forget(&name);
-                tracing::info!(controller = NAME, csr = %name, permission = r.subresource, "approved");
+                tracing::debug!(controller = NAME, csr = %name, permission = r.subresource, "approved");
                 Ok(Action::await_change())
             }
             Err(e) if crate::runtime::is_status(&e, 409) => Ok(Action::requeue(AFTER_CONFLICT)),
@@ -238,9 +237,13 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
 }
 
 /// Run until the task is dropped.
-pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
-    let ctx = Arc::new(Context::new(client.clone()));
-    reconcile::run(NAME, Api::all(client), watcher::Config::default(), cfg.csr_concurrency, ctx, reconcile).await
+pub async fn run(
+    client: Client,
+    csrs: reconcile::Subscription<CertificateSigningRequest>,
+    cfg: crate::Config,
+) -> anyhow::Result<()> {
+    let ctx = Arc::new(Context::new(client));
+    reconcile::run(NAME, csrs, cfg.csr_concurrency, ctx, reconcile).await
 }
 
 #[cfg(test)]
@@ -301,7 +304,8 @@ pub(crate) mod tests {
 
     /// name, mutation of the base CSR, wanted decision (subresources to ask, or a skip reason
     /// fragment, or "unparseable").
-    const CASES: &[(&str, Mutate, Result<&[&str], &str>)] = &[
+    type Case = (&'static str, Mutate, Result<&'static [&'static str], &'static str>);
+    const CASES: &[Case] = &[
         ("a new node with a bootstrap token", |_| {}, Ok(&["nodeclient"])),
         (
             "a node renewing its own certificate",

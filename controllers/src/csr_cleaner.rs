@@ -25,7 +25,6 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt as _};
 
 use crate::csr;
@@ -156,9 +155,13 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
 }
 
 /// Run until the task is dropped.
-pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
-    let ctx = Arc::new(Context::new(client.clone()));
-    reconcile::run(NAME, Api::all(client), watcher::Config::default(), cfg.csr_concurrency, ctx, reconcile).await
+pub async fn run(
+    client: Client,
+    csrs: reconcile::Subscription<CertificateSigningRequest>,
+    cfg: crate::Config,
+) -> anyhow::Result<()> {
+    let ctx = Arc::new(Context::new(client));
+    reconcile::run(NAME, csrs, cfg.csr_concurrency, ctx, reconcile).await
 }
 
 #[cfg(test)]

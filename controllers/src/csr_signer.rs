@@ -30,7 +30,6 @@ use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateS
 use k8s_openapi::ByteString;
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::{CertificateRequest, Signer};
 
@@ -371,40 +370,40 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
     }
 }
 
-/// Load the configured CA files, retrying (and saying why) until they load.
-async fn load_until_ready(cfg: &SigningConfig) -> Signers {
-    let mut delay = Duration::from_secs(1);
-    loop {
-        match Signers::load(cfg) {
-            Ok(s) => return s,
-            Err(e) => tracing::error!(controller = NAME, error = %e, retry_in = ?delay, "cannot load the signing CA"),
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_secs(60));
-    }
-}
-
-/// Run until the task is dropped. Without any signing files it does nothing (as upstream,
-/// which then does not start the controller).
-pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
-    if cfg.csr_signing.configured().is_empty() {
+/// Run until the task is dropped. Without any signing files, or when they do not load, it
+/// does nothing (as upstream, which then does not start the controller; `kustos server`
+/// checks the files before it starts anything).
+pub async fn run(
+    client: Client,
+    csrs: reconcile::Subscription<CertificateSigningRequest>,
+    cfg: crate::Config,
+) -> anyhow::Result<()> {
+    let signers = if cfg.csr_signing.configured().is_empty() {
         tracing::info!(controller = NAME, "Skipping CSR signer controller because no csr cert/key was specified");
-        futures::future::pending::<()>().await;
-    }
-    for s in ISSUING {
-        if cfg.csr_signing.files(s).is_none() {
-            tracing::info!(
-                controller = NAME,
-                signer = s.name(),
-                "Skipping CSR signer controller because specific files were specified for other signers and not this one"
-            );
+        None
+    } else {
+        for s in ISSUING {
+            if cfg.csr_signing.files(s).is_none() {
+                tracing::info!(
+                    controller = NAME,
+                    signer = s.name(),
+                    "Skipping CSR signer controller because specific files were specified for other signers and not this one"
+                );
+            }
         }
-    }
-    let signers = load_until_ready(&cfg.csr_signing).await;
+        Signers::load(&cfg.csr_signing)
+            .map_err(|e| tracing::error!(controller = NAME, error = %e, "not started: the signing CA does not load"))
+            .ok()
+    };
+    let Some(signers) = signers else {
+        // Unsubscribe, so that the shared watch never waits for this controller.
+        drop(csrs);
+        futures::future::pending::<()>().await;
+        return Ok(());
+    };
     let polls: Vec<_> = signers.distinct().into_iter().map(|f| tokio::spawn(f.poll(CA_POLL_INTERVAL))).collect();
-    let ctx = Arc::new(Context::new(client.clone(), signers, cfg.csr_signing.duration));
-    let result =
-        reconcile::run(NAME, Api::all(client), watcher::Config::default(), cfg.csr_concurrency, ctx, reconcile).await;
+    let ctx = Arc::new(Context::new(client, signers, cfg.csr_signing.duration));
+    let result = reconcile::run(NAME, csrs, cfg.csr_concurrency, ctx, reconcile).await;
     polls.iter().for_each(tokio::task::JoinHandle::abort);
     result
 }

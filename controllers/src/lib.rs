@@ -129,6 +129,14 @@ pub type ClientFor = Arc<dyn Fn(&str) -> kube::Client + Send + Sync>;
 /// Run the enabled controllers until `shutdown` completes.
 pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
+    // One list and watch of CertificateSigningRequests for the CSR controllers.
+    let csr_informer = config.controllers.iter().any(|c| c.starts_with("csr")).then(|| {
+        reconcile::SharedInformer::new(
+            kube::Api::all(clients("csr-informer")),
+            kube::runtime::watcher::Config::default(),
+        )
+    });
+    let csrs = || csr_informer.as_ref().map_or_else(|| Err(anyhow::anyhow!("no CSR informer")), |i| i.subscribe());
     for name in &config.controllers {
         let client = clients(name);
         let cfg = config.clone();
@@ -158,17 +166,20 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
                 tasks.spawn(clusterrole_aggregation::run(client, cfg));
             }
             "csrapproving" => {
-                tasks.spawn(csr_approver::run(client, cfg));
+                tasks.spawn(csr_approver::run(client, csrs()?, cfg));
             }
             "csrsigning" => {
-                tasks.spawn(csr_signer::run(client, cfg));
+                tasks.spawn(csr_signer::run(client, csrs()?, cfg));
             }
             "csrcleaner" => {
-                tasks.spawn(csr_cleaner::run(client, cfg));
+                tasks.spawn(csr_cleaner::run(client, csrs()?, cfg));
             }
             other => tracing::info!(controller = %other, "controller not available yet in this build"),
         }
         tracing::info!(controller = %name, "controller enabled");
+    }
+    if let Some(informer) = csr_informer {
+        tasks.spawn(informer.run());
     }
     tokio::select! {
         _ = shutdown => {}

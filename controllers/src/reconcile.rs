@@ -1,8 +1,11 @@
 //! Per-object reconciliation, for controllers that handle each object on its own (the CSR
-//! controllers): kube-runtime's `Controller` keeps a reflector store from one list and one
-//! watch, and calls the reconciler for each changed object — never twice at once for the
-//! same object, up to `concurrency` objects in parallel. A change costs one reconcile of
-//! that object, not a pass over all of them.
+//! controllers): kube-runtime's `Controller` calls the reconciler for each changed object of
+//! a reflector store — never twice at once for the same object, up to `concurrency` objects
+//! in parallel. A change costs one reconcile of that object, not a pass over all of them.
+//!
+//! Controllers of the same kind share one list and watch ([`SharedInformer`], as
+//! kube-controller-manager's shared informers): one store, one stream of changes fanned out
+//! to each controller's queue.
 //!
 //! Failures are retried per object with a growing delay ([`Backoff`], like client-go's
 //! per-item exponential rate limiter); a success forgets the object's failures.
@@ -16,7 +19,8 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, store::Writer, ReflectHandle, Store};
+use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::{Api, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
 
@@ -66,12 +70,68 @@ pub trait Context: Send + Sync + 'static {
     fn backoff(&self) -> &Backoff;
 }
 
-/// Reconcile every object `api` (filtered by `wc`) sees until the task is dropped. An error
-/// from `reconcile` is logged and the object is retried after its [`Backoff`] delay.
-pub async fn run<K, C, E, F, Fut>(
-    name: &'static str,
+/// One list and watch of `K`, shared by the controllers that [`subscribe`](Self::subscribe)
+/// before it [runs](Self::run).
+pub struct SharedInformer<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
     api: Api<K>,
     wc: watcher::Config,
+    reader: Store<K>,
+    writer: Writer<K>,
+}
+
+/// What a controller gets from a [`SharedInformer`]: the store and its stream of changes.
+pub struct Subscription<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    changes: ReflectHandle<K>,
+    reader: Store<K>,
+}
+
+/// Changes a subscriber may lag behind before the watch waits for it.
+const SHARED_BUFFER: usize = 4096;
+
+impl<K> SharedInformer<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    pub fn new(api: Api<K>, wc: watcher::Config) -> Self {
+        let (reader, writer) = reflector::store_shared(SHARED_BUFFER);
+        SharedInformer { api, wc, reader, writer }
+    }
+
+    pub fn subscribe(&self) -> anyhow::Result<Subscription<K>> {
+        let changes =
+            self.writer.subscribe().ok_or_else(|| anyhow::anyhow!("the informer's store cannot be subscribed to"))?;
+        Ok(Subscription { changes, reader: self.reader.clone() })
+    }
+
+    /// List and watch until the task is dropped (watch errors are retried with a backoff).
+    pub async fn run(self) -> anyhow::Result<()> {
+        watcher(self.api, self.wc)
+            .default_backoff()
+            .reflect_shared(self.writer)
+            .for_each(|ev| async move {
+                if let Err(e) = ev {
+                    tracing::debug!(error = %e, "shared informer watch error; retrying");
+                }
+            })
+            .await;
+        Ok(())
+    }
+}
+
+/// Reconcile every object of `source` until the task is dropped. An error from `reconcile`
+/// is logged and the object is retried after its [`Backoff`] delay.
+pub async fn run<K, C, E, F, Fut>(
+    name: &'static str,
+    source: Subscription<K>,
     concurrency: u16,
     ctx: Arc<C>,
     reconcile: F,
@@ -89,12 +149,12 @@ where
         tracing::warn!(controller = name, object = %obj.name_any(), error = %err, retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
     };
-    Controller::new(api, wc)
+    Controller::for_shared_stream(source.changes, source.reader)
         .with_config(ControllerConfig::default().concurrency(concurrency))
         .run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
             // Reconcile errors were handled by the error policy; what is left here are
-            // watch and queue errors, which the controller retries by itself.
+            // queue errors (e.g. an object gone from the store), which need nothing.
             if let Err(e) = res {
                 if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {
                     tracing::debug!(controller = name, error = %e, "controller stream error");
