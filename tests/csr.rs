@@ -313,6 +313,12 @@ async fn bad_requests_get_422_403_or_a_failed_condition() {
         err.contains("user not permitted to approve requests with signerName \"kubernetes.io/kube-apiserver-client\""),
         "{err}"
     );
+    // The same over raw HTTPS: 403 with a Status.
+    let mut csr = get_csr(&s, &name).await.body;
+    csr["status"]["conditions"] = json!([{"type": "Approved", "status": "True", "reason": "E2E", "message": "m"}]);
+    let r =
+        send(s.http_with_identity(&approver.identity).put(format!("{}{CSRS}/{name}/approval", s.url)).json(&csr)).await;
+    assert_status(&r, 403, Some("Forbidden"), "approving without approve on the signer");
     let csr = get_csr(&s, &name).await.body;
     assert!(condition(&csr, "Approved").is_none(), "{csr}");
 }
