@@ -90,21 +90,123 @@ struct ServerArgs {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
+    #[command(flatten)]
+    signing: SigningArgs,
 }
 
-/// `90`, `90s`, `5m`, `1h`, `500ms`.
+/// kube-controller-manager's CSR signing flags (`csrsigning`). In `server`, without any of
+/// the file flags, every signer uses DIR/pki/ca.crt and DIR/pki/ca.key.
+#[derive(Args, Clone, Default)]
+struct SigningArgs {
+    /// PEM X509 CA certificate(s) used to issue cluster-scoped certificates. If specified, no
+    /// more specific --cluster-signing-* flag may be specified.
+    #[arg(long)]
+    cluster_signing_cert_file: Option<PathBuf>,
+    /// PEM private key (RSA, ECDSA, Ed25519) used to sign cluster-scoped certificates. If
+    /// specified, no more specific --cluster-signing-* flag may be specified.
+    #[arg(long)]
+    cluster_signing_key_file: Option<PathBuf>,
+    /// CA certificate for the kubernetes.io/kubelet-serving signer. If specified,
+    /// --cluster-signing-{cert,key}-file must not be set.
+    #[arg(long)]
+    cluster_signing_kubelet_serving_cert_file: Option<PathBuf>,
+    /// Key for the kubernetes.io/kubelet-serving signer.
+    #[arg(long)]
+    cluster_signing_kubelet_serving_key_file: Option<PathBuf>,
+    /// CA certificate for the kubernetes.io/kube-apiserver-client-kubelet signer.
+    #[arg(long)]
+    cluster_signing_kubelet_client_cert_file: Option<PathBuf>,
+    /// Key for the kubernetes.io/kube-apiserver-client-kubelet signer.
+    #[arg(long)]
+    cluster_signing_kubelet_client_key_file: Option<PathBuf>,
+    /// CA certificate for the kubernetes.io/kube-apiserver-client signer.
+    #[arg(long)]
+    cluster_signing_kube_apiserver_client_cert_file: Option<PathBuf>,
+    /// Key for the kubernetes.io/kube-apiserver-client signer.
+    #[arg(long)]
+    cluster_signing_kube_apiserver_client_key_file: Option<PathBuf>,
+    /// CA certificate for the kubernetes.io/legacy-unknown signer (which never issues
+    /// through certificates.k8s.io/v1).
+    #[arg(long)]
+    cluster_signing_legacy_unknown_cert_file: Option<PathBuf>,
+    /// Key for the kubernetes.io/legacy-unknown signer.
+    #[arg(long)]
+    cluster_signing_legacy_unknown_key_file: Option<PathBuf>,
+    /// The max length of duration signed certificates will be given. Individual CSRs may
+    /// request shorter certs by setting spec.expirationSeconds.
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    cluster_signing_duration: std::time::Duration,
+}
+
+impl SigningArgs {
+    /// The validated signing configuration (an empty path is unset, as upstream's empty
+    /// string); `default_files` when no file flag is set at all.
+    fn config(
+        &self,
+        default_files: Option<(PathBuf, PathBuf)>,
+    ) -> anyhow::Result<kustos_controllers::csr_signer::SigningConfig> {
+        use kustos_controllers::csr_signer::FilePair;
+        let set = |p: &Option<PathBuf>| p.clone().filter(|p| !p.as_os_str().is_empty());
+        let pair = |c: &Option<PathBuf>, k: &Option<PathBuf>| FilePair { cert_file: set(c), key_file: set(k) };
+        let mut cfg = kustos_controllers::csr_signer::SigningConfig {
+            cluster: pair(&self.cluster_signing_cert_file, &self.cluster_signing_key_file),
+            kubelet_serving: pair(
+                &self.cluster_signing_kubelet_serving_cert_file,
+                &self.cluster_signing_kubelet_serving_key_file,
+            ),
+            kubelet_client: pair(
+                &self.cluster_signing_kubelet_client_cert_file,
+                &self.cluster_signing_kubelet_client_key_file,
+            ),
+            kube_apiserver_client: pair(
+                &self.cluster_signing_kube_apiserver_client_cert_file,
+                &self.cluster_signing_kube_apiserver_client_key_file,
+            ),
+            legacy_unknown: pair(
+                &self.cluster_signing_legacy_unknown_cert_file,
+                &self.cluster_signing_legacy_unknown_key_file,
+            ),
+            duration: chrono::Duration::from_std(self.cluster_signing_duration)
+                .map_err(|_| anyhow::anyhow!("--cluster-signing-duration is too long"))?,
+        };
+        cfg.validate().map_err(anyhow::Error::msg)?;
+        if let (false, Some((cert, key))) = (cfg.any_set(), default_files) {
+            cfg.cluster = FilePair::new(cert, key);
+        }
+        Ok(cfg)
+    }
+}
+
+/// `90` (seconds), or Go's duration syntax with whole numbers: `90s`, `5m`, `1h`, `500ms`,
+/// `8760h0m0s`, `1h30m`.
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}: expected e.g. 30s, 5m, 1h"))?;
-    let secs = match unit {
-        "ms" => return Ok(std::time::Duration::from_millis(n)),
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return Err(format!("invalid duration {s:?}: unit must be ms, s, m or h")),
-    };
-    Ok(std::time::Duration::from_secs(secs))
+    let bad = || format!("invalid duration {s:?}: expected e.g. 30s, 5m, 1h, 8760h0m0s");
+    if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+        return s.parse().map(std::time::Duration::from_secs).map_err(|_| bad());
+    }
+    let mut rest = s;
+    let mut total = std::time::Duration::ZERO;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let unit = match &rest[..unit_len] {
+            "ns" => std::time::Duration::from_nanos(n),
+            "us" | "µs" => std::time::Duration::from_micros(n),
+            "ms" => std::time::Duration::from_millis(n),
+            "s" => std::time::Duration::from_secs(n),
+            "m" => std::time::Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
+            "h" => std::time::Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
+            _ => return Err(bad()),
+        };
+        total = total.checked_add(unit).ok_or_else(bad)?;
+        rest = &rest[unit_len..];
+    }
+    Ok(total)
 }
 
 fn init_logging(format: &str) {
@@ -142,6 +244,14 @@ async fn shutdown_signal() {
 async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<()> {
     init_logging(&args.log_format);
     let controllers = kustos_controllers::resolve_controllers(&args.controllers).map_err(anyhow::Error::msg)?;
+    let pki_dir = args.data_dir.join("pki");
+    let csr_signing = args.signing.config(Some((pki_dir.join("ca.crt"), pki_dir.join("ca.key"))))?;
+    // Files named by flags must load before anything starts; the default ones (DIR/pki) may
+    // only be created by the first start, so they are checked right after it.
+    let signs = with_controllers && controllers.iter().any(|c| c == "csrsigning");
+    if signs && args.signing.config(None)?.any_set() {
+        kustos_controllers::csr_signer::check(&csr_signing).map_err(anyhow::Error::msg)?;
+    }
     let mut cfg = kustos_apiserver::Config::new(args.data_dir.clone());
     cfg.bind_address = args.bind_address;
     cfg.enable_bootstrap_token_auth = args.enable_bootstrap_token_auth;
@@ -165,6 +275,12 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     println!("try: kubectl --kubeconfig {} get namespaces", running.kubeconfig.display());
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let controller_task = if with_controllers {
+        if signs {
+            if let Err(e) = kustos_controllers::csr_signer::check(&csr_signing) {
+                running.stop().await;
+                anyhow::bail!(e);
+            }
+        }
         let client = in_process_client(&running).await.context("building the controllers' client")?;
         let clients: kustos_controllers::ClientFor = std::sync::Arc::new(move |_| client.clone());
         let config = kustos_controllers::Config {
@@ -175,6 +291,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
             token_generator: Some(std::sync::Arc::new(kustos_controllers::serviceaccount_token::PemSigner::new(
                 running.pki.sa_key_pem.clone(),
             )?)),
+            csr_signing,
             ..Default::default()
         };
         Some(tokio::spawn(kustos_controllers::run(clients, config, async move {
@@ -237,5 +354,32 @@ fn main() {
         // One line, whatever the causes say.
         eprintln!("error: {}", format!("{e:#}").replace('\n', " "));
         std::process::exit(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_as_go_writes_them() {
+        let d = std::time::Duration::from_secs;
+        let cases: &[(&str, Result<std::time::Duration, ()>)] = &[
+            ("90", Ok(d(90))),
+            ("90s", Ok(d(90))),
+            ("5m", Ok(d(300))),
+            ("8760h", Ok(d(8760 * 3600))),
+            ("8760h0m0s", Ok(d(8760 * 3600))),
+            ("1h30m", Ok(d(5400))),
+            ("500ms", Ok(std::time::Duration::from_millis(500))),
+            ("", Err(())),
+            ("h", Err(())),
+            ("1d", Err(())),
+            ("-1h", Err(())),
+            ("1.5h", Err(())),
+        ];
+        for (text, want) in cases {
+            assert_eq!(parse_duration(text).map_err(|_| ()), *want, "{text:?}");
+        }
     }
 }

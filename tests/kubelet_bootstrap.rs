@@ -19,7 +19,7 @@ use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateS
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::ByteString;
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::Api;
 
 const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";

@@ -16,7 +16,7 @@
 //! contain credentials (authenticators must not put tokens into them).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration as StdDuration;
 
 use anyhow::Context as _;
@@ -98,18 +98,44 @@ const X509_CACHE_MAX: usize = 1024;
 /// x509 client certificates (from [`PeerCertificates`]): the chain must verify against the
 /// CA bundle at the current time with extended key usage clientAuth. CN → user name, each
 /// O → a group. A certificate with an empty CN authenticates nobody (as upstream).
+///
+/// The trusted CAs can be replaced while serving ([`X509Authenticator::set_trust`], e.g. when
+/// `DIR/pki/ca.crt` changes); remembered verifications of the previous trust set are dropped.
 pub struct X509Authenticator {
-    verifier: Arc<dyn ClientCertVerifier>,
-    /// Presented chain (concatenated DER) → user, valid until.
+    trust: RwLock<Trust>,
+    /// Presented chain (concatenated DER) → user, valid until, trust generation.
     cache: Mutex<HashMap<Vec<u8>, CachedUser>>,
 }
 
-type CachedUser = (UserInfo, DateTime<Utc>);
+/// The current trust set: its generation (bumped by every replacement) and the verifier
+/// (`None`: nothing is trusted).
+struct Trust {
+    generation: u64,
+    verifier: Option<Arc<dyn ClientCertVerifier>>,
+}
+
+type CachedUser = (UserInfo, DateTime<Utc>, u64);
 
 impl std::fmt::Debug for X509Authenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("X509Authenticator").finish_non_exhaustive()
     }
+}
+
+fn client_verifier(ca_bundle_der: &[Vec<u8>]) -> anyhow::Result<Option<Arc<dyn ClientCertVerifier>>> {
+    if ca_bundle_der.is_empty() {
+        return Ok(None);
+    }
+    let mut roots = RootCertStore::empty();
+    for der in ca_bundle_der {
+        roots.add(CertificateDer::from(der.clone())).context("adding a CA certificate to the client CA bundle")?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+        .allow_unauthenticated()
+        .build()
+        .context("building the client certificate verifier")?;
+    Ok(Some(verifier))
 }
 
 impl X509Authenticator {
@@ -119,16 +145,11 @@ impl X509Authenticator {
         if ca_bundle_der.is_empty() {
             anyhow::bail!("the client CA bundle is empty");
         }
-        let mut roots = RootCertStore::empty();
-        for der in ca_bundle_der {
-            roots.add(CertificateDer::from(der.clone())).context("adding a CA certificate to the client CA bundle")?;
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-            .allow_unauthenticated()
-            .build()
-            .context("building the client certificate verifier")?;
-        Ok(X509Authenticator { verifier, cache: Mutex::new(HashMap::new()) })
+        let verifier = client_verifier(ca_bundle_der)?;
+        Ok(X509Authenticator {
+            trust: RwLock::new(Trust { generation: 0, verifier }),
+            cache: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Trust every certificate of a PEM bundle.
@@ -136,21 +157,42 @@ impl X509Authenticator {
         Self::new(&kustos_ca::certificates_from_pem(ca_bundle_pem).context("parsing the client CA bundle")?)
     }
 
+    /// Replace the trusted CA certificates (DER; empty: trust nothing). Verifications
+    /// remembered under the previous set no longer count. On error the current set stays.
+    pub fn set_trust(&self, ca_bundle_der: &[Vec<u8>]) -> anyhow::Result<()> {
+        let verifier = client_verifier(ca_bundle_der)?;
+        let mut trust = self.trust.write().unwrap_or_else(|e| e.into_inner());
+        trust.generation += 1;
+        trust.verifier = verifier;
+        drop(trust);
+        if let Ok(mut cache) = self.cache.lock() {
+            cache.clear();
+        }
+        Ok(())
+    }
+
     /// Verify a presented chain (leaf first) at `now`.
     pub fn verify(&self, chain: &[CertificateDer<'_>], now: DateTime<Utc>) -> AuthResult {
         let Some((leaf, intermediates)) = chain.split_first() else {
             return AuthResult::NoCredentials;
         };
+        let (generation, verifier) = {
+            let trust = self.trust.read().unwrap_or_else(|e| e.into_inner());
+            (trust.generation, trust.verifier.clone())
+        };
         let key: Vec<u8> = chain.iter().flat_map(|c| c.as_ref().iter().copied()).collect();
         if let Ok(cache) = self.cache.lock() {
-            if let Some((user, until)) = cache.get(&key) {
-                if now < *until {
+            if let Some((user, until, cached_generation)) = cache.get(&key) {
+                if now < *until && *cached_generation == generation {
                     return AuthResult::Authenticated(user.clone());
                 }
             }
         }
+        let Some(verifier) = verifier else {
+            return AuthResult::Invalid("x509: certificate signed by unknown authority".into());
+        };
         let unix = UnixTime::since_unix_epoch(StdDuration::from_secs(u64::try_from(now.timestamp()).unwrap_or(0)));
-        if let Err(e) = self.verifier.verify_client_cert(leaf, intermediates, unix) {
+        if let Err(e) = verifier.verify_client_cert(leaf, intermediates, unix) {
             return AuthResult::Invalid(describe(&e));
         }
         let info = match kustos_ca::parse_certificate_der(leaf) {
@@ -163,12 +205,12 @@ impl X509Authenticator {
         let user = UserInfo { name: info.common_name, groups: info.organizations, ..Default::default() };
         if let Ok(mut cache) = self.cache.lock() {
             if cache.len() >= X509_CACHE_MAX {
-                cache.retain(|_, (_, until)| now < *until);
+                cache.retain(|_, (_, until, _)| now < *until);
                 if cache.len() >= X509_CACHE_MAX {
                     cache.clear();
                 }
             }
-            cache.insert(key, (user.clone(), (now + X509_CACHE_TTL).min(info.not_after)));
+            cache.insert(key, (user.clone(), (now + X509_CACHE_TTL).min(info.not_after), generation));
         }
         AuthResult::Authenticated(user)
     }
@@ -278,6 +320,11 @@ impl AuthnChain {
 
     pub fn api_audiences(&self) -> &[String] {
         &self.api_audiences
+    }
+
+    /// The x509 client-certificate authenticator, if any (to replace its trusted CAs).
+    pub fn x509(&self) -> Option<&X509Authenticator> {
+        self.x509.as_ref()
     }
 
     /// Ask every token authenticator (TokenReview, and bearer tokens on requests). Empty
@@ -506,6 +553,42 @@ mod tests {
             x509.verify(&[CertificateDer::from(short)], now + Duration::hours(2)),
             AuthResult::Invalid(_)
         ));
+    }
+
+    #[test]
+    fn replacing_the_trusted_cas_takes_effect_at_once() {
+        let now = Utc::now();
+        let old = Ca::generate("old", Duration::days(100), now).unwrap();
+        let new = Ca::generate("new", Duration::days(100), now).unwrap();
+        let from_old = CertificateDer::from(issue(&old, IssueParams::client("o", vec![], Duration::days(1)), now));
+        let from_new = CertificateDer::from(issue(&new, IssueParams::client("n", vec![], Duration::days(1)), now));
+        let x509 = X509Authenticator::new(&[old.cert_der().to_vec()]).unwrap();
+        let ok = |r: AuthResult| matches!(r, AuthResult::Authenticated(_));
+        // name, trusted CAs (None: keep), old CA's client authenticates, new CA's client authenticates.
+        type Case<'a> = (&'a str, Option<Vec<Vec<u8>>>, bool, bool);
+        let cases: Vec<Case> = vec![
+            ("at start: the old CA", None, true, false),
+            ("rotation: both", Some(vec![new.cert_der().to_vec(), old.cert_der().to_vec()]), true, true),
+            (
+                "old CA removed (even though its client was remembered)",
+                Some(vec![new.cert_der().to_vec()]),
+                false,
+                true,
+            ),
+            ("nothing trusted", Some(vec![]), false, false),
+        ];
+        for (name, trust, want_old, want_new) in cases {
+            if let Some(t) = trust {
+                x509.set_trust(&t).unwrap();
+            }
+            for round in ["first", "cached"] {
+                assert_eq!(ok(x509.verify(std::slice::from_ref(&from_old), now)), want_old, "{name} ({round}): old");
+                assert_eq!(ok(x509.verify(std::slice::from_ref(&from_new), now)), want_new, "{name} ({round}): new");
+            }
+        }
+        // A bad set is refused and the current one stays.
+        assert!(x509.set_trust(&[b"not a certificate".to_vec()]).is_err());
+        assert!(!ok(x509.verify(std::slice::from_ref(&from_new), now)), "still nothing trusted");
     }
 
     #[tokio::test]

@@ -19,6 +19,7 @@ pub mod admission;
 pub mod authn;
 pub mod authz;
 pub mod bootstrap_token;
+pub mod client_ca;
 pub mod cluster_info;
 pub mod discovery;
 mod dupcheck;
@@ -341,6 +342,8 @@ pub struct Config {
     pub api_audiences: Vec<String>,
     /// `--service-account-max-token-expiration` (None: no cap).
     pub service_account_max_token_expiration: Option<std::time::Duration>,
+    /// How often `DIR/pki/ca.crt` is checked for a new client CA bundle.
+    pub client_ca_reload_interval: std::time::Duration,
 }
 
 impl Config {
@@ -359,6 +362,7 @@ impl Config {
             service_account_key_files: Vec::new(),
             api_audiences: Vec::new(),
             service_account_max_token_expiration: None,
+            client_ca_reload_interval: std::time::Duration::from_secs(1),
         }
     }
 }
@@ -451,9 +455,17 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     gc::spawn_startup_sweep(state.clone());
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());
-    let tls = serve::tls_config(&pki)?;
+    let (tls_tx, tls_rx) = tokio::sync::watch::channel(serve::tls_config(&pki)?);
+    client_ca::spawn(
+        pki.dir.join("ca.crt"),
+        client_ca::State::new(kustos_ca::bundle::ca_certificates(&pki.ca_bundle_pem)?, now),
+        state.security.authn.clone(),
+        tls_tx,
+        (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),
+        cfg.client_ca_reload_interval,
+    );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(serve::serve(listener, tls, app, async move {
+    let task = tokio::spawn(serve::serve_dynamic(listener, tls_rx, app, async move {
         let _ = rx.await;
     }));
     state.health.started.store(true, Ordering::SeqCst);

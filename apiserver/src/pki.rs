@@ -8,6 +8,11 @@
 //! | `apiserver.crt`, `apiserver.key` | serving certificate, CN `kube-apiserver` | 1 year; re-issued when the SAN set changes, it expires within 30 days, or it no longer matches the CA |
 //! | `sa.key`, `sa.pub` | service-account token signing key (ECDSA P-256) | created once |
 //!
+//! `ca.crt` may hold several CA certificates (a CA rotation: the new CA and the old one).
+//! The one whose public key matches `ca.key` signs; every CA certificate in it that has not
+//! expired is trusted for client certificates ([`Pki::ca_bundle_pem`]). The running
+//! apiserver follows changes of `ca.crt` without a restart (see [`crate::client_ca`]).
+//!
 //! Private keys are created with mode 0600 (never chmod-ed after the fact) and written
 //! atomically (temporary file, fsync, rename). A CA or service-account key that exists but
 //! does not load is an error naming the file: it is never silently replaced. Key material is
@@ -29,7 +34,7 @@ use anyhow::{bail, Context as _};
 use base64::Engine as _;
 use chrono::{DateTime, Duration, Utc};
 
-use kustos_ca::{Ca, IssueParams, KeyPair};
+use kustos_ca::{Ca, IssueParams, KeyPair, SignerBundle};
 
 /// Lifetime of a generated cluster CA.
 pub const CA_VALIDITY: Duration = Duration::days(3650);
@@ -52,9 +57,10 @@ pub const CLUSTER_NAME: &str = "kustos";
 pub struct Pki {
     /// `DIR/pki`.
     pub dir: PathBuf,
-    /// The cluster CA certificate (`ca.crt`), PEM.
+    /// The signing cluster CA certificate (the one of `ca.crt` matching `ca.key`), PEM.
     pub ca_cert_pem: String,
-    /// CA certificates trusted for client certificates, PEM (today: the cluster CA).
+    /// CA certificates trusted for client certificates, PEM: every CA certificate of
+    /// `ca.crt` not expired at start.
     pub ca_bundle_pem: String,
     /// Serving certificate, PEM.
     pub serving_cert_pem: String,
@@ -94,13 +100,14 @@ impl Pki {
 pub fn ensure(dir: &Path, tls_sans: &[String], now: DateTime<Utc>) -> anyhow::Result<Pki> {
     let pki_dir = dir.join("pki");
     ensure_private_dir(&pki_dir)?;
-    let ca = ensure_ca(&pki_dir, now)?;
+    let bundle = ensure_ca(&pki_dir, now)?;
+    let ca = bundle.signer().clone();
     let (serving_cert_pem, serving_key_pem) = ensure_serving(&pki_dir, &ca, tls_sans, now)?;
     let (sa_key_pem, sa_pub_pem) = ensure_sa(&pki_dir)?;
     Ok(Pki {
         dir: pki_dir,
         ca_cert_pem: ca.cert_pem().to_string(),
-        ca_bundle_pem: ca.cert_pem().to_string(),
+        ca_bundle_pem: bundle.trust_bundle_pem(now),
         serving_cert_pem,
         serving_key_pem,
         sa_key_pem,
@@ -179,7 +186,7 @@ fn restrict_key_file(path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn ensure_ca(pki_dir: &Path, now: DateTime<Utc>) -> anyhow::Result<Ca> {
+fn ensure_ca(pki_dir: &Path, now: DateTime<Utc>) -> anyhow::Result<SignerBundle> {
     let cert_path = pki_dir.join("ca.crt");
     let key_path = pki_dir.join("ca.key");
     let ca = match (read_optional(&cert_path)?, read_optional(&key_path)?) {
@@ -188,7 +195,7 @@ fn ensure_ca(pki_dir: &Path, now: DateTime<Utc>) -> anyhow::Result<Ca> {
             kustos_ca::certificates_from_pem(&cert)
                 .with_context(|| format!("{} is not a valid certificate", cert_path.display()))?;
             KeyPair::from_pem(&key).with_context(|| format!("{} is not a valid private key", key_path.display()))?;
-            Ca::from_pem(&cert, &key).with_context(|| {
+            SignerBundle::from_pem(&cert, &key).with_context(|| {
                 format!("loading the cluster CA from {} and {}", cert_path.display(), key_path.display())
             })?
         }
@@ -197,7 +204,7 @@ fn ensure_ca(pki_dir: &Path, now: DateTime<Utc>) -> anyhow::Result<Ca> {
             write_private(&key_path, &ca.key_pem())?;
             write_public(&cert_path, ca.cert_pem())?;
             tracing::info!(dir = %pki_dir.display(), not_after = %ca.not_after(), "created the cluster CA");
-            ca
+            SignerBundle::single(ca)
         }
         (Some(_), None) => bail!(
             "{} exists but {} is missing: restore the CA key, or remove both to create a new CA",
@@ -210,11 +217,12 @@ fn ensure_ca(pki_dir: &Path, now: DateTime<Utc>) -> anyhow::Result<Ca> {
             cert_path.display()
         ),
     };
-    if ca.not_after() <= now {
-        bail!("the cluster CA in {} expired at {}", cert_path.display(), ca.not_after());
+    let signer = ca.signer();
+    if signer.not_after() <= now {
+        bail!("the cluster CA in {} expired at {}", cert_path.display(), signer.not_after());
     }
-    if ca.not_after() - now < RENEW_BEFORE {
-        tracing::warn!(not_after = %ca.not_after(), "the cluster CA expires within 30 days");
+    if signer.not_after() - now < RENEW_BEFORE {
+        tracing::warn!(not_after = %signer.not_after(), "the cluster CA expires within 30 days");
     }
     Ok(ca)
 }
@@ -634,6 +642,59 @@ mod tests {
         let err = format!("{:#}", ensure(tmp.path(), &[], now()).unwrap_err());
         assert!(err.contains("ca.crt") && err.contains("missing"), "{err}");
         assert!(key_path.exists());
+    }
+
+    #[test]
+    fn a_ca_file_with_several_certificates_signs_with_the_one_matching_the_key() {
+        let tmp = tempfile::tempdir().unwrap();
+        let first = ensure(tmp.path(), &[], now()).unwrap();
+        let d = tmp.path().join("pki");
+        let old = first.ca().clone();
+        let new = Ca::generate("kustos-ca-2", CA_VALIDITY, now()).unwrap();
+        // Expired a day before now(): kept in the file, never trusted.
+        let gone = Ca::generate("gone", Duration::days(30), now() - Duration::days(31)).unwrap();
+        type Case = (&'static str, String, String, &'static str, Vec<&'static str>);
+        let cases: Vec<Case> = vec![
+            (
+                "rotation: new CA and key, old CA still trusted",
+                format!("{}{}{}", new.cert_pem(), old.cert_pem(), gone.cert_pem()),
+                new.key_pem(),
+                "kustos-ca-2",
+                vec!["kustos-ca-2", "kustos-ca"],
+            ),
+            (
+                "new CA distributed first, old key still signing",
+                format!("{}{}", new.cert_pem(), old.cert_pem()),
+                old.key_pem(),
+                "kustos-ca",
+                vec!["kustos-ca-2", "kustos-ca"],
+            ),
+            ("back to one CA", old.cert_pem().to_string(), old.key_pem(), "kustos-ca", vec!["kustos-ca"]),
+        ];
+        for (name, crt, key, signer, trusted) in cases {
+            fs::write(d.join("ca.crt"), &crt).unwrap();
+            fs::write(d.join("ca.key"), &key).unwrap();
+            let pki = ensure(tmp.path(), &[], now()).unwrap();
+            assert_eq!(pki.ca().common_name(), signer, "{name}: signing CA");
+            assert_eq!(kustos_ca::parse_certificate_pem(&pki.ca_cert_pem).unwrap().common_name, signer, "{name}");
+            let got: Vec<String> = pki
+                .ca_bundle_der()
+                .unwrap()
+                .iter()
+                .map(|der| kustos_ca::parse_certificate_der(der).unwrap().common_name)
+                .collect();
+            assert_eq!(got, trusted, "{name}: client CA bundle");
+            // The serving certificate is (re-)issued by the signing CA.
+            let serving = kustos_ca::certificates_from_pem(&pki.serving_cert_pem).unwrap();
+            assert!(pki.ca().signed(&serving[0]), "{name}: serving certificate from the signing CA");
+            // The files are never rewritten.
+            assert_eq!(fs::read_to_string(d.join("ca.crt")).unwrap(), crt, "{name}");
+        }
+        // A key matching none of them is an error naming the files.
+        fs::write(d.join("ca.crt"), format!("{}{}", new.cert_pem(), old.cert_pem())).unwrap();
+        fs::write(d.join("ca.key"), gone.key_pem()).unwrap();
+        let err = format!("{:#}", ensure(tmp.path(), &[], now()).unwrap_err());
+        assert!(err.contains("ca.crt") && err.contains("does not belong"), "{err}");
     }
 
     #[test]

@@ -111,19 +111,30 @@ impl ClientCertVerifier for RequestAnyClientCert {
 /// The server TLS configuration: the serving certificate and key, optional client
 /// certificates (hinting the CA bundle), ALPN `h2` and `http/1.1`, the ring provider.
 pub fn tls_config(pki: &Pki) -> anyhow::Result<Arc<ServerConfig>> {
+    tls_config_with(&pki.serving_cert_pem, &pki.serving_key_pem, &pki.ca_bundle_der()?)
+}
+
+/// [`tls_config`] from its parts: the serving certificate chain and key (PEM) and the CA
+/// certificates (DER) whose subjects are hinted to clients (e.g. Go clients send a client
+/// certificate only when its issuer is among the hints).
+pub fn tls_config_with(
+    serving_cert_pem: &str,
+    serving_key_pem: &str,
+    client_ca_der: &[Vec<u8>],
+) -> anyhow::Result<Arc<ServerConfig>> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut pki.serving_cert_pem.as_bytes())
+    let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut serving_cert_pem.as_bytes())
         .collect::<Result<_, _>>()
         .context("parsing the serving certificate")?;
     if certs.is_empty() {
         anyhow::bail!("the serving certificate PEM holds no certificate");
     }
-    let key = rustls_pemfile::private_key(&mut pki.serving_key_pem.as_bytes())
+    let key = rustls_pemfile::private_key(&mut serving_key_pem.as_bytes())
         .context("parsing the serving key")?
         .ok_or_else(|| anyhow::anyhow!("the serving key PEM holds no private key"))?;
     let mut roots = RootCertStore::empty();
-    for der in pki.ca_bundle_der()? {
-        roots.add(CertificateDer::from(der)).context("adding a CA certificate to the client CA hints")?;
+    for der in client_ca_der {
+        roots.add(CertificateDer::from(der.clone())).context("adding a CA certificate to the client CA hints")?;
     }
     let verifier = Arc::new(RequestAnyClientCert {
         hints: roots.subjects(),
@@ -148,17 +159,28 @@ pub async fn serve(
     app: Router,
     shutdown: impl Future<Output = ()> + Send,
 ) {
+    let (_keep, tls) = watch::channel(tls);
+    serve_with_grace(listener, tls, app, shutdown, SHUTDOWN_GRACE).await;
+}
+
+/// Like [`serve`], with a TLS configuration that can be replaced while serving: each new
+/// connection uses the latest one (open connections keep theirs).
+pub async fn serve_dynamic(
+    listener: TcpListener,
+    tls: watch::Receiver<Arc<ServerConfig>>,
+    app: Router,
+    shutdown: impl Future<Output = ()> + Send,
+) {
     serve_with_grace(listener, tls, app, shutdown, SHUTDOWN_GRACE).await;
 }
 
 async fn serve_with_grace(
     listener: TcpListener,
-    tls: Arc<ServerConfig>,
+    tls: watch::Receiver<Arc<ServerConfig>>,
     app: Router,
     shutdown: impl Future<Output = ()> + Send,
     grace: Duration,
 ) {
-    let acceptor = TlsAcceptor::from(tls);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
@@ -169,7 +191,8 @@ async fn serve_with_grace(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
             accepted = listener.accept() => match accepted {
                 Ok((tcp, remote)) => {
-                    connections.spawn(serve_connection(tcp, remote, acceptor.clone(), app.clone(), stop_rx.clone()));
+                    let acceptor = TlsAcceptor::from(tls.borrow().clone());
+                    connections.spawn(serve_connection(tcp, remote, acceptor, app.clone(), stop_rx.clone()));
                 }
                 Err(e) => {
                     // E.g. out of file descriptors: back off briefly instead of spinning.
@@ -286,7 +309,7 @@ mod tests {
         let shutdown = async move {
             let _ = rx.await;
         };
-        let task = tokio::spawn(serve_with_grace(listener, tls, app, shutdown, grace));
+        let task = tokio::spawn(serve_with_grace(listener, watch::channel(tls).1, app, shutdown, grace));
         Server { addr, pki, _tmp: tmp, stop: Some(tx), task }
     }
 
@@ -372,6 +395,76 @@ mod tests {
 
         let _ = s.stop.take().unwrap().send(());
         tokio::time::timeout(Duration::from_secs(5), &mut s.task).await.unwrap().unwrap();
+    }
+
+    /// Records the CA subjects the server hints, and sends no certificate.
+    #[derive(Debug, Default)]
+    struct RecordHints(std::sync::Mutex<Vec<Vec<u8>>>);
+
+    impl rustls::client::ResolvesClientCert for RecordHints {
+        fn resolve(
+            &self,
+            root_hint_subjects: &[&[u8]],
+            _: &[SignatureScheme],
+        ) -> Option<Arc<rustls::sign::CertifiedKey>> {
+            *self.0.lock().unwrap() = root_hint_subjects.iter().map(|s| s.to_vec()).collect();
+            None
+        }
+
+        fn has_certs(&self) -> bool {
+            true
+        }
+    }
+
+    #[tokio::test]
+    async fn new_connections_use_the_latest_tls_configuration() {
+        let tmp = tempfile::tempdir().unwrap();
+        let pki = crate::pki::ensure(tmp.path(), &[], Utc::now()).unwrap();
+        let other = kustos_ca::Ca::generate("other-ca", chrono::Duration::days(10), Utc::now()).unwrap();
+        let first = tls_config(&pki).unwrap();
+        let both = vec![pki.ca().cert_der().to_vec(), other.cert_der().to_vec()];
+        let second = tls_config_with(&pki.serving_cert_pem, &pki.serving_key_pem, &both).unwrap();
+        let (tx, rx) = watch::channel(first);
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = Router::new().route("/whoami", get(whoami));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(serve_dynamic(listener, rx, app, async move {
+            let _ = stop_rx.await;
+        }));
+        let subjects = |ders: &[Vec<u8>]| -> Vec<Vec<u8>> {
+            let mut roots = RootCertStore::empty();
+            for d in ders {
+                roots.add(CertificateDer::from(d.clone())).unwrap();
+            }
+            roots.subjects().iter().map(|s| s.as_ref().to_vec()).collect()
+        };
+        let hints = || async {
+            let recorder = Arc::new(RecordHints::default());
+            let mut roots = RootCertStore::empty();
+            roots.add(CertificateDer::from(pki.ca().cert_der().to_vec())).unwrap();
+            let provider = Arc::new(rustls::crypto::ring::default_provider());
+            let config = rustls::ClientConfig::builder_with_provider(provider)
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_client_cert_resolver(recorder.clone());
+            let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+            let tcp = TcpStream::connect(addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let mut tls = connector.connect(name, tcp).await.unwrap();
+            // TLS 1.3: the certificate request is handled by the time the first byte arrives.
+            tls.write_all(b"GET /whoami HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").await.unwrap();
+            let mut out = Vec::new();
+            let _ = tls.read_to_end(&mut out).await;
+            let got = recorder.0.lock().unwrap().clone();
+            got
+        };
+        assert_eq!(hints().await, subjects(&both[..1]), "the first configuration hints the cluster CA");
+        tx.send(second).unwrap();
+        assert_eq!(hints().await, subjects(&both), "the replaced configuration hints both CAs");
+        let _ = stop_tx.send(());
+        tokio::time::timeout(Duration::from_secs(5), task).await.unwrap().unwrap();
     }
 
     #[tokio::test]

@@ -8,6 +8,9 @@
 //! - [`Ca`]: a CA certificate and its key; [`Ca::generate`] makes a self-signed one,
 //!   [`Ca::from_pem`] loads one (checking that the key belongs to the certificate), and
 //!   [`Ca::issue`] signs leaf certificates ([`IssueParams`] → [`Issued`]).
+//! - [`SignerBundle`] ([`bundle`]): a CA file holding several CA certificates (rotation):
+//!   the one matching the key signs, the unexpired ones are trusted.
+//! - [`csr`]: CSR parsing, the `kubernetes.io/*` signer rules, certificate lifetime, signing.
 //! - [`parse_certificate_der`] / [`CertInfo`]: the fields callers check (subject, SANs,
 //!   validity, usages, key identifiers).
 //! - [`generate_sa_keypair`]: the service-account token signing key; [`jwt`] signs and
@@ -19,6 +22,7 @@
 //! [`BACKDATE`], NotAfter capped at the CA's NotAfter, a random 128-bit serial, CA:false,
 //! subject key identifier, and an authority key identifier matching the CA's.
 
+pub mod bundle;
 pub mod csr;
 mod der;
 pub mod jws;
@@ -32,6 +36,7 @@ use chrono::{DateTime, Duration, Utc};
 use rcgen::SigningKey as _;
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 
+pub use bundle::SignerBundle;
 pub use der::{pem_decode_all, pem_encode, PemBlock};
 pub use key::{generate_sa_keypair, public_key_der_from_pem, KeyAlgorithm, KeyPair, SaKeyPair};
 

@@ -2,16 +2,29 @@
 //! pure decision over typed objects (with table tests beside it) plus a thin loop that talks
 //! to any apiserver through a `kube::Client`.
 //!
-//! Every loop is level-triggered: a change to any object it watches (or its resync period)
+//! Most loops are level-triggered: a change to any object it watches (or its resync period)
 //! wakes it, it reads the current state, decides, and applies the decision. That keeps each
 //! controller correct after missed events, restarts and conflicts.
+//!
+//! The CertificateSigningRequest controllers (`csrapproving`: [`csr_approver`], `csrsigning`:
+//! [`csr_signer`], `csrcleaner`: [`csr_cleaner`]) and `tokencleaner` ([`token_cleaner`])
+//! reconcile one object at a time instead (kube-runtime's keyed queue): an event costs one
+//! decision about that object, whatever their number.
 
 pub mod bootstrap_signer;
 pub mod bootstrap_tokens;
+pub mod ca_files;
 pub mod client;
 pub mod clusterrole_aggregation;
+pub mod csr;
+pub mod csr_approver;
+pub mod csr_cleaner;
+pub mod csr_signer;
 pub mod labels;
 pub mod legacy_serviceaccount_token_cleaner;
+#[cfg(test)]
+mod mock;
+pub mod reconcile;
 pub mod root_ca_cert_publisher;
 pub mod runtime;
 pub mod serviceaccount;
@@ -93,6 +106,10 @@ pub struct Config {
     pub legacy_token_sync_interval: std::time::Duration,
     /// How often every loop re-reads the world even when nothing changed.
     pub resync_period: std::time::Duration,
+    /// `csrsigning`'s CA files and certificate lifetime (`--cluster-signing-*`).
+    pub csr_signing: csr_signer::SigningConfig,
+    /// CSRs each CSR controller reconciles at once.
+    pub csr_concurrency: u16,
 }
 
 impl Default for Config {
@@ -104,6 +121,8 @@ impl Default for Config {
             legacy_token_clean_up_period: chrono::Duration::days(365),
             legacy_token_sync_interval: std::time::Duration::from_secs(24 * 3600),
             resync_period: std::time::Duration::from_secs(300),
+            csr_signing: csr_signer::SigningConfig::default(),
+            csr_concurrency: 32,
         }
     }
 }
@@ -114,6 +133,14 @@ pub type ClientFor = Arc<dyn Fn(&str) -> kube::Client + Send + Sync>;
 /// Run the enabled controllers until `shutdown` completes.
 pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
+    // One list and watch of CertificateSigningRequests for the CSR controllers.
+    let csr_informer = config.controllers.iter().any(|c| c.starts_with("csr")).then(|| {
+        reconcile::SharedInformer::new(
+            kube::Api::all(clients("csr-informer")),
+            kube::runtime::watcher::Config::default(),
+        )
+    });
+    let csrs = || csr_informer.as_ref().map_or_else(|| Err(anyhow::anyhow!("no CSR informer")), |i| i.subscribe());
     for name in &config.controllers {
         let client = clients(name);
         let cfg = config.clone();
@@ -148,9 +175,21 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
             "bootstrapsigner" => {
                 tasks.spawn(bootstrap_signer::run(client, cfg));
             }
+            "csrapproving" => {
+                tasks.spawn(csr_approver::run(client, csrs()?, cfg));
+            }
+            "csrsigning" => {
+                tasks.spawn(csr_signer::run(client, csrs()?, cfg));
+            }
+            "csrcleaner" => {
+                tasks.spawn(csr_cleaner::run(client, csrs()?, cfg));
+            }
             other => tracing::info!(controller = %other, "controller not available yet in this build"),
         }
         tracing::info!(controller = %name, "controller enabled");
+    }
+    if let Some(informer) = csr_informer {
+        tasks.spawn(informer.run());
     }
     tokio::select! {
         _ = shutdown => {}

@@ -1,0 +1,316 @@
+//! A signing CA kept in a certificate file and a key file, followed while running
+//! (upstream's `dynamiccertificates` loader behind the CSR signer's `caProvider`).
+//!
+//! The certificate file may hold several CA certificates (a rotation): the one matching the
+//! key signs ([`kustos_ca::SignerBundle`]). [`CaFiles::current`] looks at the files' metadata
+//! on every call (cheap) and reads them again only when it changed (or was written in the last
+//! two seconds, which coarse file timestamps cannot tell apart), so the next certificate after
+//! a change is signed with the new CA; [`CaFiles::poll`] does the same on a timer so a
+//! bad file is reported even when nothing is being signed. A pair that does not load is
+//! reported once (file names and the reason, never key material) and the last good CA
+//! keeps signing. [`reload`] is the whole policy.
+
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kustos_ca::SignerBundle;
+
+/// What to do with the files' contents.
+#[derive(Debug)]
+pub enum Reload {
+    /// The same bytes as last time.
+    Unchanged,
+    /// A new pair that loads: sign with it from now on.
+    Replace(Box<SignerBundle>),
+    /// The pair does not load (the reason); keep signing with the last good CA.
+    Reject(String),
+}
+
+/// Decide from the contents last seen (`None` before the first load) and the files' current
+/// contents (or why they could not be read).
+pub fn reload(
+    seen: Option<(&[u8], &[u8])>,
+    cert: Result<&[u8], String>,
+    key: Result<&[u8], String>,
+    names: (&Path, &Path),
+) -> Reload {
+    let (cert, key) = match (cert, key) {
+        (Ok(c), Ok(k)) => (c, k),
+        (Err(e), _) | (_, Err(e)) => return Reload::Reject(e),
+    };
+    if seen == Some((cert, key)) {
+        return Reload::Unchanged;
+    }
+    let (Ok(cert_text), Ok(key_text)) = (std::str::from_utf8(cert), std::str::from_utf8(key)) else {
+        return Reload::Reject(format!("{} or {} is not PEM text", names.0.display(), names.1.display()));
+    };
+    match SignerBundle::from_pem(cert_text, key_text) {
+        Ok(b) => Reload::Replace(Box::new(b)),
+        Err(e) => Reload::Reject(format!("loading the CA from {} and {}: {e}", names.0.display(), names.1.display())),
+    }
+}
+
+/// Identity and version of a file: changes whenever it is rewritten or replaced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Stamp {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+/// Modification times closer to now than this are not trusted to reveal a change: file
+/// systems keep coarse timestamps, so a second write of the same size in the same tick
+/// leaves the metadata as it was. Such files are compared by content.
+const RACY: Duration = Duration::from_secs(2);
+
+impl Stamp {
+    /// Whether the metadata alone tells changes apart (no write within [`RACY`] of `now`).
+    fn settled(&self, now: std::time::SystemTime) -> bool {
+        let now = now.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0);
+        let secs = |(s, ns): (i64, i64)| s as f64 + ns as f64 / 1e9;
+        secs(self.mtime).max(secs(self.ctime)) + RACY.as_secs_f64() < now
+    }
+
+    fn of(path: &Path) -> Option<Stamp> {
+        let m = std::fs::metadata(path).ok()?;
+        Some(Stamp {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
+        })
+    }
+}
+
+struct State {
+    stamps: Option<(Stamp, Stamp)>,
+    seen: (Vec<u8>, Vec<u8>),
+    current: Arc<SignerBundle>,
+    problem: Option<String>,
+}
+
+/// A CA certificate and key file pair.
+pub struct CaFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    state: Mutex<State>,
+}
+
+impl std::fmt::Debug for CaFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CaFiles").field("cert", &self.cert).field("key", &self.key).finish_non_exhaustive()
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))
+}
+
+impl CaFiles {
+    /// Load the pair; an error (one line, no key material) when it does not load.
+    pub fn load(cert: &Path, key: &Path) -> Result<CaFiles, String> {
+        let stamps = Stamp::of(cert).zip(Stamp::of(key));
+        let (c, k) = (read(cert)?, read(key)?);
+        match reload(None, Ok(&c), Ok(&k), (cert, key)) {
+            Reload::Replace(b) => Ok(CaFiles {
+                cert: cert.to_path_buf(),
+                key: key.to_path_buf(),
+                state: Mutex::new(State { stamps, seen: (c, k), current: Arc::from(b), problem: None }),
+            }),
+            Reload::Reject(e) => Err(e),
+            Reload::Unchanged => Err("unreachable: nothing was loaded before".into()),
+        }
+    }
+
+    pub fn paths(&self) -> (&Path, &Path) {
+        (&self.cert, &self.key)
+    }
+
+    /// The CA to sign with now: re-read first when either file changed. Reads small files
+    /// synchronously, only after a change.
+    pub fn current(&self) -> Arc<SignerBundle> {
+        // Metadata first, contents second: a change after the stat is seen next time.
+        let stamps = Stamp::of(&self.cert).zip(Stamp::of(&self.key));
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::SystemTime::now();
+        let settled = stamps.as_ref().is_some_and(|(c, k)| c.settled(now) && k.settled(now));
+        if settled && stamps == state.stamps {
+            return state.current.clone();
+        }
+        let (c, k) = (read(&self.cert), read(&self.key));
+        let seen = Some((state.seen.0.as_slice(), state.seen.1.as_slice()));
+        let decision =
+            reload(seen, c.as_deref().map_err(Clone::clone), k.as_deref().map_err(Clone::clone), self.paths());
+        state.stamps = stamps;
+        match decision {
+            Reload::Unchanged => {}
+            Reload::Replace(b) => {
+                state.current = Arc::from(b);
+                state.problem = None;
+                if let (Ok(c), Ok(k)) = (c, k) {
+                    state.seen = (c, k);
+                }
+                tracing::info!(
+                    cert = %self.cert.display(),
+                    key = %self.key.display(),
+                    signer = %state.current.signer().common_name(),
+                    not_after = %state.current.signer().not_after(),
+                    "loaded the new signing CA"
+                );
+            }
+            Reload::Reject(problem) => {
+                if state.problem.as_ref() != Some(&problem) {
+                    tracing::warn!(problem = %problem, "the signing CA files do not load; the last good CA keeps signing");
+                    state.problem = Some(problem);
+                }
+                // Remember the bad contents so that they are not parsed again.
+                if let (Ok(c), Ok(k)) = (c, k) {
+                    state.seen = (c, k);
+                }
+            }
+        }
+        state.current.clone()
+    }
+
+    /// Check the files every `every` until the task is dropped.
+    pub async fn poll(self: Arc<Self>, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            self.current();
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use chrono::{Duration as ChronoDuration, Utc};
+    use kustos_ca::Ca;
+
+    struct World {
+        old: Ca,
+        new: Ca,
+    }
+
+    fn world() -> World {
+        World {
+            old: Ca::generate("old-ca", ChronoDuration::days(365), Utc::now()).unwrap(),
+            new: Ca::generate("new-ca", ChronoDuration::days(365), Utc::now()).unwrap(),
+        }
+    }
+
+    type Files = fn(&World) -> (Result<String, String>, Result<String, String>);
+    /// name, seen (cert, key) or none, files now, wanted: "unchanged", "replace <signer CN>",
+    /// or "reject <text>".
+    const CASES: &[(&str, Option<Files>, Files, &str)] = &[
+        ("first load", None, |w| (Ok(w.old.cert_pem().into()), Ok(w.old.key_pem())), "replace old-ca"),
+        (
+            "same bytes again",
+            Some(|w| (Ok(w.old.cert_pem().into()), Ok(w.old.key_pem()))),
+            |w| (Ok(w.old.cert_pem().into()), Ok(w.old.key_pem())),
+            "unchanged",
+        ),
+        (
+            "rotated: new and old certificates, new key",
+            Some(|w| (Ok(w.old.cert_pem().into()), Ok(w.old.key_pem()))),
+            |w| (Ok(format!("{}{}", w.new.cert_pem(), w.old.cert_pem())), Ok(w.new.key_pem())),
+            "replace new-ca",
+        ),
+        (
+            "certificate file written first: the old key still matches a certificate",
+            Some(|w| (Ok(w.old.cert_pem().into()), Ok(w.old.key_pem()))),
+            |w| (Ok(format!("{}{}", w.new.cert_pem(), w.old.cert_pem())), Ok(w.old.key_pem())),
+            "replace old-ca",
+        ),
+        (
+            "key file written first: it matches no certificate yet",
+            Some(|w| (Ok(w.old.cert_pem().into()), Ok(w.old.key_pem()))),
+            |w| (Ok(w.old.cert_pem().into()), Ok(w.new.key_pem())),
+            "reject does not belong",
+        ),
+        (
+            "garbage certificate file",
+            Some(|w| (Ok(w.old.cert_pem().into()), Ok(w.old.key_pem()))),
+            |w| (Ok("garbage".into()), Ok(w.old.key_pem())),
+            "reject no CERTIFICATE block",
+        ),
+        (
+            "key file gone",
+            Some(|w| (Ok(w.old.cert_pem().into()), Ok(w.old.key_pem()))),
+            |w| (Ok(w.old.cert_pem().into()), Err("reading ca.key: No such file or directory".into())),
+            "reject No such file",
+        ),
+    ];
+
+    #[test]
+    fn reload_decisions() {
+        let w = world();
+        let names = (Path::new("ca.crt"), Path::new("ca.key"));
+        for (name, seen, now, want) in CASES {
+            let seen = seen.map(|f| {
+                let (c, k) = f(&w);
+                (c.unwrap().into_bytes(), k.unwrap().into_bytes())
+            });
+            let (c, k) = now(&w);
+            let got = reload(
+                seen.as_ref().map(|(c, k)| (c.as_slice(), k.as_slice())),
+                c.as_deref().map(str::as_bytes).map_err(Clone::clone),
+                k.as_deref().map(str::as_bytes).map_err(Clone::clone),
+                names,
+            );
+            let got = match got {
+                Reload::Unchanged => "unchanged".to_string(),
+                Reload::Replace(b) => format!("replace {}", b.signer().common_name()),
+                Reload::Reject(e) => {
+                    assert!(!e.contains("PRIVATE KEY"), "{name}: no key material in {e}");
+                    format!("reject {e}")
+                }
+            };
+            let (kind, text) = want.split_once(' ').unwrap_or((want, ""));
+            assert!(got.starts_with(kind) && got.contains(text), "{name}: got {got:?}, want {want:?}");
+        }
+    }
+
+    #[test]
+    fn files_are_followed_and_a_bad_pair_keeps_the_last_good_ca() {
+        let w = world();
+        let dir = tempfile::tempdir().unwrap();
+        let (crt, key) = (dir.path().join("ca.crt"), dir.path().join("ca.key"));
+        std::fs::write(&crt, w.old.cert_pem()).unwrap();
+        std::fs::write(&key, w.old.key_pem()).unwrap();
+        let files = CaFiles::load(&crt, &key).unwrap();
+        // name, new cert file (None: keep), new key file (None: keep), wanted signer.
+        type Step = (&'static str, Option<String>, Option<String>, &'static str);
+        let steps: Vec<Step> = vec![
+            ("at start", None, None, "old-ca"),
+            ("garbage: the last good CA signs", Some("garbage".into()), None, "old-ca"),
+            ("rotation: certificates first", Some(format!("{}{}", w.new.cert_pem(), w.old.cert_pem())), None, "old-ca"),
+            ("then the new key", None, Some(w.new.key_pem()), "new-ca"),
+            (
+                "a key of no certificate in the file",
+                None,
+                Some(Ca::generate("x", ChronoDuration::days(1), Utc::now()).unwrap().key_pem()),
+                "new-ca",
+            ),
+            ("back to the old pair", Some(w.old.cert_pem().into()), Some(w.old.key_pem()), "old-ca"),
+        ];
+        for (name, c, k, want) in steps {
+            if let Some(c) = c {
+                std::fs::write(&crt, c).unwrap();
+            }
+            if let Some(k) = k {
+                std::fs::write(&key, k).unwrap();
+            }
+            assert_eq!(files.current().signer().common_name(), want, "{name}");
+        }
+        std::fs::remove_file(&key).unwrap();
+        assert_eq!(files.current().signer().common_name(), "old-ca", "key file removed");
+        assert!(CaFiles::load(&crt, &key).unwrap_err().contains("ca.key"), "loading fails naming the file");
+    }
+}
