@@ -53,6 +53,9 @@ impl Storage for CountingStorage {
     async fn list(&self, prefix: &str, opts: ListOptions) -> storage::Result<ListResult> {
         self.inner.list(prefix, opts).await
     }
+    async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> storage::Result<(Option<KeyValue>, Rev)> {
+        self.inner.get_at(key, at_rev).await
+    }
     async fn count(&self, prefix: &str) -> storage::Result<u64> {
         self.inner.count(prefix).await
     }
@@ -73,6 +76,13 @@ impl Storage for CountingStorage {
     }
     async fn watch(&self, prefix: &str, after_rev: Rev) -> storage::Result<BoxStream<'static, storage::Result<Event>>> {
         self.inner.watch(prefix, after_rev).await
+    }
+    async fn watch_key(
+        &self,
+        key: &str,
+        after_rev: Rev,
+    ) -> storage::Result<BoxStream<'static, storage::Result<Event>>> {
+        self.inner.watch_key(key, after_rev).await
     }
     fn current_rev(&self) -> Rev {
         self.inner.current_rev()

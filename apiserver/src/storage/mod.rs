@@ -15,7 +15,7 @@
 pub mod sqlite;
 
 use async_trait::async_trait;
-use futures::stream::{BoxStream, StreamExt as _};
+use futures::stream::BoxStream;
 
 pub type Rev = u64;
 
@@ -109,28 +109,16 @@ pub trait Storage: Send + Sync + 'static {
     async fn delete(&self, key: &str, expected_rev: Rev) -> Result<Rev>;
     /// `key` as of `at_rev` (None = current), and the revision it was read at: one
     /// consistent read, so a watch of the key from that revision misses nothing and repeats
-    /// nothing. (The default reads the key as a prefix and keeps the exact match.)
-    async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> Result<(Option<KeyValue>, Rev)> {
-        let page = self.list(key, ListOptions { at_rev, ..Default::default() }).await?;
-        Ok((page.items.into_iter().find(|kv| kv.key == key), page.rev))
-    }
+    /// nothing.
+    async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> Result<(Option<KeyValue>, Rev)>;
     /// Every change to keys under `prefix` with revision > `after_rev`, in revision order,
     /// then live changes, until the stream is dropped. Err(Compacted) if `after_rev` is
     /// older than the history kept; the stream ends with an Err item if it falls behind
     /// irrecoverably.
     async fn watch(&self, prefix: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>>;
-    /// Like [`Storage::watch`], for the one key `key`. Backends serve it without waking for
-    /// other keys' changes (a kubelet watching its own CSR among thousands); the default
-    /// filters a watch of the key's parent.
-    async fn watch_key(&self, key: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
-        let parent = match key.rfind('/') {
-            Some(i) => &key[..=i],
-            None => "",
-        };
-        let key = key.to_owned();
-        let events = self.watch(parent, after_rev).await?;
-        Ok(events.filter(move |ev| std::future::ready(ev.as_ref().map_or(true, |e| e.key == key))).boxed())
-    }
+    /// Like [`Storage::watch`], for the one key `key`, served without waking for other
+    /// keys' changes (a kubelet watching its own CSR among thousands).
+    async fn watch_key(&self, key: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>>;
     /// The newest revision.
     fn current_rev(&self) -> Rev;
     /// The oldest revision still readable (history before it is gone).
