@@ -36,7 +36,9 @@ pub async fn start(subcommand: &str, dir: &Path, extra: &[&str]) -> Result<(Serv
     let port = free_port()?;
     let log = dir.with_file_name(format!("{subcommand}.log"));
     let t0 = Instant::now();
-    let child = Command::new(env!("CARGO_BIN_EXE_kustos"))
+    // BENCH_KUSTOS_BIN runs another build (e.g. one with frame pointers, for profiling).
+    let bin = std::env::var("BENCH_KUSTOS_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_kustos").to_string());
+    let child = Command::new(bin)
         .args([subcommand, "--data-dir"])
         .arg(dir)
         .args(["--secure-port", &port.to_string()])

@@ -48,7 +48,7 @@ use async_trait::async_trait;
 use futures::stream::{self, BoxStream, StreamExt};
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Value, ValueRef};
 use rusqlite::{params, params_from_iter, Connection, OptionalExtension, ToSql};
-use tokio::sync::{broadcast, oneshot, Notify};
+use tokio::sync::{broadcast, oneshot, Notify, Semaphore};
 
 use super::{Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
 
@@ -242,6 +242,7 @@ impl SqliteStorage {
             return Err(Error::Backend(format!("sqlite: could not enable WAL (journal_mode={mode})")));
         }
         conn.pragma_update(None, "synchronous", if cfg.durable { "FULL" } else { "OFF" })?;
+        stable_plans(&conn)?;
         conn.execute_batch(SCHEMA)?;
         conn.set_prepared_statement_cache_capacity(32);
         let rev = read_meta_value(&conn, "rev")?;
@@ -252,7 +253,7 @@ impl SqliteStorage {
         for _ in 0..READERS {
             conns.push(Mutex::new(open_reader(path)?));
         }
-        let reads = Arc::new(ReadPool { conns, next: AtomicUsize::new(0) });
+        let reads = Arc::new(ReadPool { conns, next: AtomicUsize::new(0), permits: Arc::new(Semaphore::new(READERS)) });
 
         let (events, _) = broadcast::channel(cfg.broadcast_capacity.max(1));
         let shared = Arc::new(Shared {
@@ -432,6 +433,10 @@ impl Storage for SqliteStorage {
 struct ReadPool {
     conns: Vec<Mutex<Connection>>,
     next: AtomicUsize,
+    /// One per connection: reads beyond that wait here, as tasks, instead of each taking a
+    /// blocking-pool thread only to block on a connection's mutex (under a storm of
+    /// requests that meant hundreds of threads and more context switching than work).
+    permits: Arc<Semaphore>,
 }
 
 impl ReadPool {
@@ -441,10 +446,22 @@ impl ReadPool {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     {
-        let pool = self.clone();
-        tokio::task::spawn_blocking(move || pool.with(f))
+        let permit = self
+            .permits
+            .clone()
+            .acquire_owned()
             .await
-            .map_err(|e| Error::Backend(format!("sqlite read task failed: {e}")))?
+            .map_err(|_| Error::Backend("sqlite: the read pool is closed".to_string()))?;
+        let pool = self.clone();
+        // The permit goes with the read, so a caller that stops waiting does not let another
+        // read in before this one is done.
+        tokio::task::spawn_blocking(move || {
+            let out = pool.with(f);
+            drop(permit);
+            out
+        })
+        .await
+        .map_err(|e| Error::Backend(format!("sqlite read task failed: {e}")))?
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
@@ -471,15 +488,56 @@ impl ReadPool {
     }
 }
 
+/// Keep each cached statement's query plan whatever values are bound (SQLite's query planner
+/// stability guarantee). Otherwise SQLite (built with STAT4) re-prepares a statement whose
+/// plan might depend on a bound value — every join and ORDER BY read here — each time it is
+/// bound to another key: as much work again as the read itself.
+fn stable_plans(conn: &Connection) -> Result<()> {
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
+    Ok(())
+}
+
 fn open_reader(path: &Path) -> Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "query_only", true)?;
+    stable_plans(&conn)?;
     // 32 MiB of page cache and memory-mapped reads: full lists of big collections stay fast.
     conn.pragma_update(None, "cache_size", -32_768)?;
     conn.pragma_update(None, "mmap_size", 1_i64 << 30)?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
+}
+
+/// A read transaction (one WAL snapshot), ended when dropped. BEGIN and the final ROLLBACK
+/// are cached statements: rusqlite's `transaction()` parses both anew every time, which
+/// costs about as much as the point read it wraps.
+struct ReadTx<'c> {
+    conn: &'c Connection,
+}
+
+impl<'c> ReadTx<'c> {
+    fn begin(conn: &'c Connection) -> Result<Self> {
+        conn.prepare_cached("BEGIN")?.execute([])?;
+        Ok(ReadTx { conn })
+    }
+}
+
+impl std::ops::Deref for ReadTx<'_> {
+    type Target = Connection;
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
+impl Drop for ReadTx<'_> {
+    fn drop(&mut self) {
+        // Nothing was written: ending the snapshot is all a rollback does here.
+        let ended = self.conn.prepare_cached("ROLLBACK").and_then(|mut s| s.execute([]));
+        if ended.is_err() && !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
 }
 
 fn read_meta_value(conn: &Connection, name: &str) -> Result<Rev> {
@@ -576,13 +634,12 @@ fn key_value(r: &rusqlite::Row<'_>) -> rusqlite::Result<KeyValue> {
     Ok(KeyValue { key: r.get(0)?, value: r.get(1)?, create_rev: rev_at(2)(r)?, mod_rev: rev_at(3)(r)? })
 }
 
+/// The current value of one key.
+const GET_CURRENT: &str =
+    "SELECT c.key, k.value, k.create_rev, k.rev FROM cur c JOIN kv k ON k.rev = c.rev WHERE c.key = ?1";
+
 fn get_current(conn: &mut Connection, key: &str) -> Result<Option<KeyValue>> {
-    let kv = conn
-        .prepare_cached(
-            "SELECT c.key, k.value, k.create_rev, k.rev FROM cur c JOIN kv k ON k.rev = c.rev WHERE c.key = ?1",
-        )?
-        .query_row([key], key_value)
-        .optional()?;
+    let kv = conn.prepare_cached(GET_CURRENT)?.query_row([key], key_value).optional()?;
     Ok(kv)
 }
 
@@ -618,7 +675,7 @@ fn list_query(keys: &Keys, after: Option<&str>, at: Option<Rev>, count_only: boo
 }
 
 fn list_at(conn: &mut Connection, keys: &Keys, opts: &ListOptions) -> Result<ListResult> {
-    let tx = conn.transaction()?;
+    let tx = ReadTx::begin(conn)?;
     let current = read_meta_value(&tx, "rev")?;
     let compacted = read_meta_value(&tx, "compact_rev")?;
     let at = opts.at_rev.unwrap_or(current);
@@ -650,7 +707,7 @@ fn list_at(conn: &mut Connection, keys: &Keys, opts: &ListOptions) -> Result<Lis
 /// Up to `limit` changes to `keys` with revision > `after`, in revision order.
 /// Err(Compacted) if history after `after` is no longer complete.
 fn history_after(conn: &mut Connection, keys: &Keys, after: Rev, limit: usize) -> Result<Vec<Event>> {
-    let tx = conn.transaction()?;
+    let tx = ReadTx::begin(conn)?;
     let compacted = read_meta_value(&tx, "compact_rev")?;
     if after < compacted {
         return Err(Error::Compacted { requested: after, compacted });
@@ -1390,6 +1447,32 @@ mod tests {
         assert!(matches!(s.get_at("/p/a", Some(99)).await, Err(Error::FutureRevision { .. })));
         s.compact(3).await.expect("compact");
         assert!(matches!(s.get_at("/p/a", Some(1)).await, Err(Error::Compacted { .. })));
+    }
+
+    #[tokio::test]
+    async fn cached_reads_are_not_prepared_again_for_each_key() {
+        let s = fast_store(Config::default());
+        let mut rev = 0;
+        for k in ["/p/a", "/p/b", "/p/c"] {
+            rev = s.create(k, b"v".to_vec()).await.expect("create");
+        }
+        for i in 0..30 {
+            let key = ["/p/a", "/p/b", "/p/c"][i % 3];
+            s.get(key).await.expect("get");
+            s.get_at(key, None).await.expect("get_at");
+            let keys = Keys::Exact(key.to_string());
+            s.reads.with(|conn| history_after(conn, &keys, 0, WATCH_CHUNK)).expect("history");
+        }
+        assert!(rev > 0);
+        let reprepared: i32 = (0..READERS)
+            .map(|i| {
+                let conn = s.reads.conns[i].lock().unwrap_or_else(PoisonError::into_inner);
+                let stmts =
+                    conn.prepare_cached(GET_CURRENT).map(|st| st.get_status(rusqlite::StatementStatus::RePrepare));
+                stmts.unwrap_or(0)
+            })
+            .sum();
+        assert_eq!(reprepared, 0, "point reads keep their plan across keys");
     }
 
     #[tokio::test]
