@@ -281,7 +281,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
                 anyhow::bail!(e);
             }
         }
-        let client = in_process_client(&running).await.context("building the controllers' client")?;
+        let client = in_process_client(&running).context("building the controllers' client")?;
         let clients: kustos_controllers::ClientFor = std::sync::Arc::new(move |_| client.clone());
         let config = kustos_controllers::Config {
             controllers,
@@ -310,12 +310,13 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     Ok(())
 }
 
-/// The identity the in-process controllers use: a client certificate for
+/// The in-process controllers' client: the apiserver's own handler stack called in memory
+/// (no TCP, TLS or HTTP framing), authenticated with a client certificate for
 /// `system:kube-controller-manager` in `system:masters`, issued from the cluster CA at every
 /// start and kept in memory only. The controllers run inside the process that holds the CA
 /// key and the store, so RBAC could not confine them further; the per-controller
 /// `system:controller:*` roles are for `kustos controller-manager` against other apiservers.
-async fn in_process_client(running: &kustos_apiserver::Running) -> anyhow::Result<kube::Client> {
+fn in_process_client(running: &kustos_apiserver::Running) -> anyhow::Result<kube::Client> {
     let params = kustos_ca::IssueParams::client(
         "system:kube-controller-manager",
         vec!["system:masters".into()],
@@ -323,14 +324,11 @@ async fn in_process_client(running: &kustos_apiserver::Running) -> anyhow::Resul
         chrono::Duration::days(3650),
     );
     let issued = running.pki.ca().issue(params, chrono::Utc::now())?;
-    let key = issued.key_pem.clone().ok_or_else(|| anyhow::anyhow!("no key generated for the controllers"))?;
-    kustos_controllers::client::from_client_cert(
-        &format!("https://{}", running.addr),
-        &running.pki.ca_bundle_pem,
-        &issued.cert_pem,
-        &key,
-    )
-    .await
+    let service = kustos_apiserver::serve::InProcess::new(
+        kustos_apiserver::router(running.state.clone()),
+        vec![issued.cert_der.clone().into()],
+    );
+    Ok(kube::Client::new(service, "default"))
 }
 
 fn main() {

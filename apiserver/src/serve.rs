@@ -54,6 +54,43 @@ impl PeerCertificates {
     }
 }
 
+/// The apiserver as an in-memory service, for clients in the same process (the controllers
+/// of `kustos server`): each request goes through the whole stack — authentication of the
+/// given client certificate chain exactly as if it had been presented in a TLS handshake,
+/// authorization, admission, storage — without TCP, TLS and HTTP framing on both sides.
+#[derive(Clone)]
+pub struct InProcess {
+    app: Router,
+    peer: PeerCertificates,
+}
+
+impl InProcess {
+    /// `identity`: the client certificate chain (leaf first) the requests authenticate with.
+    pub fn new(app: Router, identity: Vec<CertificateDer<'static>>) -> Self {
+        InProcess { app, peer: PeerCertificates(identity) }
+    }
+}
+
+impl<B> tower::Service<http::Request<B>> for InProcess
+where
+    B: axum::body::HttpBody<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = tower::util::Oneshot<Router, http::Request<axum::body::Body>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let mut req = req.map(axum::body::Body::new);
+        req.extensions_mut().insert(self.peer.clone());
+        self.app.clone().oneshot(req)
+    }
+}
+
 /// Requests a client certificate and accepts any, checking only the handshake signature
 /// (proof that the client holds the certificate's key).
 #[derive(Debug)]
