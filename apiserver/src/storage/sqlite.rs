@@ -502,9 +502,10 @@ fn open_reader(path: &Path) -> Result<Connection> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "query_only", true)?;
     stable_plans(&conn)?;
-    // 32 MiB of page cache and memory-mapped reads: full lists of big collections stay fast.
+    // 32 MiB of page cache: full lists of big collections stay fast. No memory-mapped reads:
+    // while writes grow the file, every read transaction would map it anew, and unmapping
+    // (TLB shootdowns on every core) cost more than the reads themselves.
     conn.pragma_update(None, "cache_size", -32_768)?;
-    conn.pragma_update(None, "mmap_size", 1_i64 << 30)?;
     conn.set_prepared_statement_cache_capacity(32);
     Ok(conn)
 }
