@@ -955,7 +955,7 @@ pub async fn finish_update(
             ));
         }
     }
-    errs.extend(c.def.strategy.validate(&new));
+    errs.extend(c.def.strategy.validate_on_update(&new, old));
     if sub.is_empty() {
         errs.extend(c.def.strategy.validate_update(&new, old));
     } else {

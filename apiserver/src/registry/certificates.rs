@@ -317,6 +317,10 @@ struct Options {
     allow_arbitrary_certificate: bool,
     allow_unknown_usages: bool,
     allow_duplicate_usages: bool,
+    /// `spec.request` is the stored one, whose parse and signature were checked when it was
+    /// created (spec is immutable): checking the signature again on every approval and
+    /// status write would only cost time.
+    request_already_checked: bool,
 }
 
 fn conditions(csr: &Csr) -> &[Condition] {
@@ -412,7 +416,8 @@ fn validate_conditions(csr: &Csr, opts: Options) -> Vec<FieldError> {
 fn validate_csr(wire: &Value, csr: &Csr, opts: Options) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let request = &csr.spec.request.0;
-    if let Err(e) = check_csr(request) {
+    let checked = if opts.request_already_checked { Ok(()) } else { check_csr(request) };
+    if let Err(e) = checked {
         let present = get_at(wire, &["spec", "request"]).is_some_and(|v| !v.is_null());
         let shown = go_bytes(present.then_some(request.as_slice()));
         errs.push(invalid_shown("spec.request", &shown, &e));
@@ -653,6 +658,14 @@ impl Strategy for CertificateSigningRequestStrategy {
         validate_csr(obj, &csr, options(&csr, None))
     }
 
+    fn validate_on_update(&self, new_obj: &Value, old: &Value) -> Vec<FieldError> {
+        let (Some(new), Some(old)) = (decode::<Csr>(new_obj), decode::<Csr>(old)) else {
+            return self.validate(new_obj);
+        };
+        let opts = Options { request_already_checked: new.spec.request == old.spec.request, ..Options::default() };
+        validate_csr(new_obj, &new, opts)
+    }
+
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
         let (Some(new), Some(old)) = (decode::<Csr>(new), decode::<Csr>(old)) else { return Vec::new() };
         validate_csr_update(&new, &old, options(&new, Some(&old)))
@@ -852,6 +865,34 @@ Nv7T97xKAiAdoe2KOBbBdBqO5fFSg5nf6URzRLr0EL/xcOkBPCRHug==
             mutate(&mut obj);
             assert_eq!(rendered(&CertificateSigningRequestStrategy.validate(&obj)), want, "{name}");
         }
+    }
+
+    #[test]
+    fn updates_trust_the_stored_request_and_check_everything_else() {
+        let s = CertificateSigningRequestStrategy;
+        let not_pem = |o: &mut Value| o["spec"]["request"] = json!(b64("hi"));
+        let bad_request = "spec.request: Invalid value: []byte{0x68, 0x69}: PEM block type must be CERTIFICATE REQUEST";
+        let mut stored_bad = base();
+        not_pem(&mut stored_bad);
+        type Case = (&'static str, Value, Box<dyn Fn(&mut Value)>, Vec<&'static str>);
+        let cases: Vec<Case> = vec![
+            ("same valid request", base(), Box::new(|_| {}), vec![]),
+            // The stored request was checked when it was created; it is not checked again.
+            ("same request as stored", stored_bad.clone(), Box::new(|_| {}), vec![]),
+            ("a request that differs from the stored one is checked", base(), Box::new(not_pem), vec![bad_request]),
+            (
+                "other rules still apply",
+                base(),
+                Box::new(|o| o["spec"]["usages"] = json!([])),
+                vec!["spec.usages: Required value"],
+            ),
+        ];
+        for (name, old, mutate, want) in cases {
+            let mut new = old.clone();
+            mutate(&mut new);
+            assert_eq!(rendered(&s.validate_on_update(&new, &old)), want, "{name}");
+        }
+        assert_eq!(rendered(&s.validate(&stored_bad)), vec![bad_request], "a create checks it");
     }
 
     #[test]

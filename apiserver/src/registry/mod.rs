@@ -58,6 +58,12 @@ pub trait Strategy: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Full validation of `new` when it replaces `old` (main resource or subresource): the
+    /// same as [`Strategy::validate`] unless a kind can skip work that `old` already passed.
+    fn validate_on_update(&self, new: &Value, _old: &Value) -> Vec<FieldError> {
+        self.validate(new)
+    }
+
     /// Extra rules for an update of the main resource (immutability etc.).
     fn validate_update(&self, _new: &Value, _old: &Value) -> Vec<FieldError> {
         Vec::new()

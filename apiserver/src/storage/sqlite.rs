@@ -346,7 +346,7 @@ impl Drop for SqliteStorage {
 impl Storage for SqliteStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         let key = key.to_owned();
-        self.reads.run(move |conn| get_current(conn, &key)).await
+        self.reads.run_small(move |conn| get_current(conn, &key)).await
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
@@ -357,7 +357,7 @@ impl Storage for SqliteStorage {
     async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> Result<(Option<KeyValue>, Rev)> {
         let keys = Keys::Exact(key.to_owned());
         let opts = ListOptions { at_rev, ..Default::default() };
-        let page = self.reads.run(move |conn| list_at(conn, &keys, &opts)).await?;
+        let page = self.reads.run_small(move |conn| list_at(conn, &keys, &opts)).await?;
         Ok((page.items.into_iter().next(), page.rev))
     }
 
@@ -462,6 +462,20 @@ impl ReadPool {
         })
         .await
         .map_err(|e| Error::Backend(format!("sqlite read task failed: {e}")))?
+    }
+
+    /// Run a point read (one key: tens of microseconds from the page cache) right here when
+    /// a connection is free, sparing the hand-off to a blocking thread and back, which costs
+    /// more than the read; otherwise like [`ReadPool::run`].
+    async fn run_small<T, F>(self: &Arc<Self>, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        if let Some(mut conn) = self.conns.iter().find_map(|c| c.try_lock().ok()) {
+            return f(&mut conn);
+        }
+        self.run(f).await
     }
 
     fn with<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
@@ -823,7 +837,7 @@ async fn key_watch_step(mut st: KeyWatchState) -> Option<(Result<Event>, KeyWatc
             return Some((Ok(ev), st));
         }
         let (keys, pos) = (Keys::Exact(st.reg.key.clone()), st.pos);
-        match st.reads.run(move |conn| history_after(conn, &keys, pos, WATCH_CHUNK)).await {
+        match st.reads.run_small(move |conn| history_after(conn, &keys, pos, WATCH_CHUNK)).await {
             Ok(events) if !events.is_empty() => {
                 st.buf.extend(events);
                 continue;
