@@ -106,7 +106,12 @@ async fn main() -> Result<()> {
     ));
 
     // List of `list_n` objects in one namespace.
-    let list_ns = format!("{base}/api/v1/namespaces/kube-public/configmaps");
+    // A namespace of its own (kube-public holds cluster-info, kube-node-lease the nodes' leases).
+    let r = client.post(format!("{base}/api/v1/namespaces")).json(&json!({"metadata": {"name": "bench-list"}})).send().await?;
+    if !r.status().is_success() {
+        bail!("creating the list namespace failed: {}", r.status());
+    }
+    let list_ns = format!("{base}/api/v1/namespaces/bench-list/configmaps");
     let mut pending = futures::stream::iter(0..list_n)
         .map(|i| {
             let c = client.clone();
