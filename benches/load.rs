@@ -107,7 +107,11 @@ async fn main() -> Result<()> {
 
     // List of `list_n` objects in one namespace.
     // A namespace of its own (kube-public holds cluster-info, kube-node-lease the nodes' leases).
-    let r = client.post(format!("{base}/api/v1/namespaces")).json(&json!({"metadata": {"name": "bench-list"}})).send().await?;
+    let r = client
+        .post(format!("{base}/api/v1/namespaces"))
+        .json(&json!({"metadata": {"name": "bench-list"}}))
+        .send()
+        .await?;
     if !r.status().is_success() {
         bail!("creating the list namespace failed: {}", r.status());
     }
