@@ -392,27 +392,13 @@ async fn kubelet_client_csrs_are_approved_for_bootstrap_tokens_and_for_a_node_re
     assert_eq!(table.split_whitespace().last(), Some("Pending"), "{table}");
 }
 
-/// A kubectl command as `u`, not started (for stdin input).
-fn user_command(s: &Server, u: &User, args: &[&str]) -> std::process::Command {
-    common::ensure_kubectl();
-    let mut cmd = std::process::Command::new("kubectl");
-    cmd.arg("--kubeconfig")
-        .arg(&u.kubeconfig)
-        .arg("--cache-dir")
-        .arg(&u.cache_dir)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .env("HOME", s.work_dir());
-    cmd
-}
-
 trait WithInput {
     fn kubectl_with_input(&self, s: &Server, args: &[&str], input: &Value) -> std::process::Output;
 }
 
 impl WithInput for User {
     fn kubectl_with_input(&self, s: &Server, args: &[&str], input: &Value) -> std::process::Output {
-        let mut cmd = user_command(s, self, args);
+        let mut cmd = self.command(s, args);
         common::run_bounded(
             &mut cmd,
             Some(&input.to_string()),

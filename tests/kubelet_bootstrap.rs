@@ -9,7 +9,6 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -25,22 +24,6 @@ use kube::Api;
 const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// Bound for one CSR to be approved and signed.
 const ISSUE_WAIT: Duration = Duration::from_secs(60);
-
-/// `kustos <args>` run to completion (bounded); stdout, or a panic with both outputs.
-fn kustos_ok(args: &[&str]) -> String {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kustos"));
-    cmd.args(args).env_remove("KUBECONFIG");
-    let out = common::run_bounded(&mut cmd, None, Duration::from_secs(60), &format!("kustos {}", args.join(" ")));
-    assert!(
-        out.status.success(),
-        "kustos {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 async fn client_from_yaml(yaml: &str) -> kube::Client {
     let kc = kube::config::Kubeconfig::from_yaml(yaml).expect("a kubeconfig kube-rs reads");
@@ -132,9 +115,9 @@ async fn a_kubelet_with_a_bootstrap_token_gets_a_certificate_and_renews_it_with_
     let node = common::unique("node");
 
     // What the admin does: a token, then a bootstrap kubeconfig for the node.
-    let token = kustos_ok(&["token", "create", "--kubeconfig", &kubeconfig]).trim().to_string();
+    let token = common::kustos_ok(&["token", "create", "--kubeconfig", &kubeconfig]).trim().to_string();
     let id = token.split('.').next().unwrap_or_default().to_string();
-    let bootstrap = kustos_ok(&["kubeconfig", "bootstrap", "--kubeconfig", &kubeconfig, "--token", &token]);
+    let bootstrap = common::kustos_ok(&["kubeconfig", "bootstrap", "--kubeconfig", &kubeconfig, "--token", &token]);
     let boot = client_from_yaml(&bootstrap).await;
     let (user, groups) = whoami(&boot).await;
     assert_eq!(user, format!("system:bootstrap:{id}"));

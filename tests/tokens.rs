@@ -11,36 +11,14 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use common::{assert_status, run_bounded, send, shared, unique, Server};
+use common::{assert_status, kustos, kustos_ok, run_bounded, send, shared, unique, Server};
 use serde_json::{json, Value};
 
-const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound for waiting on a controller (the cleaner, the signer).
 const CONTROLLER_WAIT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(200);
 const CLUSTER_INFO: &str = "/api/v1/namespaces/kube-public/configmaps/cluster-info";
 const DEFAULT_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
-
-/// `kustos <args>` with no KUBECONFIG in its environment, bounded.
-fn kustos(args: &[&str]) -> Output {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kustos"));
-    cmd.args(args).env_remove("KUBECONFIG");
-    run_bounded(&mut cmd, None, CLI_TIMEOUT, &format!("kustos {}", args.join(" ")))
-}
-
-/// `kustos <args>`, which must succeed; returns stdout.
-fn kustos_ok(args: &[&str]) -> String {
-    let out = kustos(args);
-    assert!(
-        out.status.success(),
-        "kustos {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// `kustos <args>`, which must fail with one line on stderr and nothing on stdout; returns
 /// that line.

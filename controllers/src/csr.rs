@@ -9,6 +9,9 @@ pub const APPROVED: &str = "Approved";
 pub const DENIED: &str = "Denied";
 pub const FAILED: &str = "Failed";
 
+/// When a write lost a race, look again soon (the watch brings the new version too).
+pub const AFTER_CONFLICT: std::time::Duration = std::time::Duration::from_millis(100);
+
 pub fn conditions(csr: &CertificateSigningRequest) -> &[CertificateSigningRequestCondition] {
     csr.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default()
 }

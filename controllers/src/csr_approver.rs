@@ -18,7 +18,6 @@
 //! its new version); NotFound that it is gone.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
@@ -182,9 +181,6 @@ impl reconcile::Context for Context {
     }
 }
 
-/// When a write lost a race, look again soon (the watch brings the new version too).
-const AFTER_CONFLICT: Duration = Duration::from_millis(100);
-
 pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = obj.name_any();
     let recognizers = match decide(&obj, csr::read_request, RECOGNIZERS) {
@@ -220,7 +216,7 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
                 tracing::debug!(controller = NAME, csr = %name, permission = r.subresource, "approved");
                 Ok(Action::await_change())
             }
-            Err(e) if crate::runtime::is_status(&e, 409) => Ok(Action::requeue(AFTER_CONFLICT)),
+            Err(e) if crate::runtime::is_status(&e, 409) => Ok(Action::requeue(csr::AFTER_CONFLICT)),
             Err(e) if crate::runtime::is_status(&e, 404) => Ok(Action::await_change()),
             Err(source) => Err(Error::Approve { csr: name, source }),
         };
@@ -468,10 +464,11 @@ pub(crate) mod tests {
             let ctx = Arc::new(Context::new(mock.client()));
             let mut csr = base_csr();
             mutate(&mut csr);
-            let res = tokio::time::timeout(Duration::from_secs(5), reconcile(Arc::new(csr), ctx)).await.unwrap();
+            let res =
+                tokio::time::timeout(std::time::Duration::from_secs(5), reconcile(Arc::new(csr), ctx)).await.unwrap();
             let got = match res {
                 Ok(a) if a == Action::await_change() => "await".to_string(),
-                Ok(a) if a == Action::requeue(Duration::from_millis(100)) => "requeue 100".to_string(),
+                Ok(a) if a == Action::requeue(csr::AFTER_CONFLICT) => "requeue 100".to_string(),
                 Ok(a) => format!("{a:?}"),
                 Err(e) => {
                     assert!(e.to_string().contains("node-csr-1"), "{name}: the error names the CSR: {e}");

@@ -332,8 +332,6 @@ impl reconcile::Context for Context {
     }
 }
 
-const AFTER_CONFLICT: Duration = Duration::from_millis(100);
-
 pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = obj.name_any();
     let now = Utc::now();
@@ -364,7 +362,7 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
             tracing::debug!(controller = NAME, csr = %name, outcome = what, "status written");
             Ok(Action::await_change())
         }
-        Err(e) if crate::runtime::is_status(&e, 409) => Ok(Action::requeue(AFTER_CONFLICT)),
+        Err(e) if crate::runtime::is_status(&e, 409) => Ok(Action::requeue(csr::AFTER_CONFLICT)),
         Err(e) if crate::runtime::is_status(&e, 404) => Ok(Action::await_change()),
         Err(source) => Err(Error::Status { csr: name, source }),
     }
@@ -709,7 +707,7 @@ mod tests {
                 tokio::time::timeout(std::time::Duration::from_secs(5), reconcile(Arc::new(c), ctx)).await.unwrap();
             let got = match res {
                 Ok(a) if a == Action::await_change() => "await",
-                Ok(a) if a == Action::requeue(AFTER_CONFLICT) => "requeue",
+                Ok(a) if a == Action::requeue(csr::AFTER_CONFLICT) => "requeue",
                 Ok(a) => panic!("{name}: {a:?}"),
                 Err(_) => "error",
             };

@@ -408,6 +408,31 @@ fn b64(s: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD.decode(s.trim()).expect("base64 in the kubeconfig")
 }
 
+/// Bound for one run of the `kustos` CLI.
+pub const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `kustos <args>` (the binary under test) run to completion, bounded by [`CLI_TIMEOUT`],
+/// without `$KUBECONFIG` from the environment.
+pub fn kustos(args: &[&str]) -> Output {
+    let mut cmd = Command::new(binary());
+    cmd.args(args).env_remove("KUBECONFIG");
+    run_bounded(&mut cmd, None, CLI_TIMEOUT, &format!("kustos {}", args.join(" ")))
+}
+
+/// `kustos <args>`, which must succeed; returns stdout.
+pub fn kustos_ok(args: &[&str]) -> String {
+    let out = kustos(args);
+    assert!(
+        out.status.success(),
+        "kustos {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
+        args.join(" "),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Panics with a clear message when `kubectl` cannot be run: the tests must fail loudly.
 pub fn ensure_kubectl() {
     static CHECKED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
@@ -631,7 +656,8 @@ pub fn issue_user(s: &Server, name: &str, groups: &[&str]) -> User {
 }
 
 impl User {
-    pub fn kubectl(&self, s: &Server, args: &[&str]) -> Output {
+    /// `kubectl <args>` as this user, not started (e.g. to feed it stdin).
+    pub fn command(&self, s: &Server, args: &[&str]) -> Command {
         ensure_kubectl();
         let mut cmd = Command::new("kubectl");
         cmd.arg("--kubeconfig")
@@ -641,6 +667,11 @@ impl User {
             .args(args)
             .env_remove("KUBECONFIG")
             .env("HOME", s.work_dir());
+        cmd
+    }
+
+    pub fn kubectl(&self, s: &Server, args: &[&str]) -> Output {
+        let mut cmd = self.command(s, args);
         run_bounded(&mut cmd, None, KUBECTL_TIMEOUT, &format!("kubectl (as {}) {}", self.name, args.join(" ")))
     }
 
