@@ -89,6 +89,19 @@ pub async fn client(path: &Path) -> anyhow::Result<kube::Client> {
     kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("building a client from {}: {e}", path.display()))
 }
 
+/// A client from `--kubeconfig` or `$KUBECONFIG`, or, with neither, from the Pod's
+/// service account (in-cluster config), as a CronJob runs.
+pub async fn client_or_in_cluster(flag: Option<PathBuf>, env: Option<OsString>) -> anyhow::Result<kube::Client> {
+    match resolve_path(flag, env) {
+        Ok(path) => client(&path).await,
+        Err(no_kubeconfig) => {
+            let config =
+                kube::Config::incluster().map_err(|e| anyhow::anyhow!("{no_kubeconfig}, and not in a Pod ({e})"))?;
+            kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("building an in-cluster client: {e}"))
+        }
+    }
+}
+
 /// Where a cluster's CA bundle is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CaSource {

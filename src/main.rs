@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod kubeconfig_cmd;
 mod token;
+mod token_rotate;
 
 #[derive(Parser)]
 #[command(
@@ -26,7 +27,7 @@ enum Command {
     Server(ServerArgs),
     /// The apiserver alone (same flags as `server`).
     Apiserver(ServerArgs),
-    /// Manage bootstrap tokens (kubeadm-compatible): create, list, delete.
+    /// Manage bootstrap tokens (kubeadm-compatible): create, list, delete, rotate.
     Token(token::TokenCommand),
     /// Write kubeconfig files for clients of the cluster.
     Kubeconfig(kubeconfig_cmd::KubeconfigCommand),

@@ -1,4 +1,4 @@
-//! `kustos token create|list|delete`: bootstrap tokens as kubeadm manages them (the same
+//! `kustos token create|list|delete` (and `rotate`, in `token_rotate`): bootstrap tokens as kubeadm manages them (the same
 //! flags, defaults, validation, Secret layout and output).
 
 use std::path::PathBuf;
@@ -31,6 +31,9 @@ enum TokenAction {
     List,
     /// Delete bootstrap tokens, given as full tokens or token ids.
     Delete(DeleteArgs),
+    /// Create a fresh token, expire all but the newest `--keep` rotated tokens, and
+    /// optionally publish the newest in a Secret (safe to run concurrently, e.g. as a CronJob).
+    Rotate(crate::token_rotate::RotateArgs),
 }
 
 #[derive(Args)]
@@ -85,6 +88,11 @@ pub async fn run(cmd: TokenCommand) -> anyhow::Result<()> {
             let ids = args.tokens.iter().map(|t| token_id(t)).collect::<anyhow::Result<Vec<_>>>()?;
             let client = kubeconfig_cmd::client(&kubeconfig_cmd::resolve_path(kubeconfig, kubeconfig_env())?).await?;
             delete(client, &ids).await
+        }
+        TokenAction::Rotate(args) => {
+            let plan = crate::token_rotate::plan(args)?;
+            let client = kubeconfig_cmd::client_or_in_cluster(kubeconfig, kubeconfig_env()).await?;
+            crate::token_rotate::run(client, plan).await
         }
     }
 }

@@ -461,3 +461,131 @@ async fn cluster_info_follows_the_server_to_a_new_port() {
     assert_eq!(server, s.url, "refreshed for the restarted server (also when the port happens to be the same)");
     assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"], "the same ConfigMap, updated");
 }
+
+/// The rotated tokens on the server: (id, still valid), newest last by id order of the
+/// annotation the rotation writes.
+async fn rotated(s: &Server) -> Vec<(String, bool)> {
+    let url =
+        format!("{}/api/v1/namespaces/kube-system/secrets?labelSelector=kustos.dev%2Frotated-by%3Dtoken-rotate", s.url);
+    let r = send(s.http().get(url)).await;
+    assert_eq!(r.code, 200, "listing rotated tokens: {}", r.text);
+    let now = chrono::Utc::now();
+    let b64 = |v: &Value| {
+        use base64::Engine as _;
+        let text = v.as_str().unwrap_or_default();
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(text).expect("base64")).expect("utf-8")
+    };
+    let mut out: Vec<(String, String, bool)> = r.body["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|item| {
+            let id = b64(&item["data"]["token-id"]);
+            let expires = chrono::DateTime::parse_from_rfc3339(&b64(&item["data"]["expiration"])).expect("expiration");
+            let created =
+                item["metadata"]["annotations"]["kustos.dev/created-at"].as_str().expect("created-at").to_string();
+            (created, id, expires > now)
+        })
+        .collect();
+    out.sort();
+    out.into_iter().map(|(_, id, valid)| (id, valid)).collect()
+}
+
+fn rotate(s: &Server, args: &[&str]) -> Output {
+    let kc = admin(s);
+    let mut all = vec!["token", "rotate", "--kubeconfig", kc.as_str()];
+    all.extend_from_slice(args);
+    kustos(&all)
+}
+
+/// The token in the published Secret `ns/name`, checked to authenticate as its bootstrap user.
+fn published(s: &Server, ns: &str, name: &str) -> (String, String) {
+    let out = s.kubectl_ok(&["get", "secret", "-n", ns, name, "-o", "jsonpath={.data.token}"]);
+    use base64::Engine as _;
+    let token = String::from_utf8(base64::engine::general_purpose::STANDARD.decode(out.trim()).expect("base64"))
+        .expect("utf-8");
+    let (id, _) = split(&token);
+    let boot = bootstrap_kubeconfig(s, &token);
+    let who = kubectl_as(s, &boot, &["auth", "whoami", "-o", "jsonpath={.status.userInfo.username}"]);
+    assert!(who.status.success(), "the published token authenticates: {}", String::from_utf8_lossy(&who.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&who.stdout),
+        format!("system:bootstrap:{id}"),
+        "whoami with the published token"
+    );
+    (token, id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_rotate_keeps_the_newest_publishes_one_and_is_safe_concurrently() {
+    let s = shared();
+    let ns = unique("provisioning");
+    s.kubectl_ok(&["create", "namespace", &ns]);
+    let target = format!("{ns}/join-token");
+
+    // Arguments are checked before anything is written.
+    for (args, part) in [
+        (vec!["--keep", "0"], "must be at least 1"),
+        (vec!["--ttl", "0"], "rotated tokens must expire"),
+        (vec!["--publish-secret", "no-slash"], "expected NAMESPACE/NAME"),
+    ] {
+        let mut all = vec!["token", "rotate", "--kubeconfig"];
+        let kc = admin(&s);
+        all.push(&kc);
+        all.extend_from_slice(&args);
+        let line = kustos_err(&all);
+        assert!(line.contains(part), "{args:?}: {line}");
+    }
+    assert!(rotated(&s).await.is_empty(), "nothing was written by refused runs");
+
+    // Sequential runs: one new token each, at most --keep valid, the newest published.
+    for run in 1..=3 {
+        let out = rotate(&s, &["--keep", "2", "--publish-secret", &target]);
+        assert!(out.status.success(), "run {run}: {}", String::from_utf8_lossy(&out.stderr));
+        let tokens = rotated(&s).await;
+        let valid: Vec<&String> = tokens.iter().filter(|t| t.1).map(|t| &t.0).collect();
+        assert_eq!(valid.len(), run.min(2), "run {run}: valid rotated tokens {tokens:?}");
+        let newest = &tokens.last().expect("a rotated token").0;
+        let (token, id) = published(&s, &ns, "join-token");
+        assert_eq!(&id, newest, "run {run}: the newest token is published");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(&format!("created bootstrap token {id:?}")), "run {run}: {stdout}");
+        assert!(
+            !stdout.contains(&token) && !String::from_utf8_lossy(&out.stderr).contains(&token),
+            "run {run}: the token is never printed"
+        );
+    }
+    let first = rotated(&s).await.first().map(|t| t.0.clone()).expect("first token");
+
+    // Two runs at once, keeping one: never zero valid tokens, the published one works.
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let s = s.clone();
+            let target = target.clone();
+            std::thread::spawn(move || rotate(&s, &["--keep", "1", "--publish-secret", &target]))
+        })
+        .collect();
+    for r in runs {
+        let out = r.join().expect("rotate thread");
+        assert!(out.status.success(), "concurrent run: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let tokens = rotated(&s).await;
+    let valid = tokens.iter().filter(|t| t.1).count();
+    assert!((1..=2).contains(&valid), "concurrent runs leave one or two valid tokens: {tokens:?}");
+    let (_, published_id) = published(&s, &ns, "join-token");
+    assert!(tokens.iter().any(|t| t.0 == published_id && t.1), "the published token is valid: {tokens:?}");
+
+    // A later run converges to exactly --keep.
+    let out = rotate(&s, &["--keep", "1", "--publish-secret", &target]);
+    assert!(out.status.success(), "converging run: {}", String::from_utf8_lossy(&out.stderr));
+    let tokens = rotated(&s).await;
+    assert_eq!(tokens.iter().filter(|t| t.1).count(), 1, "one valid token after --keep 1: {tokens:?}");
+
+    // The token cleaner deletes what rotation expired.
+    wait_for("the token cleaner deleting an expired rotated token", || secret_code(&s, &first), |c| *c == 404).await;
+
+    // Leave no valid rotated tokens behind for other tests.
+    for (id, _) in rotated(&s).await {
+        kustos_ok(&["token", "delete", "--kubeconfig", &admin(&s), &id]);
+    }
+}
