@@ -9,6 +9,15 @@ if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
   echo "installing the Python kubernetes client"
   python3 -m pip install --quiet --disable-pip-version-check 'kubernetes>=31'
 fi
+# The manifest checks' tools (tests/manifests.rs), in a virtualenv of their own so their
+# dependencies cannot clash with anything else installed.
+TOOLS="${XDG_CACHE_HOME:-$HOME/.cache}/kustos-test-tools"
+if ! "$TOOLS/bin/checkov" --version >/dev/null 2>&1 || ! "$TOOLS/bin/kubernetes-validate" --version >/dev/null 2>&1; then
+  echo "installing checkov and kubernetes-validate into $TOOLS"
+  python3 -m venv "$TOOLS"
+  "$TOOLS/bin/pip" install --quiet --disable-pip-version-check 'checkov>=3.2,<4' 'kubernetes-validate>=1.37'
+fi
+export PATH="$PATH:$TOOLS/bin"
 if ! command -v kubectl >/dev/null 2>&1; then
   echo "error: kubectl is not on PATH; the end-to-end tests drive the server with it" >&2
   exit 1

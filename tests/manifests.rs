@@ -1,0 +1,240 @@
+//! The operator-hosted manifests and the Dockerfile, checked as a cluster admin's tools see
+//! them: `kubectl kustomize manifests/` builds; every object passes `kubernetes-validate
+//! --strict`; `checkov` finds no failed Kubernetes or Dockerfile check, and every skip carries
+//! a reason; the RBAC is least-privilege in the ways a reviewer checks first; and the
+//! arguments the Deployment and CronJob pass are ones the real binary accepts.
+//!
+//! `kubernetes-validate` and `checkov` come from PyPI (scripts/test.sh installs them); a
+//! missing tool fails the test, it does not skip it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::run_bounded;
+use serde_json::Value;
+
+const TOOL_TIMEOUT: Duration = Duration::from_secs(300);
+/// The Kubernetes version the objects are validated against (kubernetes-validate's schemas).
+const KUBERNETES_VERSION: &str = "1.37.0";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A command-line tool from PATH, or a failure saying how to get it.
+fn tool(name: &str) -> Command {
+    let found = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+        .unwrap_or(false);
+    assert!(found, "{name} is not on PATH: run `bash scripts/test.sh` (it installs it) or `pip install {name}`");
+    Command::new(name)
+}
+
+/// `kubectl kustomize manifests/`: the YAML and its objects.
+fn built() -> (String, Vec<Value>) {
+    common::ensure_kubectl();
+    let mut cmd = Command::new("kubectl");
+    cmd.arg("kustomize").arg(repo().join("manifests"));
+    let out = run_bounded(&mut cmd, None, TOOL_TIMEOUT, "kubectl kustomize manifests/");
+    assert!(out.status.success(), "kubectl kustomize manifests/ failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let yaml = String::from_utf8(out.stdout).expect("UTF-8 YAML");
+    // kustomize separates documents with a `---` line.
+    let objects: Vec<Value> = format!("\n{yaml}")
+        .split("\n---\n")
+        .filter(|doc| !doc.trim().is_empty())
+        .map(|doc| serde_yaml::from_str(doc).unwrap_or_else(|e| panic!("a YAML document ({e}):\n{doc}")))
+        .collect();
+    (yaml, objects)
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("manifests/ has no {kind} {name}"))
+}
+
+fn write_temp(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).expect("writing a temporary file");
+    path
+}
+
+#[test]
+fn kustomize_builds_the_whole_operator_install() {
+    let (_, objects) = built();
+    let kinds: Vec<String> = objects
+        .iter()
+        .map(|o| format!("{}/{}", o["kind"].as_str().unwrap_or("?"), o["metadata"]["name"].as_str().unwrap_or("?")))
+        .collect();
+    for want in [
+        "Namespace/kustos-system",
+        "ServiceAccount/kustos-controller-manager",
+        "ServiceAccount/kustos-token-rotate",
+        "Deployment/kustos-controller-manager",
+        "PodDisruptionBudget/kustos-controller-manager",
+        "CronJob/kustos-token-rotate",
+        "NetworkPolicy/kustos",
+        "CustomResourceDefinition/certificateapprovalpolicies.kustos.dev",
+        "CertificateApprovalPolicy/kubelet-serving",
+    ] {
+        assert!(kinds.iter().any(|k| k == want), "{want} is missing from {kinds:?}");
+    }
+
+    let deploy = find(&objects, "Deployment", "kustos-controller-manager");
+    assert_eq!(deploy["spec"]["replicas"], 2, "two replicas");
+    let pod = &deploy["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args: Vec<&str> = c["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
+    assert_eq!(args.first(), Some(&"controller-manager"), "{args:?}");
+    assert!(args.contains(&"--leader-elect=true"), "{args:?}");
+    let sc = &c["securityContext"];
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "read-only root filesystem");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "no privilege escalation");
+    assert_eq!(sc["runAsNonRoot"], true, "non-root");
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "non-root Pod");
+    for probe in ["livenessProbe", "readinessProbe"] {
+        assert!(c[probe]["httpGet"]["path"].is_string(), "{probe}");
+    }
+    for r in ["requests", "limits"] {
+        assert!(c["resources"][r]["memory"].is_string() && c["resources"][r]["cpu"].is_string(), "resources.{r}");
+    }
+    let ca = pod["volumes"].as_array().expect("volumes").iter().find(|v| v["name"] == "ca").expect("the CA volume");
+    assert_eq!(ca["secret"]["secretName"], "kustos-ca", "the CA key comes from a Secret");
+
+    let job = find(&objects, "CronJob", "kustos-token-rotate");
+    let job_args = &job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert_eq!(job_args[0], "token", "{job_args}");
+    assert_eq!(job_args[1], "rotate", "{job_args}");
+}
+
+#[test]
+fn rbac_is_least_privilege() {
+    let (_, objects) = built();
+    let roles = objects.iter().filter(|o| o["kind"] == "ClusterRole" || o["kind"] == "Role");
+    let mut seen = 0;
+    for role in roles {
+        seen += 1;
+        let name = role["metadata"]["name"].as_str().unwrap_or("?");
+        for rule in role["rules"].as_array().unwrap_or(&Vec::new()) {
+            let list = |k: &str| rule[k].as_array().cloned().unwrap_or_default();
+            for k in ["verbs", "resources", "apiGroups"] {
+                assert!(!list(k).iter().any(|v| v == "*"), "{name}: no wildcard {k}: {rule}");
+            }
+            let verbs = list("verbs");
+            if list("resources").iter().any(|r| r == "signers") {
+                assert!(!list("resourceNames").is_empty(), "{name}: approve/sign are scoped to signer names: {rule}");
+            }
+            for dangerous in ["escalate", "bind", "impersonate"] {
+                assert!(!verbs.iter().any(|v| v == dangerous), "{name}: no {dangerous}: {rule}");
+            }
+        }
+    }
+    assert!(seen >= 6, "one role per controller, found {seen}");
+    // Each binding's subject is one of kustos' own service accounts.
+    for b in objects.iter().filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding") {
+        for s in b["subjects"].as_array().expect("subjects") {
+            assert_eq!(s["kind"], "ServiceAccount", "{b}");
+            assert_eq!(s["namespace"], "kustos-system", "{b}");
+        }
+    }
+}
+
+#[test]
+fn every_object_passes_kubernetes_validate() {
+    let (_, objects) = built();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // Custom resources have no schema in kubernetes-validate; their CRD is validated, and the
+    // policy itself is checked against the CRD by the apiserver in tests/csr_policy.rs.
+    let builtin: Vec<&Value> = objects.iter().filter(|o| o["apiVersion"] != "kustos.dev/v1alpha1").collect();
+    assert!(builtin.len() + 1 >= objects.len(), "only the default policy is a custom resource");
+    let mut files = Vec::new();
+    for (i, o) in builtin.iter().enumerate() {
+        files.push(write_temp(tmp.path(), &format!("{i:02}.yaml"), &serde_yaml::to_string(o).expect("YAML")));
+    }
+    let mut cmd = tool("kubernetes-validate");
+    cmd.args(["--strict", "--kubernetes-version", KUBERNETES_VERSION]).args(&files);
+    let out = run_bounded(&mut cmd, None, TOOL_TIMEOUT, "kubernetes-validate");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "kubernetes-validate failed:\n{stdout}\n{stderr}");
+    let passed = stdout.lines().chain(stderr.lines()).filter(|l| l.contains(" passed for resource ")).count();
+    assert_eq!(passed, builtin.len(), "every object passed:\n{stdout}\n{stderr}");
+}
+
+/// checkov's JSON report for `file` in `framework`: (passed, failed, skipped check ids with
+/// their reasons).
+fn checkov(file: &Path, framework: &str) -> (u64, Vec<String>, Vec<(String, String)>) {
+    let mut cmd = tool("checkov");
+    cmd.arg("-f").arg(file).args(["--framework", framework, "--output", "json", "--quiet", "--skip-download"]);
+    let out = run_bounded(&mut cmd, None, TOOL_TIMEOUT, &format!("checkov {framework}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("checkov's JSON ({e}):\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
+    // One report per framework; an object when there is only one.
+    let reports = match report {
+        Value::Array(a) => a,
+        other => vec![other],
+    };
+    let mut passed = 0;
+    let mut failed = Vec::new();
+    let mut skipped = Vec::new();
+    for r in reports.iter().filter(|r| r["check_type"] == framework) {
+        passed += r["summary"]["passed"].as_u64().unwrap_or(0);
+        for f in r["results"]["failed_checks"].as_array().unwrap_or(&Vec::new()) {
+            failed.push(format!("{} {} {}", f["check_id"], f["check_name"], f["resource"]));
+        }
+        for s in r["results"]["skipped_checks"].as_array().unwrap_or(&Vec::new()) {
+            let reason = s["check_result"]["suppress_comment"].as_str().unwrap_or_default().to_string();
+            skipped.push((format!("{} {}", s["check_id"], s["resource"]), reason));
+        }
+    }
+    (passed, failed, skipped)
+}
+
+#[test]
+fn checkov_finds_no_failed_kubernetes_check_and_every_skip_has_a_reason() {
+    let (yaml, _) = built();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let file = write_temp(tmp.path(), "kustos.yaml", &yaml);
+    let (passed, failed, skipped) = checkov(&file, "kubernetes");
+    assert!(passed > 100, "checkov ran its Kubernetes checks ({passed} passed)");
+    assert!(failed.is_empty(), "failed checkov checks:\n{}", failed.join("\n"));
+    for (check, reason) in &skipped {
+        assert!(reason.trim().len() > 10, "{check} is skipped without a reason ({reason:?})");
+    }
+}
+
+#[test]
+fn checkov_finds_no_failed_dockerfile_check() {
+    let (passed, failed, skipped) = checkov(&repo().join("Dockerfile"), "dockerfile");
+    assert!(passed > 5, "checkov ran its Dockerfile checks ({passed} passed)");
+    assert!(failed.is_empty(), "failed checkov checks:\n{}", failed.join("\n"));
+    assert!(skipped.is_empty(), "Dockerfile checks skipped: {skipped:?}");
+}
+
+/// The arguments in the Deployment and the CronJob parse with the real binary: run without
+/// a cluster, it gets past the flags and fails on what is missing (no kubeconfig, no CA
+/// files), never on an argument.
+#[test]
+fn the_manifests_arguments_are_ones_kustos_accepts() {
+    let (_, objects) = built();
+    let deploy = find(&objects, "Deployment", "kustos-controller-manager");
+    let job = find(&objects, "CronJob", "kustos-token-rotate");
+    for (what, args) in [
+        ("Deployment", &deploy["spec"]["template"]["spec"]["containers"][0]["args"]),
+        ("CronJob", &job["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["args"]),
+    ] {
+        let args: Vec<&str> = args.as_array().expect("args").iter().filter_map(Value::as_str).collect();
+        let out = common::kustos(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{what}: without a cluster it must fail");
+        assert!(
+            !stderr.contains("unexpected argument") && !stderr.contains("invalid value") && !stderr.contains("Usage:"),
+            "{what}: kustos refused the manifests' arguments {args:?}:\n{stderr}"
+        );
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{what}: one line on stderr:\n{stderr}");
+    }
+}
