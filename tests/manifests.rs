@@ -26,9 +26,8 @@ fn repo() -> PathBuf {
 
 /// A command-line tool from PATH, or a failure saying how to get it.
 fn tool(name: &str) -> Command {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
-        .unwrap_or(false);
+    let found =
+        std::env::var_os("PATH").map(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file())).unwrap_or(false);
     assert!(found, "{name} is not on PATH: run `bash scripts/test.sh` (it installs it) or `pip install {name}`");
     Command::new(name)
 }
