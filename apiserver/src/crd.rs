@@ -89,10 +89,13 @@ async fn sync(state: &Arc<AppState>) -> anyhow::Result<Pass> {
     let mut again = false;
     // Terminating CRDs keep their names (nobody else may take them until they are gone)
     // but are not served.
-    let mut gone = vec![false; crds.len()];
+    let mut deleting = vec![false; crds.len()];
+    // CRDs whose status must be written (after the snapshot serves them: a client that sees
+    // Established finds the endpoints).
+    let mut changed = Vec::new();
     for i in 0..crds.len() {
         if meta::is_deleting(&crds[i].2) {
-            gone[i] = true;
+            deleting[i] = true;
             continue;
         }
         let group = crds[i].2["spec"]["group"].as_str().unwrap_or("").to_string();
@@ -103,23 +106,13 @@ async fn sync(state: &Arc<AppState>) -> anyhow::Result<Pass> {
             }
         }
         let status = apiextensions::decide_status(&crds[i].2, &taken, &now);
-        if crds[i].2.get("status") == Some(&status) {
-            continue;
-        }
-        let mut updated = crds[i].2.clone();
-        updated["status"] = status;
-        meta::meta_mut(&mut updated).remove("resourceVersion");
-        match store.update(&crds[i].0, meta::to_stored(&updated)?, crds[i].1).await {
-            Ok(rev) => {
-                crds[i].1 = rev;
-                crds[i].2 = updated;
-            }
-            Err(crate::storage::Error::Conflict { .. }) | Err(crate::storage::Error::NotFound(_)) => again = true,
-            Err(e) => return Err(e.into()),
+        if crds[i].2.get("status") != Some(&status) {
+            crds[i].2["status"] = status;
+            changed.push(i);
         }
     }
     let served: Vec<&Value> =
-        crds.iter().zip(&gone).filter(|(c, g)| !**g && apiextensions::is_served(&c.2)).map(|(c, _)| &c.2).collect();
+        crds.iter().zip(&deleting).filter(|(c, g)| !**g && apiextensions::is_served(&c.2)).map(|(c, _)| &c.2).collect();
     let fingerprint = fingerprint(&served);
     if fingerprint != state.crds.current().fingerprint {
         let mut registry = state.registry.clone();
@@ -131,6 +124,16 @@ async fn sync(state: &Arc<AppState>) -> anyhow::Result<Pass> {
         }
         let openapi = OpenApi::new(&registry);
         state.crds.swap(Served { registry, openapi, fingerprint });
+    }
+    for i in changed {
+        let (key, rev, crd) = &mut crds[i];
+        let mut updated = crd.clone();
+        meta::meta_mut(&mut updated).remove("resourceVersion");
+        match store.update(key, meta::to_stored(&updated)?, *rev).await {
+            Ok(new_rev) => *rev = new_rev,
+            Err(crate::storage::Error::Conflict { .. }) | Err(crate::storage::Error::NotFound(_)) => again = true,
+            Err(e) => return Err(e.into()),
+        }
     }
     // Deleted CRDs are no longer served (above); now remove their custom resources.
     for (key, rev, crd) in crds.iter().filter(|(_, _, c)| meta::is_deleting(c)) {
