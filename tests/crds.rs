@@ -215,7 +215,7 @@ fn kubectl_drives_a_namespaced_crd_with_defaults_validation_columns_and_status()
 #[test]
 fn invalid_and_conflicting_crds_are_refused_or_not_accepted() {
     let s = Server::start_apiserver();
-    let bad = widget_crd("nodot").replace("widgets.nodot", "widgets.nodot").replace("storage: true", "storage: false");
+    let bad = widget_crd("nodot").replace("storage: true", "storage: false");
     let out = apply(&s, &bad, &[]);
     assert!(!out.status.success(), "invalid CRD accepted");
     let err = String::from_utf8_lossy(&out.stderr);
@@ -326,7 +326,7 @@ async fn kube_rs_dynamic_objects_on_a_cluster_scoped_crd_with_watch() {
     let r = send(s.http().get(format!("{}/openapi/v3", s.url))).await;
     assert!(r.body["paths"].get(format!("apis/{group}/v1alpha1")).is_some(), "OpenAPI v3 index: {}", r.text);
     let r = send(s.http().get(format!("{}/openapi/v3/apis/{group}/v1alpha1", s.url))).await;
-    let schema = &r.body["components"]["schemas"][format!("dev.kustos.kube.v1alpha1.Gizmo")];
+    let schema = &r.body["components"]["schemas"]["dev.kustos.kube.v1alpha1.Gizmo"];
     assert_eq!(schema["properties"]["spec"]["properties"]["size"]["type"], "integer", "{}", r.text);
 
     crds.delete(&format!("gizmos.{group}"), &DeleteParams::default()).await.expect("delete CRD");
