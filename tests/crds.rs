@@ -355,3 +355,65 @@ fn crds_and_custom_resources_survive_a_restart() {
         s.kubectl_ok(&["get", "widgets", "keep", "-n", "default", "-o", "jsonpath={.spec.replicas}/{.spec.color}"]);
     assert_eq!(out, "2/red");
 }
+
+/// A kube-derive `CustomResource` type: the CRD it generates is accepted and served.
+#[derive(kube::CustomResource, serde::Deserialize, serde::Serialize, Clone, Debug, schemars::JsonSchema)]
+#[kube(group = "derive.kustos.dev", version = "v1", kind = "Doohickey", namespaced, status = "DoohickeyStatus")]
+pub struct DoohickeySpec {
+    size: i32,
+}
+
+#[derive(serde::Deserialize, serde::Serialize, Clone, Debug, Default, schemars::JsonSchema)]
+pub struct DoohickeyStatus {
+    ready: bool,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kube_derive_custom_resource_type_round_trips_with_its_status() {
+    use kube::CustomResourceExt;
+    let s = Server::start_apiserver();
+    let client = s.kube_client().await;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &Doohickey::crd()).await.expect("the generated CRD is accepted");
+    let name = Doohickey::crd_name();
+    let mut established = false;
+    for _ in 0..100 {
+        let c = crds.get(name).await.expect("get CRD");
+        if c.status
+            .and_then(|st| st.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+        {
+            established = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(established, "generated CRD not established");
+    let api: Api<Doohickey> = Api::namespaced(client, "default");
+    let d = Doohickey::new("d1", DoohickeySpec { size: 2 });
+    let created = api.create(&PostParams::default(), &d).await.expect("create");
+    assert_eq!(created.spec.size, 2);
+    assert!(created.status.is_none(), "status is not set on create");
+    let st = api
+        .patch_status("d1", &PatchParams::default(), &Patch::Merge(json!({"status": {"ready": true}})))
+        .await
+        .expect("patch status");
+    assert_eq!(st.status.map(|s| s.ready), Some(true));
+    let err = api
+        .patch("d1", &PatchParams::default(), &Patch::Merge(json!({"spec": {"size": "big"}})))
+        .await
+        .expect_err("a string size is invalid");
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 422, "{s:?}");
+            assert!(
+                s.message.contains("spec.size: Invalid value: \"string\": spec.size in body must be of type integer"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("unexpected error {other:?}"),
+    }
+}
