@@ -115,7 +115,8 @@ pub fn after_mark_deleting(state: &Arc<AppState>, def: &ResourceDef, obj: &Value
 /// Every object whose ownerReferences name `uid`, with its kind.
 async fn dependents(state: &Arc<AppState>, ns: Option<&str>, uid: &str) -> Vec<(ResourceDef, Value)> {
     let mut out = Vec::new();
-    for d in &state.registry.resources {
+    let served = state.crds.current();
+    for d in &served.registry.resources {
         if ns.is_some() && !d.namespaced {
             continue;
         }
@@ -153,7 +154,7 @@ async fn other_owners_alive(state: &Arc<AppState>, dep: &Value, gone_uid: &str) 
         let group = api_version.rsplit_once('/').map(|(g, _)| g).unwrap_or("");
         let kind = r.get("kind").and_then(Value::as_str).unwrap_or("");
         let name = r.get("name").and_then(Value::as_str).unwrap_or("");
-        let Some(d) = state.registry.find_kind(group, kind) else { continue };
+        let Some(d) = state.crds.current().registry.find_kind(group, kind).cloned() else { continue };
         let ns = if d.namespaced { Some(meta::namespace(dep)) } else { None };
         if let Ok(Some(kv)) = state.storage.get(&d.key(ns, name)).await {
             if meta::from_stored(&kv).map(|o| meta::uid(&o) == uid).unwrap_or(false) {
@@ -269,7 +270,8 @@ pub async fn finish_namespace(state: &Arc<AppState>, ns: &str) {
             _ => return,
         }
         let mut remaining = 0usize;
-        for d in state.registry.resources.iter().filter(|d| d.namespaced) {
+        let served = state.crds.current();
+        for d in served.registry.resources.iter().filter(|d| d.namespaced) {
             let Ok(page) = state.storage.list(&d.ns_prefix(Some(ns)), ListOptions::default()).await else {
                 remaining += 1;
                 continue;
@@ -295,7 +297,8 @@ pub async fn finish_namespace(state: &Arc<AppState>, ns: &str) {
 /// At start-up: resume namespace deletions and owner finalizers a crash interrupted.
 pub fn spawn_startup_sweep(state: Arc<AppState>) {
     tokio::spawn(async move {
-        for def in state.registry.resources.clone() {
+        let resources = state.crds.current().registry.resources.clone();
+        for def in resources {
             let Ok(page) = state.storage.list(&def.prefix(), ListOptions::default()).await else { continue };
             for kv in &page.items {
                 let Ok(o) = meta::from_stored(kv) else { continue };

@@ -21,6 +21,7 @@ pub mod authz;
 pub mod bootstrap_token;
 pub mod client_ca;
 pub mod cluster_info;
+pub mod crd;
 pub mod discovery;
 mod dupcheck;
 pub mod error;
@@ -38,6 +39,7 @@ pub mod registry;
 pub mod request_info;
 pub mod rest;
 pub mod reviews;
+pub mod schema;
 pub mod selectors;
 pub mod serve;
 pub mod serviceaccount;
@@ -67,9 +69,12 @@ use crate::storage::Storage;
 
 /// Everything the handlers share.
 pub struct AppState {
+    /// The built-in kinds (fixed; looked up first on every request).
     pub registry: Registry,
     pub storage: Arc<dyn Storage>,
-    pub openapi: openapi::OpenApi,
+    /// Built-in kinds plus the resources of established CRDs, and the OpenAPI documents:
+    /// swapped when CRDs change (`crd`).
+    pub crds: crd::Dynamic,
     pub health: health::Health,
     /// `host:port` clients use (for `/api` serverAddressByClientCIDRs).
     pub server_address: String,
@@ -92,8 +97,8 @@ pub struct Security {
 impl AppState {
     pub fn new(storage: Arc<dyn Storage>, server_address: String, security: Security) -> Arc<Self> {
         let registry = Registry::builtin();
-        let openapi = openapi::OpenApi::new(&registry);
-        Arc::new(AppState { registry, storage, openapi, health: health::Health::default(), server_address, security })
+        let crds = crd::Dynamic::new(&registry);
+        Arc::new(AppState { registry, storage, crds, health: health::Health::default(), server_address, security })
     }
 }
 
@@ -165,7 +170,8 @@ async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -
         r.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
         return Ok(r);
     }
-    let reg = &state.registry;
+    let served = state.crds.current();
+    let reg = &served.registry;
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
         ["api"] => Ok(match discovery::wants_aggregated(&accept) {
@@ -190,10 +196,10 @@ async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -
             serviceaccount::openid_configuration_response(state).ok_or_else(not_found_path)
         }
         ["openid", "v1", "jwks"] => serviceaccount::jwks_response(state).ok_or_else(not_found_path),
-        ["openapi", "v2"] => Ok(state.openapi.v2_response(&accept)),
-        ["openapi", "v3"] => Ok(state.openapi.v3_index_response()),
+        ["openapi", "v2"] => Ok(served.openapi.v2_response(&accept)),
+        ["openapi", "v3"] => Ok(served.openapi.v3_index_response()),
         ["openapi", "v3", rest @ ..] => {
-            state.openapi.v3_response(&rest.join("/"), query.as_deref()).ok_or_else(not_found_path)
+            served.openapi.v3_response(&rest.join("/"), query.as_deref()).ok_or_else(not_found_path)
         }
         _ => Err(not_found_path()),
     }
@@ -214,8 +220,14 @@ async fn resource(
     user: &UserInfo,
     req: Request,
 ) -> Result<Response, ApiError> {
-    let Some(def) = state.registry.find(&info.api_group, &info.api_version, &info.resource) else {
-        return Err(not_found_path());
+    // Built-in kinds first (no lock); custom resources from the current snapshot.
+    let served;
+    let def = match state.registry.find(&info.api_group, &info.api_version, &info.resource) {
+        Some(def) => def,
+        None => {
+            served = state.crds.current();
+            served.registry.find(&info.api_group, &info.api_version, &info.resource).ok_or_else(not_found_path)?
+        }
     };
     let is_namespaces = def.group.is_empty() && def.resource == "namespaces";
     if info.extra_parts > 0 {
@@ -448,6 +460,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         Security { authn, authz, rbac: rbac_cache, service_accounts: Some(sa_tokens) },
     );
     bootstrap(&state).await?;
+    crd::start(&state).await?;
     serviceaccount::ensure_legacy_token_tracking(&state, now).await?;
     let policy = rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     rbac::reconcile::ensure_default_policy(&state, &policy).await?;

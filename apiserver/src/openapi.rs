@@ -267,12 +267,17 @@ fn register(
     if let Some(r) = schema.as_value().get("$ref").and_then(Value::as_str) {
         return ref_name(r).to_string();
     }
+    let name = inline_name((group, version, kind));
+    inline.insert(name.clone(), schema.to_value());
+    name
+}
+
+/// Upstream's CRD-style definition name `<reversed group>.<version>.<Kind>`.
+fn inline_name((group, version, kind): (&str, &str, &str)) -> String {
     let mut reversed: Vec<&str> = group.split('.').filter(|p| !p.is_empty()).collect();
     reversed.reverse();
     reversed.extend([version, kind]);
-    let name = reversed.join(".");
-    inline.insert(name.clone(), schema.to_value());
-    name
+    reversed.join(".")
 }
 
 /// Built-in kinds (k8s-openapi types) take strategic merge patches; custom resources do not.
@@ -353,7 +358,14 @@ fn definitions(reg: &Registry) -> (BTreeMap<String, Value>, KindNames) {
     let mut kinds = KindNames::new();
     for def in &reg.resources {
         let gvk = (def.group, def.version, def.kind);
-        let name = register(&mut gen, def.schema, gvk, &mut inline);
+        let name = match def.strategy.openapi_schema() {
+            Some(schema) => {
+                let name = inline_name(gvk);
+                inline.insert(name.clone(), schema);
+                name
+            }
+            None => register(&mut gen, def.schema, gvk, &mut inline),
+        };
         kinds.entry(gvk).or_insert(name);
         for sub in def.subresources {
             let Some(schema_fn) = subresource_schema(sub) else { continue };
@@ -1441,7 +1453,8 @@ mod tests {
     fn no_json_schema_leftovers() {
         let api = api();
         let text = String::from_utf8_lossy(api.v2()).to_string();
-        assert!(!text.contains("$defs") && !text.contains("\"$schema\"") && !text.contains("\"null\""));
+        // (`$schema` and `$ref` are property names of the CRD's JSONSchemaProps, as upstream.)
+        assert!(!text.contains("$defs") && !text.contains("\"$schema\":\"http") && !text.contains("\"null\""));
         let doc = String::from_utf8_lossy(api.v3_document("api/v1").expect("core")).to_string();
         assert!(!doc.contains("#/definitions/") && !doc.contains("$defs"));
     }

@@ -1064,6 +1064,11 @@ pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Rep
             "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
         )));
     };
+    if pt == PatchType::StrategicMerge && !c.def.strategy.strategic_merge_patch() {
+        return Err(ApiError::UnsupportedMediaType(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
+        ));
+    }
     if pt == PatchType::Apply {
         return Err(ApiError::UnsupportedMediaType(
             "server-side apply (application/apply-patch+yaml) is not supported by this server yet".into(),
@@ -1255,6 +1260,9 @@ pub async fn delete_one(c: &Call<'_>, name: &str, opts: &DeleteOptions) -> Resul
             }
         }
         let mut finalizers = meta::finalizers(&obj);
+        if !meta::is_deleting(&obj) {
+            c.def.strategy.prepare_for_delete(&mut obj, &mut finalizers);
+        }
         match opts.propagation.as_deref() {
             Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
                 finalizers.push("foregroundDeletion".into())

@@ -14,9 +14,12 @@
 //! Objects are `serde_json::Value`s in their wire form; strategies decode into the
 //! `k8s-openapi` types where typing helps (validation, unknown-field detection).
 
+pub mod apiextensions;
 pub mod certificates;
 pub mod coordination;
 pub mod core;
+pub mod custom;
+pub mod intern;
 pub mod rbac;
 
 use std::sync::Arc;
@@ -104,6 +107,22 @@ pub trait Strategy: Send + Sync + 'static {
     fn cells(&self, _obj: &Value, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
         Vec::new()
     }
+
+    /// On the first DELETE of an object: finalizers to add and changes to make before it is
+    /// marked for deletion (a CRD gets its cleanup finalizer and a Terminating condition).
+    fn prepare_for_delete(&self, _obj: &mut Value, _finalizers: &mut Vec<String>) {}
+
+    /// The kind's schema as a value (custom resources, whose schema is data); None: the
+    /// typed `ResourceDef::schema` is used.
+    fn openapi_schema(&self) -> Option<Value> {
+        None
+    }
+
+    /// Whether `application/strategic-merge-patch+json` is accepted (built-in kinds only,
+    /// as upstream: custom resources answer 415).
+    fn strategic_merge_patch(&self) -> bool {
+        true
+    }
 }
 
 /// One served resource.
@@ -180,6 +199,7 @@ impl Registry {
         resources.extend(certificates::resources());
         resources.extend(rbac::resources());
         resources.extend(crate::reviews::resources());
+        resources.extend(apiextensions::resources());
         Registry { resources }
     }
 
