@@ -40,6 +40,8 @@ pub const SERVICE_ACCOUNT_USER_PREFIX: &str = "system:serviceaccount:";
 pub const CONDITION_VALID: &str = "Valid";
 
 /// Which CertificateSigningRequests a policy applies to, and what it allows in them.
+// Printer columns repeat `type_` and `description` keys, which clippy mistakes for duplicates.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, Serialize, Deserialize, Debug, Clone, PartialEq, Default, JsonSchema)]
 #[kube(
     group = "kustos.dev",
