@@ -579,8 +579,14 @@ mod tests {
             let mut params = rcgen::CertificateParams::default();
             params.distinguished_name = rcgen::DistinguishedName::new();
             params.distinguished_name.push(rcgen::DnType::CommonName, self.cn);
-            for o in &self.orgs {
-                params.distinguished_name.push(rcgen::DnType::OrganizationName, *o);
+            // rcgen keeps one value per attribute type: a second O goes in under a custom
+            // type with O's OID (2.5.4.10), which encodes the same.
+            for (i, o) in self.orgs.iter().enumerate() {
+                let t = match i {
+                    0 => rcgen::DnType::OrganizationName,
+                    _ => rcgen::DnType::CustomDnType(vec![2, 5, 4, 10]),
+                };
+                params.distinguished_name.push(t, *o);
             }
             for d in &self.dns {
                 params.subject_alt_names.push(rcgen::SanType::DnsName((*d).try_into().unwrap()));
@@ -776,6 +782,11 @@ mod tests {
             "the wrong organization",
             |c| set_request(c, |r| r.orgs = vec!["system:masters"]),
             Want::Deny(r#"subject organizations ["system:masters"] are not exactly ["system:nodes"]"#),
+        ),
+        (
+            "an extra organization",
+            |c| set_request(c, |r| r.orgs = vec!["system:nodes", "system:masters"]),
+            Want::Deny(r#"subject organizations ["system:nodes", "system:masters"] are not exactly ["system:nodes"]"#),
         ),
         (
             "no organization",
