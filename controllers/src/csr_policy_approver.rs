@@ -424,8 +424,11 @@ async fn watch_policies(
     ready: Arc<AtomicBool>,
     mut trigger: futures::channel::mpsc::Sender<()>,
 ) {
-    let mut generations: HashMap<String, Option<i64>> = HashMap::new();
-    let mut relisted: HashMap<String, Option<i64>> = HashMap::new();
+    // The specs seen, by name: a change to one re-decides the CSRs. Compared whole rather
+    // than by `metadata.generation`, so status writes (ours included) never trigger it,
+    // whatever the apiserver does with generations.
+    let mut specs: HashMap<String, CertificateApprovalPolicySpec> = HashMap::new();
+    let mut relisted: HashMap<String, CertificateApprovalPolicySpec> = HashMap::new();
     let mut waiting_logged = false;
     let stream = watcher(api.clone(), watcher::Config::default()).default_backoff().reflect(writer);
     futures::pin_mut!(stream);
@@ -450,12 +453,12 @@ async fn watch_policies(
                 continue;
             }
             Ok(watcher::Event::InitApply(p)) => {
-                relisted.insert(p.name_any(), p.metadata.generation);
+                relisted.insert(p.name_any(), p.spec.clone());
                 vec![p]
             }
             Ok(watcher::Event::InitDone) => {
-                let differs = relisted != generations || !ready.load(Ordering::Acquire);
-                generations = std::mem::take(&mut relisted);
+                let differs = relisted != specs || !ready.load(Ordering::Acquire);
+                specs = std::mem::take(&mut relisted);
                 if waiting_logged {
                     tracing::info!(controller = NAME, "CertificateApprovalPolicy CRD found; deciding CSRs");
                     waiting_logged = false;
@@ -468,13 +471,13 @@ async fn watch_policies(
             }
             Ok(watcher::Event::Apply(p)) => {
                 let name = p.name_any();
-                if generations.insert(name, p.metadata.generation) != Some(p.metadata.generation) {
+                if specs.insert(name, p.spec.clone()).as_ref() != Some(&p.spec) {
                     let _ = trigger.try_send(());
                 }
                 vec![p]
             }
             Ok(watcher::Event::Delete(p)) => {
-                generations.remove(&p.name_any());
+                specs.remove(&p.name_any());
                 let _ = trigger.try_send(());
                 continue;
             }
@@ -1222,5 +1225,40 @@ mod tests {
                 assert_eq!(last.body["metadata"]["resourceVersion"], want_rv, "{name}: written over what was read");
             }
         }
+    }
+
+    /// Without the CRD the watch waits (404, retried with backoff, CSRs untouched); once the
+    /// list succeeds the policy's Valid condition is written and every CSR is re-decided.
+    #[tokio::test(start_paused = true)]
+    async fn the_policy_watch_waits_for_the_crd_then_starts() {
+        use crate::mock::{status, Mock};
+        let mut p = default_policy();
+        p.metadata.generation = Some(1);
+        p.metadata.resource_version = Some("5".into());
+        let list = serde_json::json!({"apiVersion": "kustos.dev/v1alpha1", "kind": "CertificateApprovalPolicyList",
+            "metadata": {"resourceVersion": "5"}, "items": [serde_json::to_value(&p).unwrap()]});
+        let mock = Mock::new(vec![
+            (404, status(404, "NotFound")),
+            (404, status(404, "NotFound")),
+            (200, list),
+            (200, serde_json::to_value(&p).unwrap()),
+            (200, serde_json::to_value(&p).unwrap()),
+        ]);
+        let (_store, writer) = reflector::store();
+        let ready = Arc::new(AtomicBool::new(false));
+        let (trigger, mut redecide) = futures::channel::mpsc::channel(1);
+        let task = tokio::spawn(watch_policies(Api::all(mock.client()), writer, ready.clone(), trigger));
+        let fired = tokio::time::timeout(std::time::Duration::from_secs(600), redecide.next()).await;
+        task.abort();
+        assert_eq!(fired.ok().flatten(), Some(()), "re-decide fired once the list succeeded");
+        assert!(ready.load(Ordering::Acquire), "ready after the first list");
+        const LIST: &str = "GET /apis/kustos.dev/v1alpha1/certificateapprovalpolicies";
+        let lines = mock.lines();
+        assert_eq!(lines[..5], [LIST, LIST, LIST, GET_POLICY, PUT_STATUS], "calls: {lines:?}");
+        let put = &mock.calls()[4].body;
+        assert_eq!(put["status"]["observedGeneration"], 1, "{put}");
+        assert_eq!(put["status"]["conditions"][0]["type"], "Valid", "{put}");
+        assert_eq!(put["status"]["conditions"][0]["status"], "True", "{put}");
+        assert_eq!(put["metadata"]["resourceVersion"], "5", "written over what was read: {put}");
     }
 }
