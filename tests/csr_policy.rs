@@ -126,6 +126,7 @@ async fn install(s: &Server) {
     let p = wait_for(s, &format!("{POLICIES}/kubelet-serving"), "the edit observed", |p| {
         p["spec"]["ipAddresses"]["cidrs"][0] == "127.0.0.0/8"
             && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+            && condition(p, "Valid").is_some()
     })
     .await;
     let valid = condition(&p, "Valid").expect("a Valid condition");
