@@ -7,8 +7,9 @@
 //! controller correct after missed events, restarts and conflicts.
 //!
 //! The CertificateSigningRequest controllers (`csrapproving`: [`csr_approver`], `csrsigning`:
-//! [`csr_signer`], `csrcleaner`: [`csr_cleaner`]) and `tokencleaner` ([`token_cleaner`])
-//! reconcile one object at a time instead (kube-runtime's keyed queue): an event costs one
+//! [`csr_signer`], `csrcleaner`: [`csr_cleaner`], `csrpolicyapproving`:
+//! [`csr_policy_approver`], which approves and denies by `CertificateApprovalPolicy`) and
+//! `tokencleaner` ([`token_cleaner`]) reconcile one object at a time instead (kube-runtime's keyed queue): an event costs one
 //! decision about that object, whatever their number.
 
 pub mod bootstrap_signer;
@@ -19,6 +20,7 @@ pub mod clusterrole_aggregation;
 pub mod csr;
 pub mod csr_approver;
 pub mod csr_cleaner;
+pub mod csr_policy_approver;
 pub mod csr_signer;
 pub mod labels;
 pub mod legacy_serviceaccount_token_cleaner;
@@ -40,6 +42,7 @@ pub const ALL: &[&str] = &[
     "csrapproving",
     "csrsigning",
     "csrcleaner",
+    "csrpolicyapproving",
     "tokencleaner",
     "bootstrapsigner",
     "serviceaccount",
@@ -184,6 +187,9 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
             "csrcleaner" => {
                 tasks.spawn(csr_cleaner::run(client, csrs()?, cfg));
             }
+            "csrpolicyapproving" => {
+                tasks.spawn(csr_policy_approver::run(client, csrs()?, cfg));
+            }
             other => tracing::info!(controller = %other, "controller not available yet in this build"),
         }
         tracing::info!(controller = %name, "controller enabled");
@@ -221,6 +227,7 @@ mod tests {
                     "csrapproving",
                     "csrsigning",
                     "csrcleaner",
+                    "csrpolicyapproving",
                     "tokencleaner",
                     "serviceaccount",
                     "serviceaccount-token",

@@ -93,6 +93,17 @@ where
     reader: Store<K>,
 }
 
+impl<K> Subscription<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// The stream of changes and the store, for a controller that builds its own loop.
+    pub fn into_parts(self) -> (ReflectHandle<K>, Store<K>) {
+        (self.changes, self.reader)
+    }
+}
+
 /// Changes a subscriber may lag behind before the watch waits for it.
 const SHARED_BUFFER: usize = 4096;
 
@@ -144,14 +155,9 @@ where
     F: FnMut(Arc<K>, Arc<C>) -> Fut,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
-    let error_policy = move |obj: Arc<K>, err: &E, ctx: Arc<C>| {
-        let delay = ctx.backoff().next(&obj.name_any());
-        tracing::warn!(controller = name, object = %obj.name_any(), error = %err, retry_in = ?delay, "reconcile failed");
-        Action::requeue(delay)
-    };
     Controller::for_shared_stream(source.changes, source.reader)
         .with_config(ControllerConfig::default().concurrency(concurrency))
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy(name), ctx)
         .for_each(|res| async move {
             // Reconcile errors were handled by the error policy; what is left here are
             // queue errors (e.g. an object gone from the store), which need nothing.
@@ -163,6 +169,20 @@ where
         })
         .await;
     Ok(())
+}
+
+/// What a failed reconcile does: log, and retry the object after its [`Backoff`] delay.
+pub fn error_policy<K, E, C>(name: &'static str) -> impl Fn(Arc<K>, &E, Arc<C>) -> Action
+where
+    K: Resource,
+    E: std::error::Error,
+    C: Context,
+{
+    move |obj: Arc<K>, err: &E, ctx: Arc<C>| {
+        let delay = ctx.backoff().next(&obj.name_any());
+        tracing::warn!(controller = name, object = %obj.name_any(), error = %err, retry_in = ?delay, "reconcile failed");
+        Action::requeue(delay)
+    }
 }
 
 /// The delay until `deadline`, at least `min` (for requeues at a wall-clock time).

@@ -1,0 +1,1264 @@
+//! `csrpolicyapproving`: approves or denies CertificateSigningRequests by
+//! [`CertificateApprovalPolicy`] (`kustos.dev/v1alpha1`), e.g. kubelet serving certificates,
+//! which upstream never approves on its own.
+//!
+//! Watches CSRs (the shared CSR informer, one reconcile per CSR) and policies (its own watch;
+//! a change to a policy's spec, a new or a deleted policy re-decides every CSR). For a pending
+//! CSR (no certificate, no Approved, Denied or Failed condition), [`decide`]:
+//! - no policy applies (signer and requester, see
+//!   [`CertificateApprovalPolicySpec::applies_to`]): the CSR is left alone;
+//! - a policy that applies allows it: condition `Approved` (reason `AutoApproved`, the message
+//!   names the policy);
+//! - policies apply but none allows it: condition `Denied` (reason `AutoDenied`, the message
+//!   names each policy and the first check it failed). A request that does not parse is
+//!   denied. When a policy that applies is invalid (a pattern or CIDR does not parse) and no
+//!   valid one allows the CSR, it is left pending instead: denial is final, and the invalid
+//!   policy might have allowed it once fixed.
+//!
+//! Writes go through the CSR's `/approval` subresource with its resourceVersion as
+//! precondition (Conflict: the CSR changed, it is looked at again; NotFound: gone). After an
+//! approval or denial, the policies' `status.approved`/`status.denied` counts are bumped
+//! through `/status` (read, modify, replace with the read resourceVersion; retried on
+//! Conflict). The policy's `Valid` condition and `observedGeneration` are kept in step with
+//! its spec the same way.
+//!
+//! Without the CRD installed (the policy list answers 404) the controller waits, retrying
+//! with kube's watcher backoff, and leaves every CSR alone until the first policy list
+//! succeeds: `kustos server` and `kustos controller-manager` work without the CRD.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::PostParams;
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt as _};
+use kube::{Api, Client, ResourceExt as _};
+use kustos_ca::csr::CertificateRequest;
+use kustos_crds::certificate_approval_policy::{Compiled, CONDITION_VALID, NODE_USER_PREFIX};
+use kustos_crds::{CertificateApprovalPolicy, CertificateApprovalPolicySpec, CertificateApprovalPolicyStatus};
+
+use crate::csr;
+use crate::reconcile::{self, Backoff};
+
+pub const NAME: &str = "csrpolicyapproving";
+/// The reason of the Approved condition (as upstream's approver).
+pub const APPROVED_REASON: &str = "AutoApproved";
+/// The reason of the Denied condition.
+pub const DENIED_REASON: &str = "AutoDenied";
+
+/// What to do with one CSR.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing, for this reason.
+    Ignore(String),
+    /// Approve: `policy` allows it.
+    Approve { policy: String, message: String },
+    /// Deny: `policies` apply and none allows it; `message` names the failed checks.
+    Deny { policies: Vec<String>, message: String },
+}
+
+/// Decide for `csr` given every policy. `parse` is called at most once, only when a policy
+/// applies to the pending CSR.
+pub fn decide(
+    csr: &CertificateSigningRequest,
+    parse: impl FnOnce(&CertificateSigningRequest) -> Result<CertificateRequest, String>,
+    policies: &[Arc<CertificateApprovalPolicy>],
+) -> Decision {
+    if !csr::certificate(csr).is_empty() {
+        return Decision::Ignore("already issued".into());
+    }
+    if csr::approval(csr) != (false, false) {
+        return Decision::Ignore("already approved or denied".into());
+    }
+    if csr::has_true_condition(csr, csr::FAILED) {
+        return Decision::Ignore("failed".into());
+    }
+    let username = csr.spec.username.as_deref().unwrap_or_default();
+    let groups = csr.spec.groups.as_deref().unwrap_or_default();
+    let mut applying: Vec<&CertificateApprovalPolicy> =
+        policies.iter().map(|p| &**p).filter(|p| p.spec.applies_to(&csr.spec.signer_name, username, groups)).collect();
+    if applying.is_empty() {
+        return Decision::Ignore("no policy applies".into());
+    }
+    applying.sort_by_key(|p| p.name_any());
+    let names: Vec<String> = applying.iter().map(|p| p.name_any()).collect();
+    let req = match parse(csr) {
+        Ok(r) => r,
+        Err(e) => {
+            return Decision::Deny { policies: names, message: format!("Denied: the request does not parse: {e}.") }
+        }
+    };
+    let mut failures = Vec::new();
+    let mut invalid = Vec::new();
+    for (policy, name) in applying.iter().zip(&names) {
+        let compiled = match policy.spec.compile() {
+            Ok(c) => c,
+            Err(_) => {
+                invalid.push(name.clone());
+                continue;
+            }
+        };
+        match check(&policy.spec, &compiled, csr, &req) {
+            Ok(()) => {
+                return Decision::Approve {
+                    policy: name.clone(),
+                    message: format!("Auto approving certificate: allowed by CertificateApprovalPolicy {name:?}."),
+                }
+            }
+            Err(why) => failures.push(format!("CertificateApprovalPolicy {name:?}: {why}")),
+        }
+    }
+    if !invalid.is_empty() {
+        return Decision::Ignore(format!("policies {invalid:?} apply but are invalid; not denying"));
+    }
+    let policies = names;
+    Decision::Deny { policies, message: format!("Denied: {}.", failures.join("; ")) }
+}
+
+/// The first rule of `spec` the request breaks, as a message naming the field and value.
+pub fn check(
+    spec: &CertificateApprovalPolicySpec,
+    compiled: &Compiled,
+    csr: &CertificateSigningRequest,
+    req: &CertificateRequest,
+) -> Result<(), String> {
+    let username = csr.spec.username.as_deref().unwrap_or_default();
+    let cn = req.common_name.as_str();
+    let mut node_name = None;
+    if let Some(subject) = &spec.subject {
+        if subject.node_identity {
+            let name = username.strip_prefix(NODE_USER_PREFIX).filter(|n| !n.is_empty());
+            let Some(name) = name else {
+                return Err(format!("requester {username:?} is not a node ({NODE_USER_PREFIX}<name>)"));
+            };
+            if cn != username {
+                return Err(format!("subject common name {cn:?} is not the requester {username:?}"));
+            }
+            node_name = Some(name);
+        }
+        if subject.common_name_is_requester && cn != username {
+            return Err(format!("subject common name {cn:?} is not the requester {username:?}"));
+        }
+        if let Some(re) = &compiled.common_name_pattern {
+            if !re.is_match(cn) {
+                return Err(format!(
+                    "subject common name {cn:?} does not match the pattern {:?}",
+                    subject.common_name_pattern.as_deref().unwrap_or_default()
+                ));
+            }
+        }
+        if let Some(want) = &subject.organizations {
+            if set(&req.organizations) != set(want) {
+                return Err(format!("subject organizations {:?} are not exactly {want:?}", req.organizations));
+            }
+        }
+    }
+    match &spec.dns_names {
+        None => {
+            if let Some(d) = req.dns_names.first() {
+                return Err(format!("dnsNames[0] {d:?}: DNS subjectAltNames are not allowed"));
+            }
+        }
+        Some(rules) => {
+            if let Some(max) = rules.max_count {
+                if req.dns_names.len() > usize::try_from(max).unwrap_or(0) {
+                    return Err(format!("{} DNS names, more than the maximum {max}", req.dns_names.len()));
+                }
+            }
+            for (i, d) in req.dns_names.iter().enumerate() {
+                if !rules.allow_wildcards && d.contains('*') {
+                    return Err(format!("dnsNames[{i}] {d:?} is a wildcard"));
+                }
+                if rules.node_name_prefix {
+                    let Some(node) = node_name else {
+                        return Err(format!("dnsNames[{i}] {d:?}: no node name to compare with"));
+                    };
+                    if d != node && !d.strip_prefix(node).is_some_and(|rest| rest.starts_with('.')) {
+                        return Err(format!(
+                            "dnsNames[{i}] {d:?} does not start with the node name {node:?} (as {node:?} or \"{node}.<domain>\")"
+                        ));
+                    }
+                }
+                if !compiled.dns_name_patterns.is_empty() && !compiled.dns_name_patterns.iter().any(|re| re.is_match(d))
+                {
+                    return Err(format!("dnsNames[{i}] {d:?} matches none of the dnsNames patterns"));
+                }
+            }
+        }
+    }
+    match &spec.ip_addresses {
+        None => {
+            if let Some(ip) = req.ip_addresses.first() {
+                return Err(format!("ipAddresses[0] {ip}: IP subjectAltNames are not allowed"));
+            }
+        }
+        Some(rules) => {
+            if let Some(max) = rules.max_count {
+                if req.ip_addresses.len() > usize::try_from(max).unwrap_or(0) {
+                    return Err(format!("{} IP addresses, more than the maximum {max}", req.ip_addresses.len()));
+                }
+            }
+            for (i, ip) in req.ip_addresses.iter().enumerate() {
+                if !compiled.cidrs.iter().any(|net| net.contains(ip)) {
+                    return Err(format!("ipAddresses[{i}] {ip} is not in {}", rules.cidrs.join(", ")));
+                }
+            }
+        }
+    }
+    if !spec.allow_email_addresses {
+        if let Some(e) = req.email_addresses.first() {
+            return Err(format!("emailAddresses[0] {e:?}: email subjectAltNames are not allowed"));
+        }
+    }
+    if !spec.allow_uris {
+        if let Some(u) = req.uris.first() {
+            return Err(format!("uris[0] {u:?}: URI subjectAltNames are not allowed"));
+        }
+    }
+    if let Some(allowed) = &spec.usages {
+        for u in csr::usages(csr) {
+            if !allowed.contains(u) {
+                return Err(format!("usage {u:?} is not allowed (allowed: {})", allowed.join(", ")));
+            }
+        }
+    }
+    if let Some(max) = spec.max_expiration_seconds {
+        match csr.spec.expiration_seconds {
+            Some(s) if s > max => return Err(format!("expirationSeconds {s} is more than the maximum {max}")),
+            None if !spec.allow_unset_expiration_seconds => {
+                return Err(format!(
+                    "expirationSeconds is not set (the signer's default lifetime may exceed the maximum {max})"
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn set(v: &[String]) -> Vec<&str> {
+    let mut s: Vec<&str> = v.iter().map(String::as_str).collect();
+    s.sort_unstable();
+    s.dedup();
+    s
+}
+
+/// The CSR with an Approved (`approve`) or Denied condition added.
+pub fn with_decision(csr: &CertificateSigningRequest, approve: bool, message: &str) -> CertificateSigningRequest {
+    let mut out = csr.clone();
+    let (type_, reason) = if approve { (csr::APPROVED, APPROVED_REASON) } else { (csr::DENIED, DENIED_REASON) };
+    out.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new).push(
+        CertificateSigningRequestCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            ..Default::default()
+        },
+    );
+    out
+}
+
+/// The `Valid` condition a policy's status should carry, and its observed generation.
+/// `None` when the status already says so.
+pub fn status_for_spec(
+    policy: &CertificateApprovalPolicy,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Option<CertificateApprovalPolicyStatus> {
+    let (status, reason, message) = match policy.spec.compile() {
+        Ok(_) => ("True", "Valid", "the policy is in effect".to_string()),
+        Err(errs) => (
+            "False",
+            "InvalidSpec",
+            format!(
+                "the policy neither approves nor denies: {}",
+                errs.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("; ")
+            ),
+        ),
+    };
+    let generation = policy.metadata.generation;
+    let current = policy.status.clone().unwrap_or_default();
+    let existing = current.conditions.iter().find(|c| c.type_ == CONDITION_VALID);
+    if current.observed_generation == generation
+        && existing.is_some_and(|c| c.status == status && c.reason == reason && c.message == message)
+    {
+        return None;
+    }
+    let transition = match existing {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => csr::to_time(now),
+    };
+    let mut next = current.clone();
+    next.observed_generation = generation;
+    next.conditions.retain(|c| c.type_ != CONDITION_VALID);
+    next.conditions.push(Condition {
+        type_: CONDITION_VALID.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: transition,
+        observed_generation: generation,
+    });
+    Some(next)
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("updating the approval of CSR {csr}: {source}")]
+    Approval {
+        csr: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+pub struct Context {
+    csrs: Api<CertificateSigningRequest>,
+    policies: Api<CertificateApprovalPolicy>,
+    store: Store<CertificateApprovalPolicy>,
+    /// The policy list has succeeded once (the CRD is installed).
+    ready: Arc<AtomicBool>,
+    backoff: Backoff,
+}
+
+impl reconcile::Context for Context {
+    fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+}
+
+/// Status writes retried on Conflict at most this many times.
+const STATUS_ATTEMPTS: usize = 5;
+
+/// Read the policy, change its status with `f` (`None`: nothing to write), and write it back
+/// with the read resourceVersion; Conflict starts over. A policy that is gone needs nothing.
+pub async fn update_status(
+    api: &Api<CertificateApprovalPolicy>,
+    name: &str,
+    f: impl Fn(&CertificateApprovalPolicy) -> Option<CertificateApprovalPolicyStatus>,
+) -> Result<(), kube::Error> {
+    for _ in 0..STATUS_ATTEMPTS {
+        let mut policy = match api.get(name).await {
+            Ok(p) => p,
+            Err(e) if crate::runtime::is_status(&e, 404) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let Some(status) = f(&policy) else { return Ok(()) };
+        policy.status = Some(status);
+        match api.replace_status(name, &PostParams::default(), &policy).await {
+            Ok(_) => return Ok(()),
+            Err(e) if crate::runtime::is_status(&e, 409) => continue,
+            Err(e) if crate::runtime::is_status(&e, 404) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    tracing::debug!(controller = NAME, policy = %name, "status kept conflicting; giving up this update");
+    Ok(())
+}
+
+/// Add one approval or denial to a policy's counts.
+async fn count(api: &Api<CertificateApprovalPolicy>, name: &str, approved: bool) {
+    let res = update_status(api, name, |p| {
+        let mut s = p.status.clone().unwrap_or_default();
+        if approved {
+            s.approved = s.approved.saturating_add(1);
+        } else {
+            s.denied = s.denied.saturating_add(1);
+        }
+        Some(s)
+    })
+    .await;
+    if let Err(e) = res {
+        tracing::warn!(controller = NAME, policy = %name, error = %e, "could not update the policy's counts");
+    }
+}
+
+pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !ctx.ready.load(Ordering::Acquire) {
+        // The first policy list re-decides every CSR.
+        return Ok(Action::await_change());
+    }
+    let name = obj.name_any();
+    let decision = decide(&obj, csr::read_request, &ctx.store.state());
+    let (approve, message, counted) = match decision {
+        Decision::Ignore(why) => {
+            tracing::trace!(controller = NAME, csr = %name, why = %why, "left alone");
+            return Ok(Action::await_change());
+        }
+        Decision::Approve { policy, message } => (true, message, vec![policy]),
+        Decision::Deny { policies, message } => (false, message, policies),
+    };
+    match ctx
+        .csrs
+        .replace_subresource("approval", &name, &PostParams::default(), &with_decision(&obj, approve, &message))
+        .await
+    {
+        Ok(_) => {}
+        Err(e) if crate::runtime::is_status(&e, 409) => return Ok(Action::requeue(csr::AFTER_CONFLICT)),
+        Err(e) if crate::runtime::is_status(&e, 404) => return Ok(Action::await_change()),
+        Err(source) => return Err(Error::Approval { csr: name, source }),
+    }
+    ctx.backoff.forget(&name);
+    if approve {
+        tracing::info!(controller = NAME, csr = %name, policy = %counted.join(","), "approved");
+    } else {
+        tracing::info!(controller = NAME, csr = %name, %message, "denied");
+    }
+    for policy in &counted {
+        count(&ctx.policies, policy, approve).await;
+    }
+    Ok(Action::await_change())
+}
+
+/// Watch policies into `writer`; fire `trigger` when the set of specs changes (a new,
+/// deleted or edited policy; status-only writes do not) and keep each policy's `Valid`
+/// condition current. Marks `ready` after the first complete list.
+async fn watch_policies(
+    api: Api<CertificateApprovalPolicy>,
+    writer: reflector::store::Writer<CertificateApprovalPolicy>,
+    ready: Arc<AtomicBool>,
+    mut trigger: futures::channel::mpsc::Sender<()>,
+) {
+    // The specs seen, by name: a change to one re-decides the CSRs. Compared whole rather
+    // than by `metadata.generation`, so status writes (ours included) never trigger it,
+    // whatever the apiserver does with generations.
+    let mut specs: HashMap<String, CertificateApprovalPolicySpec> = HashMap::new();
+    let mut relisted: HashMap<String, CertificateApprovalPolicySpec> = HashMap::new();
+    let mut waiting_logged = false;
+    let stream = watcher(api.clone(), watcher::Config::default()).default_backoff().reflect(writer);
+    futures::pin_mut!(stream);
+    while let Some(ev) = stream.next().await {
+        let changed: Vec<CertificateApprovalPolicy> = match ev {
+            Err(e) => {
+                if is_not_found(&e) {
+                    if !waiting_logged {
+                        tracing::info!(
+                            controller = NAME,
+                            "CertificateApprovalPolicy CRD not installed; waiting for it"
+                        );
+                        waiting_logged = true;
+                    }
+                } else {
+                    tracing::debug!(controller = NAME, error = %e, "policy watch error; retrying");
+                }
+                continue;
+            }
+            Ok(watcher::Event::Init) => {
+                relisted.clear();
+                continue;
+            }
+            Ok(watcher::Event::InitApply(p)) => {
+                relisted.insert(p.name_any(), p.spec.clone());
+                vec![p]
+            }
+            Ok(watcher::Event::InitDone) => {
+                let differs = relisted != specs || !ready.load(Ordering::Acquire);
+                specs = std::mem::take(&mut relisted);
+                if waiting_logged {
+                    tracing::info!(controller = NAME, "CertificateApprovalPolicy CRD found; deciding CSRs");
+                    waiting_logged = false;
+                }
+                ready.store(true, Ordering::Release);
+                if differs {
+                    let _ = trigger.try_send(());
+                }
+                continue;
+            }
+            Ok(watcher::Event::Apply(p)) => {
+                let name = p.name_any();
+                if specs.insert(name, p.spec.clone()).as_ref() != Some(&p.spec) {
+                    let _ = trigger.try_send(());
+                }
+                vec![p]
+            }
+            Ok(watcher::Event::Delete(p)) => {
+                specs.remove(&p.name_any());
+                let _ = trigger.try_send(());
+                continue;
+            }
+        };
+        for p in changed {
+            if status_for_spec(&p, chrono::Utc::now()).is_some() {
+                let res = update_status(&api, &p.name_any(), |cur| status_for_spec(cur, chrono::Utc::now())).await;
+                if let Err(e) = res {
+                    tracing::warn!(controller = NAME, policy = %p.name_any(), error = %e, "could not update the policy's status");
+                }
+            }
+        }
+    }
+}
+
+fn is_not_found(e: &watcher::Error) -> bool {
+    match e {
+        watcher::Error::InitialListFailed(k) | watcher::Error::WatchStartFailed(k) | watcher::Error::WatchFailed(k) => {
+            crate::runtime::is_status(k, 404)
+        }
+        watcher::Error::WatchError(s) => s.code == 404,
+        _ => false,
+    }
+}
+
+/// Run until the task is dropped.
+pub async fn run(
+    client: Client,
+    csrs: reconcile::Subscription<CertificateSigningRequest>,
+    cfg: crate::Config,
+) -> anyhow::Result<()> {
+    let policies: Api<CertificateApprovalPolicy> = Api::all(client.clone());
+    let (store, writer) = reflector::store();
+    let ready = Arc::new(AtomicBool::new(false));
+    // One pending "re-decide everything" is enough: later ones coalesce into it.
+    let (trigger, redecide) = futures::channel::mpsc::channel(1);
+    let ctx = Arc::new(Context {
+        csrs: Api::all(client),
+        policies: policies.clone(),
+        store,
+        ready: ready.clone(),
+        backoff: Backoff::default(),
+    });
+    let watch = watch_policies(policies, writer, ready, trigger);
+    let (changes, reader) = csrs.into_parts();
+    let controller = Controller::for_shared_stream(changes, reader)
+        .with_config(ControllerConfig::default().concurrency(cfg.csr_concurrency))
+        .reconcile_all_on(redecide)
+        .run(reconcile, reconcile::error_policy(NAME), ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {
+                    tracing::debug!(controller = NAME, error = %e, "controller stream error");
+                }
+            }
+        });
+    tokio::join!(watch, controller);
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::certificates::v1::{CertificateSigningRequestSpec, CertificateSigningRequestStatus};
+    use k8s_openapi::ByteString;
+    use kube::api::ObjectMeta;
+
+    /// The default policy shipped in manifests/.
+    const DEFAULT_POLICY: &str = include_str!("../../manifests/policies/kubelet-serving.yaml");
+
+    fn default_policy() -> CertificateApprovalPolicy {
+        serde_yaml::from_str(DEFAULT_POLICY).unwrap()
+    }
+
+    /// What goes into a test request.
+    #[derive(Clone)]
+    struct Req {
+        cn: &'static str,
+        orgs: Vec<&'static str>,
+        dns: Vec<&'static str>,
+        ips: Vec<&'static str>,
+        emails: Vec<&'static str>,
+        uris: Vec<&'static str>,
+    }
+
+    impl Req {
+        /// Node n1's serving request.
+        fn n1() -> Req {
+            Req {
+                cn: "system:node:n1",
+                orgs: vec!["system:nodes"],
+                dns: vec!["n1", "n1.cluster.example"],
+                ips: vec!["10.0.0.5", "fd00::5"],
+                emails: vec![],
+                uris: vec![],
+            }
+        }
+
+        fn pem(&self) -> Vec<u8> {
+            let key = rcgen::KeyPair::generate().unwrap();
+            let mut params = rcgen::CertificateParams::default();
+            params.distinguished_name = rcgen::DistinguishedName::new();
+            params.distinguished_name.push(rcgen::DnType::CommonName, self.cn);
+            // rcgen keeps one value per attribute type: a second O goes in under a custom
+            // type with O's OID (2.5.4.10), which encodes the same.
+            for (i, o) in self.orgs.iter().enumerate() {
+                let t = match i {
+                    0 => rcgen::DnType::OrganizationName,
+                    _ => rcgen::DnType::CustomDnType(vec![2, 5, 4, 10]),
+                };
+                params.distinguished_name.push(t, *o);
+            }
+            for d in &self.dns {
+                params.subject_alt_names.push(rcgen::SanType::DnsName((*d).try_into().unwrap()));
+            }
+            for ip in &self.ips {
+                params.subject_alt_names.push(rcgen::SanType::IpAddress(ip.parse().unwrap()));
+            }
+            for e in &self.emails {
+                params.subject_alt_names.push(rcgen::SanType::Rfc822Name((*e).try_into().unwrap()));
+            }
+            for u in &self.uris {
+                params.subject_alt_names.push(rcgen::SanType::URI((*u).try_into().unwrap()));
+            }
+            params.serialize_request(&key).unwrap().pem().unwrap().into_bytes()
+        }
+    }
+
+    /// A pending kubelet-serving CSR of node n1, made by n1.
+    fn base_csr() -> CertificateSigningRequest {
+        csr_with(&Req::n1())
+    }
+
+    fn csr_with(req: &Req) -> CertificateSigningRequest {
+        CertificateSigningRequest {
+            metadata: ObjectMeta {
+                name: Some("csr-n1".into()),
+                resource_version: Some("42".into()),
+                ..Default::default()
+            },
+            spec: CertificateSigningRequestSpec {
+                request: ByteString(req.pem()),
+                signer_name: "kubernetes.io/kubelet-serving".into(),
+                usages: Some(vec!["digital signature".into(), "server auth".into()]),
+                username: Some("system:node:n1".into()),
+                groups: Some(vec!["system:nodes".into(), "system:authenticated".into()]),
+                ..Default::default()
+            },
+            status: None,
+        }
+    }
+
+    fn set_request(c: &mut CertificateSigningRequest, f: impl FnOnce(&mut Req)) {
+        let mut r = Req::n1();
+        f(&mut r);
+        c.spec.request = ByteString(r.pem());
+    }
+
+    fn with_conditions(c: &mut CertificateSigningRequest, types: &[&str]) {
+        c.status.get_or_insert_with(Default::default).conditions = Some(
+            types
+                .iter()
+                .map(|t| CertificateSigningRequestCondition {
+                    type_: (*t).into(),
+                    status: "True".into(),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+    }
+
+    #[derive(Debug, Clone, Copy)]
+    enum Want {
+        Approve,
+        /// The failed check, exactly.
+        Deny(&'static str),
+        /// A fragment of the reason it is left alone.
+        Ignore(&'static str),
+    }
+
+    type Mutate = fn(&mut CertificateSigningRequest);
+
+    /// The attacks of postfinance kubelet-csr-approver's attacker model (and a few more),
+    /// against the shipped default policy.
+    const CASES: &[(&str, Mutate, Want)] = &[
+        ("a node's own serving certificate", |_| {}, Want::Approve),
+        (
+            "the RSA usage set",
+            |c| c.spec.usages = Some(vec!["digital signature".into(), "key encipherment".into(), "server auth".into()]),
+            Want::Approve,
+        ),
+        ("only an IP address", |c| set_request(c, |r| r.dns.clear()), Want::Approve),
+        ("a lifetime within the cap", |c| c.spec.expiration_seconds = Some(86400), Want::Approve),
+        (
+            "a node asking for another node's name (CN)",
+            |c| set_request(c, |r| r.cn = "system:node:n2"),
+            Want::Deny(r#"subject common name "system:node:n2" is not the requester "system:node:n1""#),
+        ),
+        (
+            "a node asking for another node's DNS name",
+            |c| set_request(c, |r| r.dns = vec!["n1", "n2.cluster.example"]),
+            Want::Deny(
+                r#"dnsNames[1] "n2.cluster.example" does not start with the node name "n1" (as "n1" or "n1.<domain>")"#,
+            ),
+        ),
+        (
+            "a node posing as another node entirely (requester is n2)",
+            |c| c.spec.username = Some("system:node:n2".into()),
+            Want::Deny(r#"subject common name "system:node:n1" is not the requester "system:node:n2""#),
+        ),
+        (
+            "requester is not the CN: CN of a user",
+            |c| set_request(c, |r| r.cn = "admin"),
+            Want::Deny(r#"subject common name "admin" is not the requester "system:node:n1""#),
+        ),
+        (
+            "a DNS name not prefixed by the node name",
+            |c| set_request(c, |r| r.dns = vec!["evil.example"]),
+            Want::Deny(
+                r#"dnsNames[0] "evil.example" does not start with the node name "n1" (as "n1" or "n1.<domain>")"#,
+            ),
+        ),
+        (
+            "a DNS name that merely begins with the node name's letters",
+            |c| set_request(c, |r| r.dns = vec!["n1evil.example"]),
+            Want::Deny(
+                r#"dnsNames[0] "n1evil.example" does not start with the node name "n1" (as "n1" or "n1.<domain>")"#,
+            ),
+        ),
+        (
+            "another node whose name starts with this one's (n10)",
+            |c| set_request(c, |r| r.dns = vec!["n10.cluster.example"]),
+            Want::Deny(
+                r#"dnsNames[0] "n10.cluster.example" does not start with the node name "n1" (as "n1" or "n1.<domain>")"#,
+            ),
+        ),
+        (
+            "a wildcard DNS name under the node's name",
+            |c| set_request(c, |r| r.dns = vec!["*.n1.cluster.example"]),
+            Want::Deny(r#"dnsNames[0] "*.n1.cluster.example" is a wildcard"#),
+        ),
+        (
+            "a wildcard after the node name",
+            |c| set_request(c, |r| r.dns = vec!["n1.*"]),
+            Want::Deny(r#"dnsNames[0] "n1.*" is a wildcard"#),
+        ),
+        (
+            "a foreign IP address",
+            |c| set_request(c, |r| r.ips = vec!["10.0.0.5", "8.8.8.8"]),
+            Want::Deny("ipAddresses[1] 8.8.8.8 is not in 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7"),
+        ),
+        (
+            "a loopback address",
+            |c| set_request(c, |r| r.ips = vec!["127.0.0.1"]),
+            Want::Deny("ipAddresses[0] 127.0.0.1 is not in 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7"),
+        ),
+        (
+            "an allowed IPv4 address in IPv6 clothing",
+            |c| set_request(c, |r| r.ips = vec!["::ffff:10.0.0.5"]),
+            Want::Deny("ipAddresses[0] ::ffff:10.0.0.5 is not in 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16, fc00::/7"),
+        ),
+        (
+            "too many DNS names",
+            |c| set_request(c, |r| r.dns = vec!["n1", "n1.a.example", "n1.b.example", "n1.c.example"]),
+            Want::Deny("4 DNS names, more than the maximum 3"),
+        ),
+        (
+            "too many IP addresses",
+            |c| set_request(c, |r| r.ips = vec!["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4", "10.0.0.5"]),
+            Want::Deny("5 IP addresses, more than the maximum 4"),
+        ),
+        (
+            "too long a lifetime",
+            |c| c.spec.expiration_seconds = Some(10 * 365 * 86400),
+            Want::Deny("expirationSeconds 315360000 is more than the maximum 31536000"),
+        ),
+        (
+            "an email address",
+            |c| set_request(c, |r| r.emails = vec!["root@n1.cluster.example"]),
+            Want::Deny(r#"emailAddresses[0] "root@n1.cluster.example": email subjectAltNames are not allowed"#),
+        ),
+        (
+            "a URI",
+            |c| set_request(c, |r| r.uris = vec!["spiffe://cluster.example/ns/kube-system/sa/admin"]),
+            Want::Deny(
+                r#"uris[0] "spiffe://cluster.example/ns/kube-system/sa/admin": URI subjectAltNames are not allowed"#,
+            ),
+        ),
+        (
+            "a client usage",
+            |c| c.spec.usages = Some(vec!["digital signature".into(), "server auth".into(), "client auth".into()]),
+            Want::Deny(
+                r#"usage "client auth" is not allowed (allowed: digital signature, key encipherment, server auth)"#,
+            ),
+        ),
+        (
+            "a CA-ish usage",
+            |c| c.spec.usages = Some(vec!["cert sign".into(), "server auth".into()]),
+            Want::Deny(
+                r#"usage "cert sign" is not allowed (allowed: digital signature, key encipherment, server auth)"#,
+            ),
+        ),
+        (
+            "the wrong organization",
+            |c| set_request(c, |r| r.orgs = vec!["system:masters"]),
+            Want::Deny(r#"subject organizations ["system:masters"] are not exactly ["system:nodes"]"#),
+        ),
+        (
+            "an extra organization",
+            |c| set_request(c, |r| r.orgs = vec!["system:nodes", "system:masters"]),
+            Want::Deny(r#"subject organizations ["system:nodes", "system:masters"] are not exactly ["system:nodes"]"#),
+        ),
+        (
+            "no organization",
+            |c| set_request(c, |r| r.orgs = vec![]),
+            Want::Deny(r#"subject organizations [] are not exactly ["system:nodes"]"#),
+        ),
+        (
+            "a non-node requester in the system:nodes group",
+            |c| c.spec.username = Some("jane".into()),
+            Want::Deny(r#"requester "jane" is not a node (system:node:<name>)"#),
+        ),
+        (
+            "a node with an empty name",
+            |c| {
+                c.spec.username = Some("system:node:".into());
+                set_request(c, |r| r.cn = "system:node:")
+            },
+            Want::Deny(r#"requester "system:node:" is not a node (system:node:<name>)"#),
+        ),
+        (
+            "node \"a\" asking for auth.company.example",
+            |c| {
+                c.spec.username = Some("system:node:a".into());
+                set_request(c, |r| {
+                    r.cn = "system:node:a";
+                    r.dns = vec!["auth.company.example"]
+                })
+            },
+            Want::Deny(
+                r#"dnsNames[0] "auth.company.example" does not start with the node name "a" (as "a" or "a.<domain>")"#,
+            ),
+        ),
+        ("a request that does not parse", |c| c.spec.request = ByteString(b"garbage".to_vec()), Want::Deny("")),
+        (
+            "a non-node requester outside system:nodes: no policy applies",
+            |c| {
+                c.spec.username = Some("system:bootstrap:abcdef".into());
+                c.spec.groups = Some(vec!["system:bootstrappers".into()]);
+            },
+            Want::Ignore("no policy applies"),
+        ),
+        (
+            "another signer: no policy applies",
+            |c| c.spec.signer_name = "kubernetes.io/kube-apiserver-client".into(),
+            Want::Ignore("no policy applies"),
+        ),
+        ("already approved", |c| with_conditions(c, &["Approved"]), Want::Ignore("approved or denied")),
+        ("already denied", |c| with_conditions(c, &["Denied"]), Want::Ignore("approved or denied")),
+        ("failed", |c| with_conditions(c, &["Failed"]), Want::Ignore("failed")),
+        (
+            "issued",
+            |c| {
+                c.status = Some(CertificateSigningRequestStatus {
+                    certificate: Some(ByteString(b"x".to_vec())),
+                    conditions: None,
+                })
+            },
+            Want::Ignore("already issued"),
+        ),
+    ];
+
+    #[test]
+    fn default_policy_decisions_against_the_attacker_model() {
+        let policies = vec![Arc::new(default_policy())];
+        for (name, mutate, want) in CASES {
+            let mut c = base_csr();
+            mutate(&mut c);
+            let mut parses = 0;
+            let got = decide(
+                &c,
+                |c| {
+                    parses += 1;
+                    csr::read_request(c)
+                },
+                &policies,
+            );
+            assert!(parses <= 1, "{name}: parsed {parses} times");
+            match (&got, want) {
+                (Decision::Approve { policy, message }, Want::Approve) => {
+                    assert_eq!(policy, "kubelet-serving", "{name}");
+                    assert_eq!(
+                        message,
+                        "Auto approving certificate: allowed by CertificateApprovalPolicy \"kubelet-serving\".",
+                        "{name}"
+                    );
+                }
+                (Decision::Deny { policies, message }, Want::Deny(why)) => {
+                    assert_eq!(policies, &["kubelet-serving"], "{name}");
+                    if why.is_empty() {
+                        assert!(message.starts_with("Denied: the request does not parse: "), "{name}: {message}");
+                    } else {
+                        assert_eq!(
+                            message,
+                            &format!("Denied: CertificateApprovalPolicy \"kubelet-serving\": {why}."),
+                            "{name}"
+                        );
+                    }
+                }
+                (Decision::Ignore(why), Want::Ignore(frag)) => {
+                    assert!(why.contains(frag), "{name}: left alone because {why}");
+                    if *frag != "no policy applies" {
+                        assert_eq!(parses, 0, "{name}: not pending, not parsed");
+                    }
+                }
+                _ => panic!("{name}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    fn policy(name: &str, f: impl FnOnce(&mut CertificateApprovalPolicySpec)) -> Arc<CertificateApprovalPolicy> {
+        let mut p = default_policy();
+        p.metadata.name = Some(name.into());
+        f(&mut p.spec);
+        Arc::new(p)
+    }
+
+    #[test]
+    fn several_policies() {
+        let evil: Mutate = |c| set_request(c, |r| r.dns = vec!["evil.example"]);
+        let allow_any_dns = |s: &mut CertificateApprovalPolicySpec| {
+            s.dns_names.as_mut().unwrap().node_name_prefix = false;
+            s.dns_names.as_mut().unwrap().patterns = Some(vec![r"[a-z]+\.example".into()]);
+        };
+        let invalid =
+            |s: &mut CertificateApprovalPolicySpec| s.ip_addresses.as_mut().unwrap().cidrs = vec!["nope".into()];
+        let other_signer = |s: &mut CertificateApprovalPolicySpec| s.signer_names = vec!["example.com/other".into()];
+        let no_expiry_unset = |s: &mut CertificateApprovalPolicySpec| s.allow_unset_expiration_seconds = false;
+        // name, policies, mutation, wanted decision
+        let cases: Vec<(&str, Vec<Arc<CertificateApprovalPolicy>>, Mutate, Decision)> = vec![
+            ("no policies at all: left alone", vec![], |_| {}, Decision::Ignore("no policy applies".into())),
+            (
+                "one denies, another allows: approved by the one that allows",
+                vec![policy("a-strict", |_| {}), policy("b-lenient", allow_any_dns)],
+                evil,
+                Decision::Approve {
+                    policy: "b-lenient".into(),
+                    message: "Auto approving certificate: allowed by CertificateApprovalPolicy \"b-lenient\".".into(),
+                },
+            ),
+            (
+                "both deny: each policy and its failed check, in name order",
+                vec![policy("z", |s| s.dns_names.as_mut().unwrap().max_count = Some(0)), policy("a", |_| {})],
+                evil,
+                Decision::Deny {
+                    policies: vec!["a".into(), "z".into()],
+                    message:
+                        "Denied: CertificateApprovalPolicy \"a\": dnsNames[0] \"evil.example\" does not start with \
+                              the node name \"n1\" (as \"n1\" or \"n1.<domain>\"); CertificateApprovalPolicy \"z\": 1 \
+                              DNS names, more than the maximum 0."
+                            .into(),
+                },
+            ),
+            (
+                "a policy for another signer does not count",
+                vec![policy("other", other_signer), policy("kubelet-serving", |_| {})],
+                evil,
+                Decision::Deny {
+                    policies: vec!["kubelet-serving".into()],
+                    message:
+                        "Denied: CertificateApprovalPolicy \"kubelet-serving\": dnsNames[0] \"evil.example\" does \
+                              not start with the node name \"n1\" (as \"n1\" or \"n1.<domain>\")."
+                            .into(),
+                },
+            ),
+            (
+                "an invalid policy applies and the valid one denies: left pending",
+                vec![policy("broken", invalid), policy("kubelet-serving", |_| {})],
+                evil,
+                Decision::Ignore("policies [\"broken\"] apply but are invalid; not denying".into()),
+            ),
+            (
+                "an invalid policy applies and the valid one allows: approved",
+                vec![policy("broken", invalid), policy("kubelet-serving", |_| {})],
+                |_| {},
+                Decision::Approve {
+                    policy: "kubelet-serving".into(),
+                    message: "Auto approving certificate: allowed by CertificateApprovalPolicy \"kubelet-serving\"."
+                        .into(),
+                },
+            ),
+            (
+                "unset expirationSeconds under a cap that does not allow it",
+                vec![policy("kubelet-serving", no_expiry_unset)],
+                |_| {},
+                Decision::Deny {
+                    policies: vec!["kubelet-serving".into()],
+                    message:
+                        "Denied: CertificateApprovalPolicy \"kubelet-serving\": expirationSeconds is not set (the \
+                              signer's default lifetime may exceed the maximum 31536000)."
+                            .into(),
+                },
+            ),
+            (
+                "a set expirationSeconds under that cap",
+                vec![policy("kubelet-serving", no_expiry_unset)],
+                |c| c.spec.expiration_seconds = Some(3600),
+                Decision::Approve {
+                    policy: "kubelet-serving".into(),
+                    message: "Auto approving certificate: allowed by CertificateApprovalPolicy \"kubelet-serving\"."
+                        .into(),
+                },
+            ),
+            (
+                "a policy with no SAN rules allows no SANs",
+                vec![policy("bare", |s| {
+                    s.dns_names = None;
+                    s.ip_addresses = None;
+                })],
+                |_| {},
+                Decision::Deny {
+                    policies: vec!["bare".into()],
+                    message: "Denied: CertificateApprovalPolicy \"bare\": dnsNames[0] \"n1\": DNS subjectAltNames are \
+                              not allowed."
+                        .into(),
+                },
+            ),
+        ];
+        for (name, policies, mutate, want) in cases {
+            let mut c = base_csr();
+            mutate(&mut c);
+            assert_eq!(decide(&c, csr::read_request, &policies), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn other_rules_a_policy_can_state() {
+        let user_csr = |cn: &'static str, user: &str| {
+            let mut c = csr_with(&Req { cn, orgs: vec![], dns: vec![], ips: vec![], emails: vec![], uris: vec![] });
+            c.spec.signer_name = "kubernetes.io/kube-apiserver-client".into();
+            c.spec.username = Some(user.into());
+            c.spec.groups = Some(vec!["system:authenticated".into()]);
+            c.spec.usages = Some(vec!["digital signature".into(), "client auth".into()]);
+            c
+        };
+        let spec = CertificateApprovalPolicySpec {
+            signer_names: vec!["kubernetes.io/kube-apiserver-client".into()],
+            requesters: Some(kustos_crds::certificate_approval_policy::Requesters {
+                service_accounts: vec!["ci/deployer".into()],
+                ..Default::default()
+            }),
+            subject: Some(kustos_crds::certificate_approval_policy::SubjectRules {
+                common_name_is_requester: true,
+                common_name_pattern: Some("system:serviceaccount:ci:.*".into()),
+                organizations: Some(vec![]),
+                ..Default::default()
+            }),
+            usages: Some(vec!["digital signature".into(), "client auth".into()]),
+            ..Default::default()
+        };
+        let policies = vec![Arc::new(CertificateApprovalPolicy::new("ci", spec))];
+        let sa = "system:serviceaccount:ci:deployer";
+        let cases: Vec<(&str, CertificateSigningRequest, Result<(), &str>)> = vec![
+            ("the service account for itself", user_csr("system:serviceaccount:ci:deployer", sa), Ok(())),
+            (
+                "the service account for someone else",
+                user_csr("admin", sa),
+                Err(r#"subject common name "admin" is not the requester "system:serviceaccount:ci:deployer""#),
+            ),
+            ("another requester: not this policy's business", user_csr("admin", "admin"), Err("ignore")),
+        ];
+        for (name, c, want) in cases {
+            let got = decide(&c, csr::read_request, &policies);
+            match (want, &got) {
+                (Ok(()), Decision::Approve { policy, .. }) => assert_eq!(policy, "ci", "{name}"),
+                (Err("ignore"), Decision::Ignore(_)) => {}
+                (Err(why), Decision::Deny { message, .. }) => {
+                    assert_eq!(message, &format!("Denied: CertificateApprovalPolicy \"ci\": {why}."), "{name}")
+                }
+                _ => panic!("{name}: got {got:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_decision_becomes_a_condition() {
+        let mut failed = base_csr();
+        with_conditions(&mut failed, &["Failed"]);
+        for (name, approve, type_, reason) in
+            [("approve", true, "Approved", "AutoApproved"), ("deny", false, "Denied", "AutoDenied")]
+        {
+            let out = with_decision(&failed, approve, "why");
+            let conds = out.status.as_ref().unwrap().conditions.as_ref().unwrap();
+            assert_eq!(conds.len(), 2, "{name}: existing conditions are kept");
+            assert_eq!((conds[1].type_.as_str(), conds[1].status.as_str()), (type_, "True"), "{name}");
+            assert_eq!(conds[1].reason.as_deref(), Some(reason), "{name}");
+            assert_eq!(conds[1].message.as_deref(), Some("why"), "{name}");
+            assert_eq!(out.metadata.resource_version.as_deref(), Some("42"), "{name}: precondition");
+        }
+    }
+
+    #[test]
+    fn the_valid_condition_follows_the_spec() {
+        use chrono::TimeZone as _;
+        let now = chrono::Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
+        let mut p = default_policy();
+        p.metadata.generation = Some(3);
+        let s = status_for_spec(&p, now).expect("no status yet: one is written");
+        assert_eq!(s.observed_generation, Some(3), "observed generation");
+        assert_eq!((s.conditions[0].status.as_str(), s.conditions[0].reason.as_str()), ("True", "Valid"));
+        p.status = Some(s.clone());
+        assert_eq!(status_for_spec(&p, now), None, "up to date: nothing to write");
+
+        p.status.as_mut().unwrap().approved = 7;
+        p.metadata.generation = Some(4);
+        p.spec.ip_addresses.as_mut().unwrap().cidrs = vec!["10.0.0.0/33".into()];
+        let later = now + chrono::Duration::hours(1);
+        let s2 = status_for_spec(&p, later).expect("spec changed");
+        assert_eq!(s2.approved, 7, "counts are kept");
+        assert_eq!(s2.observed_generation, Some(4));
+        let c = &s2.conditions[0];
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "InvalidSpec"));
+        assert!(c.message.contains("spec.ipAddresses.cidrs[0]"), "names the field: {}", c.message);
+        assert_eq!(c.last_transition_time, csr::to_time(later), "status changed: new transition time");
+    }
+
+    const APPROVAL: &str = "PUT /apis/certificates.k8s.io/v1/certificatesigningrequests/csr-n1/approval";
+    const GET_POLICY: &str = "GET /apis/kustos.dev/v1alpha1/certificateapprovalpolicies/kubelet-serving";
+    const PUT_STATUS: &str = "PUT /apis/kustos.dev/v1alpha1/certificateapprovalpolicies/kubelet-serving/status";
+
+    fn ctx(client: Client, policies: Vec<CertificateApprovalPolicy>, ready: bool) -> Arc<Context> {
+        let (store, mut writer) = reflector::store();
+        for p in policies {
+            writer.apply_watcher_event(&watcher::Event::Apply(p));
+        }
+        Arc::new(Context {
+            csrs: Api::all(client.clone()),
+            policies: Api::all(client),
+            store,
+            ready: Arc::new(AtomicBool::new(ready)),
+            backoff: Backoff::default(),
+        })
+    }
+
+    fn policy_reply(approved: i64, rv: &str) -> (u16, serde_json::Value) {
+        let mut p = default_policy();
+        p.metadata.resource_version = Some(rv.into());
+        p.status = Some(CertificateApprovalPolicyStatus { approved, denied: 2, ..Default::default() });
+        (200, serde_json::to_value(p).unwrap())
+    }
+
+    #[tokio::test]
+    async fn reconcile_scenarios() {
+        use crate::mock::{status, Mock};
+        let csr_reply = || (200, serde_json::to_value(base_csr()).unwrap());
+        let evil: Mutate = |c| set_request(c, |r| r.dns = vec!["evil.example"]);
+        // name, ready, mutation, replies, wanted calls, wanted outcome
+        type Scenario = (&'static str, bool, Mutate, Vec<(u16, serde_json::Value)>, Vec<&'static str>, &'static str);
+        let scenarios: Vec<Scenario> = vec![
+            (
+                "approved, then the policy's count goes up",
+                true,
+                |_| {},
+                vec![csr_reply(), policy_reply(5, "7"), policy_reply(6, "8")],
+                vec![APPROVAL, GET_POLICY, PUT_STATUS],
+                "await",
+            ),
+            (
+                "denied, then the policy's denied count goes up",
+                true,
+                evil,
+                vec![csr_reply(), policy_reply(5, "7"), policy_reply(5, "8")],
+                vec![APPROVAL, GET_POLICY, PUT_STATUS],
+                "await",
+            ),
+            (
+                "the status write conflicts: read again and retried",
+                true,
+                |_| {},
+                vec![
+                    csr_reply(),
+                    policy_reply(5, "7"),
+                    (409, status(409, "Conflict")),
+                    policy_reply(6, "9"),
+                    policy_reply(7, "10"),
+                ],
+                vec![APPROVAL, GET_POLICY, PUT_STATUS, GET_POLICY, PUT_STATUS],
+                "await",
+            ),
+            (
+                "the approval lost a race: looked at again, no count",
+                true,
+                |_| {},
+                vec![(409, status(409, "Conflict"))],
+                vec![APPROVAL],
+                "requeue 100",
+            ),
+            ("the CSR is gone: nothing", true, |_| {}, vec![(404, status(404, "NotFound"))], vec![APPROVAL], "await"),
+            (
+                "the approval fails: retried",
+                true,
+                |_| {},
+                vec![(500, status(500, "InternalError"))],
+                vec![APPROVAL],
+                "error",
+            ),
+            ("policies not listed yet (no CRD): nothing", false, |_| {}, vec![], vec![], "await"),
+            ("already approved: nothing", true, |c| with_conditions(c, &["Approved"]), vec![], vec![], "await"),
+        ];
+        for (name, ready, mutate, replies, want_calls, want) in scenarios {
+            let mock = Mock::new(replies);
+            let ctx = ctx(mock.client(), vec![default_policy()], ready);
+            let mut c = base_csr();
+            mutate(&mut c);
+            let res =
+                tokio::time::timeout(std::time::Duration::from_secs(5), reconcile(Arc::new(c), ctx)).await.unwrap();
+            let got = match res {
+                Ok(a) if a == Action::await_change() => "await".to_string(),
+                Ok(a) if a == Action::requeue(csr::AFTER_CONFLICT) => "requeue 100".to_string(),
+                Ok(a) => format!("{a:?}"),
+                Err(e) => {
+                    assert!(e.to_string().contains("csr-n1"), "{name}: the error names the CSR: {e}");
+                    "error".to_string()
+                }
+            };
+            assert_eq!(got, want, "{name}");
+            assert_eq!(mock.lines(), want_calls, "{name}: calls");
+            let calls = mock.calls();
+            let denied = name.starts_with("denied");
+            if let Some(approval) = calls.iter().find(|c| c.line == APPROVAL) {
+                assert_eq!(approval.body["metadata"]["resourceVersion"], "42", "{name}: precondition");
+                let cond = &approval.body["status"]["conditions"][0];
+                assert_eq!(cond["type"], if denied { "Denied" } else { "Approved" }, "{name}");
+                assert_eq!(cond["reason"], if denied { "AutoDenied" } else { "AutoApproved" }, "{name}");
+            }
+            let puts: Vec<_> = calls.iter().filter(|c| c.line == PUT_STATUS).collect();
+            if let Some(last) = puts.last() {
+                let read_approved = if puts.len() > 1 { 6 } else { 5 };
+                let want_approved = if denied { read_approved } else { read_approved + 1 };
+                let want_denied = if denied { 3 } else { 2 };
+                assert_eq!(last.body["status"]["approved"], want_approved, "{name}: approved count");
+                assert_eq!(last.body["status"]["denied"], want_denied, "{name}: denied count");
+                let want_rv = if puts.len() > 1 { "9" } else { "7" };
+                assert_eq!(last.body["metadata"]["resourceVersion"], want_rv, "{name}: written over what was read");
+            }
+        }
+    }
+
+    /// Without the CRD the watch waits (404, retried with backoff, CSRs untouched); once the
+    /// list succeeds the policy's Valid condition is written and every CSR is re-decided.
+    #[tokio::test(start_paused = true)]
+    async fn the_policy_watch_waits_for_the_crd_then_starts() {
+        use crate::mock::{status, Mock};
+        let mut p = default_policy();
+        p.metadata.generation = Some(1);
+        p.metadata.resource_version = Some("5".into());
+        let list = serde_json::json!({"apiVersion": "kustos.dev/v1alpha1", "kind": "CertificateApprovalPolicyList",
+            "metadata": {"resourceVersion": "5"}, "items": [serde_json::to_value(&p).unwrap()]});
+        let mock = Mock::new(vec![
+            (404, status(404, "NotFound")),
+            (404, status(404, "NotFound")),
+            (200, list),
+            (200, serde_json::to_value(&p).unwrap()),
+            (200, serde_json::to_value(&p).unwrap()),
+        ]);
+        let (_store, writer) = reflector::store();
+        let ready = Arc::new(AtomicBool::new(false));
+        let (trigger, mut redecide) = futures::channel::mpsc::channel(1);
+        let task = tokio::spawn(watch_policies(Api::all(mock.client()), writer, ready.clone(), trigger));
+        let fired = tokio::time::timeout(std::time::Duration::from_secs(600), redecide.next()).await;
+        task.abort();
+        assert_eq!(fired.ok().flatten(), Some(()), "re-decide fired once the list succeeded");
+        assert!(ready.load(Ordering::Acquire), "ready after the first list");
+        const LIST: &str = "GET /apis/kustos.dev/v1alpha1/certificateapprovalpolicies";
+        let lines = mock.lines();
+        assert_eq!(lines[..5], [LIST, LIST, LIST, GET_POLICY, PUT_STATUS], "calls: {lines:?}");
+        let put = &mock.calls()[4].body;
+        assert_eq!(put["status"]["observedGeneration"], 1, "{put}");
+        assert_eq!(put["status"]["conditions"][0]["type"], "Valid", "{put}");
+        assert_eq!(put["status"]["conditions"][0]["status"], "True", "{put}");
+        assert_eq!(put["metadata"]["resourceVersion"], "5", "written over what was read: {put}");
+    }
+}

@@ -1,0 +1,273 @@
+//! The `csrpolicyapproving` controller end to end against `kustos server`: the
+//! CertificateApprovalPolicy CRD from `crds/` and the default kubelet-serving policy from
+//! `manifests/policies/` applied with kubectl (its CIDRs edited to the loopback range the
+//! test node uses), a node (an x509 `system:node:<name>` identity issued by the cluster CA)
+//! asking for serving certificates: a good request is approved and issued by csrsigning, bad
+//! ones are denied with the failed check, and the policy's status counts both. Every wait is
+//! bounded.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use common::{issue_user, send, shared, unique, Server, User};
+use serde_json::{json, Value};
+
+const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+const POLICIES: &str = "/apis/kustos.dev/v1alpha1/certificateapprovalpolicies";
+const SERVING: &str = "kubernetes.io/kubelet-serving";
+/// Bound for one wait on the controllers.
+const WAIT: Duration = Duration::from_secs(60);
+
+fn repo(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+fn b64(data: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(data)
+}
+
+/// What goes into a serving request.
+struct Req<'a> {
+    cn: &'a str,
+    dns: Vec<String>,
+    ips: Vec<&'a str>,
+}
+
+/// A PEM CSR with O `system:nodes`.
+fn request(r: &Req) -> String {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(rcgen::DnType::CommonName, r.cn);
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
+    for d in &r.dns {
+        params.subject_alt_names.push(rcgen::SanType::DnsName(d.as_str().try_into().expect("DNS name")));
+    }
+    for ip in &r.ips {
+        params.subject_alt_names.push(rcgen::SanType::IpAddress(ip.parse().expect("IP")));
+    }
+    params.serialize_request(&key).expect("CSR").pem().expect("CSR PEM")
+}
+
+fn manifest(name: &str, request_pem: &str, expiration: Option<i64>) -> Value {
+    let mut m = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": name},
+        "spec": {"request": b64(request_pem.as_bytes()), "signerName": SERVING,
+                 "usages": ["digital signature", "server auth"]}});
+    if let Some(secs) = expiration {
+        m["spec"]["expirationSeconds"] = json!(secs);
+    }
+    m
+}
+
+/// `kubectl create -f -` as `user`.
+fn create_as(s: &Server, user: &User, obj: &Value) {
+    let mut cmd = user.command(s, &["create", "-f", "-"]);
+    let out = common::run_bounded(&mut cmd, Some(&obj.to_string()), common::KUBECTL_TIMEOUT, "kubectl create");
+    assert!(
+        out.status.success(),
+        "creating {} as {}: {}",
+        obj["metadata"]["name"],
+        user.name,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == type_)
+}
+
+/// Poll `path` until `done` holds (bounded by [`WAIT`]); returns the object.
+async fn wait_for(s: &Server, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let start = Instant::now();
+    let mut last = Value::Null;
+    for _ in 0..600 {
+        let r = send(s.http().get(format!("{}{path}", s.url))).await;
+        if r.code == 200 && done(&r.body) {
+            return r.body;
+        }
+        last = r.body;
+        if start.elapsed() > WAIT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{path}: {what} did not happen within {WAIT:?}; last seen: {last}\nserver log:\n{}", s.stderr_tail());
+}
+
+async fn wait_decided(s: &Server, name: &str) -> Value {
+    wait_for(s, &format!("{CSRS}/{name}"), "a decision", |c| {
+        condition(c, "Denied").is_some() || c["status"]["certificate"].as_str().is_some_and(|c| !c.is_empty())
+    })
+    .await
+}
+
+/// Install the CRD and the default policy (its CIDRs edited for this machine).
+async fn install(s: &Server) {
+    s.kubectl_ok(&["apply", "-f", repo("crds").to_str().expect("path")]);
+    s.kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/certificateapprovalpolicies.kustos.dev",
+        "--timeout=60s",
+    ]);
+    // The shipped file applies as it is ...
+    s.kubectl_ok(&["apply", "-f", repo("manifests/policies/kubelet-serving.yaml").to_str().expect("path")]);
+    // ... and is then edited for this cluster, as its comment asks: the node's addresses are
+    // loopback ones here.
+    let text = std::fs::read_to_string(repo("manifests/policies/kubelet-serving.yaml")).expect("reading the policy");
+    let mut policy: Value = serde_yaml::from_str(&text).expect("the default policy is YAML");
+    policy["spec"]["ipAddresses"]["cidrs"] = json!(["127.0.0.0/8", "::1/128"]);
+    let out = s.kubectl_with_stdin(&["apply", "-f", "-"], Some(&policy.to_string()));
+    assert!(out.status.success(), "applying the edited policy: {}", String::from_utf8_lossy(&out.stderr));
+    let p = wait_for(s, &format!("{POLICIES}/kubelet-serving"), "the edit observed", |p| {
+        p["spec"]["ipAddresses"]["cidrs"][0] == "127.0.0.0/8"
+            && p["status"]["observedGeneration"] == p["metadata"]["generation"]
+            && condition(p, "Valid").is_some()
+    })
+    .await;
+    let valid = condition(&p, "Valid").expect("a Valid condition");
+    assert_eq!((&valid["status"], &valid["reason"]), (&json!("True"), &json!("Valid")), "{p}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kubelet_serving_policy_approves_a_nodes_own_certificate_and_denies_the_attacks() {
+    let s = shared();
+    install(&s).await;
+    let node = unique("n1");
+    let user = format!("system:node:{node}");
+    let n1 = issue_user(&s, &user, &["system:nodes"]);
+
+    // A good serving request: approved by the policy, then issued by csrsigning.
+    let good = unique("serving");
+    let req = Req { cn: &user, dns: vec![node.clone(), format!("{node}.cluster.local")], ips: vec!["127.0.0.1"] };
+    create_as(&s, &n1, &manifest(&good, &request(&req), None));
+    let csr = wait_decided(&s, &good).await;
+    let approved = condition(&csr, "Approved").unwrap_or_else(|| panic!("approved: {csr}"));
+    assert_eq!(approved["reason"], "AutoApproved", "{csr}");
+    assert_eq!(
+        approved["message"], "Auto approving certificate: allowed by CertificateApprovalPolicy \"kubelet-serving\".",
+        "{csr}"
+    );
+    assert!(condition(&csr, "Denied").is_none(), "{csr}");
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(csr["status"]["certificate"].as_str().expect("certificate"))
+        .expect("base64");
+    let info = kustos_ca::parse_certificate_pem(std::str::from_utf8(&pem).expect("PEM")).expect("a certificate");
+    assert_eq!(info.common_name, user, "the certificate is the node's");
+
+    // The attacks: each denied, naming the failed check.
+    let other = unique("n2");
+    let prefix = "Denied: CertificateApprovalPolicy \"kubelet-serving\": ";
+    let other_user = format!("system:node:{other}");
+    let evil = vec!["evil.example".to_string()];
+    let wildcard = vec![format!("*.{node}.cluster.local")];
+    let attacks: Vec<(&str, Req, Option<i64>, String)> = vec![
+        (
+            "another node's name",
+            Req { cn: &other_user, dns: vec![other.clone()], ips: vec!["127.0.0.1"] },
+            None,
+            format!("subject common name \"{other_user}\" is not the requester \"{user}\""),
+        ),
+        (
+            "a DNS name not prefixed by the node name",
+            Req { cn: &user, dns: evil, ips: vec![] },
+            None,
+            format!("dnsNames[0] \"evil.example\" does not start with the node name \"{node}\" (as \"{node}\" or \"{node}.<domain>\")"),
+        ),
+        (
+            "a foreign IP address",
+            Req { cn: &user, dns: vec![node.clone()], ips: vec!["8.8.8.8"] },
+            None,
+            "ipAddresses[0] 8.8.8.8 is not in 127.0.0.0/8, ::1/128".to_string(),
+        ),
+        (
+            "a wildcard DNS name",
+            Req { cn: &user, dns: wildcard.clone(), ips: vec![] },
+            None,
+            format!("dnsNames[0] \"{}\" is a wildcard", wildcard[0]),
+        ),
+        (
+            "too long a lifetime",
+            Req { cn: &user, dns: vec![node.clone()], ips: vec![] },
+            Some(10 * 365 * 86400),
+            "expirationSeconds 315360000 is more than the maximum 31536000".to_string(),
+        ),
+    ];
+    for (what, req, expiration, why) in &attacks {
+        let name = unique("attack");
+        create_as(&s, &n1, &manifest(&name, &request(req), *expiration));
+        let csr = wait_decided(&s, &name).await;
+        let denied = condition(&csr, "Denied").unwrap_or_else(|| panic!("{what}: denied: {csr}"));
+        assert_eq!(denied["reason"], "AutoDenied", "{what}: {csr}");
+        assert_eq!(denied["message"], format!("{prefix}{why}."), "{what}: {csr}");
+        assert!(condition(&csr, "Approved").is_none(), "{what}: {csr}");
+        assert!(csr["status"]["certificate"].as_str().is_none_or(str::is_empty), "{what}: never issued: {csr}");
+    }
+
+    // A serving request from someone no policy applies to (the admin is not in
+    // system:nodes) is left alone: after another full approve-and-issue round made later,
+    // it is still Pending.
+    let unmatched = unique("not-a-node");
+    let out = s.kubectl_with_stdin(
+        &["create", "-f", "-"],
+        Some(
+            &manifest(&unmatched, &request(&Req { cn: &user, dns: vec![node.clone()], ips: vec![] }), None).to_string(),
+        ),
+    );
+    assert!(out.status.success(), "the admin creates a CSR: {}", String::from_utf8_lossy(&out.stderr));
+    let marker = unique("serving");
+    create_as(&s, &n1, &manifest(&marker, &request(&Req { cn: &user, dns: vec![node.clone()], ips: vec![] }), None));
+    let csr = wait_decided(&s, &marker).await;
+    assert!(condition(&csr, "Approved").is_some(), "the marker is approved: {csr}");
+    let csr = send(s.http().get(format!("{}{CSRS}/{unmatched}", s.url))).await.body;
+    assert!(csr["status"]["conditions"].as_array().is_none_or(Vec::is_empty), "left Pending: {csr}");
+
+    // The policy counted both kinds.
+    let want_denied = attacks.len() as i64;
+    let p = wait_for(s.as_ref(), &format!("{POLICIES}/kubelet-serving"), "the counts", |p| {
+        p["status"]["approved"] == 2 && p["status"]["denied"] == want_denied
+    })
+    .await;
+    assert_eq!(p["status"]["approved"], 2, "{p}");
+    let table = s.kubectl_ok(&["get", "certificateapprovalpolicies", "kubelet-serving"]);
+    let mut lines = table.lines();
+    let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
+    assert_eq!(header, ["NAME", "SIGNERS", "APPROVED", "DENIED", "AGE"], "{table}");
+    let row: Vec<&str> = lines.next().expect("a row").split_whitespace().collect();
+    assert_eq!(&row[..4], ["kubelet-serving", "[\"kubernetes.io/kubelet-serving\"]", "2", "5"], "{table}");
+}
+
+/// Without the CRD the controller waits quietly: kubelet-serving CSRs stay Pending and the
+/// other CSR controllers keep working; once the CRD and a policy appear, the pending CSR is
+/// decided without being touched again.
+#[tokio::test(flavor = "multi_thread")]
+async fn pending_csrs_are_decided_once_the_crd_and_a_policy_appear() {
+    let s = Server::start();
+    let node = unique("n1");
+    let user = format!("system:node:{node}");
+    let n1 = issue_user(&s, &user, &["system:nodes"]);
+    let early = unique("early");
+    create_as(&s, &n1, &manifest(&early, &request(&Req { cn: &user, dns: vec![node.clone()], ips: vec![] }), None));
+
+    // Another CSR controller path works meanwhile: an admin approval is signed.
+    let admin_approved = unique("admin-approved");
+    create_as(
+        &s,
+        &n1,
+        &manifest(&admin_approved, &request(&Req { cn: &user, dns: vec![node.clone()], ips: vec![] }), None),
+    );
+    s.kubectl_ok(&["certificate", "approve", &admin_approved]);
+    let csr = wait_decided(&s, &admin_approved).await;
+    assert!(condition(&csr, "Approved").is_some(), "{csr}");
+    let csr = send(s.http().get(format!("{}{CSRS}/{early}", s.url))).await.body;
+    assert!(csr["status"]["conditions"].as_array().is_none_or(Vec::is_empty), "no CRD, no decision: {csr}");
+
+    install(&s).await;
+    let csr = wait_decided(&s, &early).await;
+    let approved = condition(&csr, "Approved").unwrap_or_else(|| panic!("approved once the policy exists: {csr}"));
+    assert_eq!(approved["reason"], "AutoApproved", "{csr}");
+}
