@@ -5,8 +5,9 @@
 //!   which CertificateSigningRequests the `csrpolicyapproving` controller approves, and which
 //!   it denies.
 //!
-//! The YAML of each CRD is committed beside this crate (`crds/<plural>.<group>.yaml`) and a
-//! test fails when it differs from what the types generate. Regenerate with
+//! The YAML of each CRD is committed beside this crate (`crds/<plural>.<group>.yaml`) and in
+//! the kustomize base (`manifests/crds/`), and a test fails when either differs from what the
+//! types generate. Regenerate with
 //! `KUSTOS_UPDATE_CRDS=1 cargo test -p kustos-crds`.
 
 pub mod certificate_approval_policy;
@@ -32,22 +33,31 @@ mod tests {
     #[test]
     fn committed_crd_yaml_is_up_to_date() {
         let update = std::env::var_os("KUSTOS_UPDATE_CRDS").is_some_and(|v| v == "1");
+        let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        // `crds/` for `kubectl apply -f crds/`, and a copy in the kustomize base (kustomize
+        // loads no file from outside its directory).
+        let dirs = [crate_dir.to_path_buf(), crate_dir.join("../manifests/crds")];
         for (file, crd) in all() {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(file);
             let want = format!(
                 "# Generated from the kustos-crds types by `KUSTOS_UPDATE_CRDS=1 cargo test -p kustos-crds`; do not edit.\n{}",
                 serde_yaml::to_string(&crd).unwrap()
             );
-            if update {
-                std::fs::write(&path, &want).unwrap();
-                continue;
+            for dir in &dirs {
+                let path = dir.join(file);
+                if update {
+                    std::fs::create_dir_all(dir).unwrap();
+                    std::fs::write(&path, &want).unwrap();
+                    continue;
+                }
+                let have = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+                    panic!("{}: {e} (run KUSTOS_UPDATE_CRDS=1 cargo test -p kustos-crds)", path.display())
+                });
+                assert!(
+                    have == want,
+                    "{} is out of date: run KUSTOS_UPDATE_CRDS=1 cargo test -p kustos-crds\n--- generated ---\n{want}",
+                    path.display()
+                );
             }
-            let have = std::fs::read_to_string(&path)
-                .unwrap_or_else(|e| panic!("{file}: {e} (run KUSTOS_UPDATE_CRDS=1 cargo test -p kustos-crds)"));
-            assert!(
-                have == want,
-                "{file} is out of date: run KUSTOS_UPDATE_CRDS=1 cargo test -p kustos-crds\n--- generated ---\n{want}"
-            );
         }
     }
 
