@@ -152,7 +152,8 @@ fn watch_certificates(client: kube::Client) -> (Seen, tokio::task::JoinHandle<()
         let seen = seen.clone();
         async move {
             let api: Api<CertificateSigningRequest> = Api::all(client);
-            let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff().applied_objects());
+            let mut events =
+                std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff().applied_objects());
             while let Some(ev) = events.next().await {
                 let Ok(csr) = ev else { continue };
                 let cert = csr.status.and_then(|s| s.certificate).map(|c| c.0).filter(|c| !c.is_empty());
@@ -326,6 +327,9 @@ fn bad_flags_are_a_one_line_error_and_a_non_zero_exit() {
         let out = kustos(&["controller-manager", &kc, arg]);
         assert!(!out.status.success(), "{name}: exit status {}", out.status);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(stderr.starts_with("error: ") && stderr.contains(arg.split('=').next().unwrap_or(arg)), "{name}: {stderr}");
+        assert!(
+            stderr.starts_with("error: ") && stderr.contains(arg.split('=').next().unwrap_or(arg)),
+            "{name}: {stderr}"
+        );
     }
 }

@@ -546,6 +546,131 @@ mod tests {
         }
     }
 
+    /// A Lease object as the apiserver returns it.
+    fn lease_json(holder: &str) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "kustos-controller-manager", "namespace": "kube-system", "resourceVersion": "7"},
+            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 15, "leaseTransitions": 0,
+                     "acquireTime": "2030-01-01T00:00:00.000000Z", "renewTime": "2030-01-01T00:00:00.000000Z"}})
+    }
+
+    /// What the `lead` closure saw, on Tokio's clock.
+    #[derive(Default)]
+    struct Terms {
+        started: Vec<Instant>,
+        stopped: Vec<Instant>,
+        /// API calls made before each stop.
+        calls_at_stop: Vec<usize>,
+    }
+
+    /// Run the elector on `mock` until `shutdown` fires; every term is recorded in `terms`.
+    fn elect(
+        mock: &crate::mock::Mock,
+        terms: &std::sync::Arc<std::sync::Mutex<Terms>>,
+        metrics: &Metrics,
+        shutdown: tokio::sync::oneshot::Receiver<()>,
+    ) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+        let leases: Api<Lease> = Api::namespaced(mock.client(), "kube-system");
+        let (terms, calls) = (terms.clone(), mock.clone());
+        let lead = move |stop: futures::future::BoxFuture<'static, ()>| {
+            let (terms, calls) = (terms.clone(), calls.clone());
+            async move {
+                terms.lock().unwrap_or_else(|e| e.into_inner()).started.push(Instant::now());
+                stop.await;
+                let mut t = terms.lock().unwrap_or_else(|e| e.into_inner());
+                t.stopped.push(Instant::now());
+                t.calls_at_stop.push(calls.calls().len());
+                Ok(())
+            }
+        };
+        tokio::spawn(run(leases, cfg(), metrics.clone(), lead, async move {
+            let _ = shutdown.await;
+        }))
+    }
+
+    /// On Tokio's paused clock: after acquiring, every renewal fails; the controllers are
+    /// stopped once the renew deadline has passed and before the lease duration has, and the
+    /// replica stands by again.
+    #[tokio::test(start_paused = true)]
+    async fn a_leader_that_cannot_renew_stops_its_controllers_before_the_lease_expires() {
+        // GET: absent; POST: created; then every call fails (the mock answers 500).
+        let mock = crate::mock::Mock::new(vec![(404, crate::mock::status(404, "NotFound")), (201, lease_json("me_1"))]);
+        let terms = std::sync::Arc::new(std::sync::Mutex::new(Terms::default()));
+        let metrics = Metrics::new();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let task = elect(&mock, &terms, &metrics, stop_rx);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let _ = stop_tx.send(());
+        let result = task.await;
+        assert!(matches!(result, Ok(Ok(()))), "the elector ends cleanly on shutdown: {result:?}");
+        let t = terms.lock().unwrap_or_else(|e| e.into_inner());
+        assert_eq!((t.started.len(), t.stopped.len()), (1, 1), "one term, started and stopped");
+        let led_for = t.stopped[0] - t.started[0];
+        assert!(led_for >= cfg().renew_deadline, "stopped only after the renew deadline: {led_for:?}");
+        assert!(led_for < cfg().lease_duration, "stopped before the lease could expire: {led_for:?}");
+        let lines = mock.lines();
+        assert_eq!(
+            lines[..2],
+            [
+                "GET /apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kustos-controller-manager",
+                "POST /apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+            ],
+            "acquired by creating the Lease"
+        );
+        assert!(lines.len() > t.calls_at_stop[0], "kept trying to acquire after losing: {lines:?}");
+        assert!(lines[2..].iter().all(|l| l.starts_with("GET ")), "nothing written after the create: {lines:?}");
+        let text = metrics.encode();
+        assert!(text.contains("kustos_leader_election_master_status{name=\"kustos-controller-manager\"} 0"), "{text}");
+        assert!(
+            text.contains("kustos_leader_election_transitions_total{name=\"kustos-controller-manager\"} 2"),
+            "{text}"
+        );
+    }
+
+    /// On shutdown the leader stops its controllers first, then releases the lease.
+    #[tokio::test(start_paused = true)]
+    async fn shutdown_stops_the_controllers_then_releases_the_lease() {
+        let identity = cfg().identity;
+        let mock = crate::mock::Mock::new(vec![
+            (404, crate::mock::status(404, "NotFound")),
+            (201, lease_json(&identity)),
+            (200, lease_json(&identity)),
+            (200, lease_json("")),
+        ]);
+        let terms = std::sync::Arc::new(std::sync::Mutex::new(Terms::default()));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
+        let task = elect(&mock, &terms, &Metrics::new(), stop_rx);
+        // Well before the first renewal (one retry period after acquiring).
+        for _ in 0..100 {
+            if !terms.lock().unwrap_or_else(|e| e.into_inner()).started.is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let _ = stop_tx.send(());
+        let result = task.await;
+        assert!(matches!(result, Ok(Ok(()))), "the elector ends cleanly on shutdown: {result:?}");
+        let t = terms.lock().unwrap_or_else(|e| e.into_inner());
+        assert_eq!(t.calls_at_stop, [2], "the controllers stopped before the release's calls");
+        let calls = mock.calls();
+        let lines: Vec<&str> = calls.iter().map(|c| c.line.as_str()).collect();
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases";
+        assert_eq!(
+            lines,
+            [
+                format!("GET {lease}/kustos-controller-manager"),
+                format!("POST {lease}"),
+                format!("GET {lease}/kustos-controller-manager"),
+                format!("PUT {lease}/kustos-controller-manager"),
+            ],
+            "calls"
+        );
+        let put = &calls[3].body;
+        assert_eq!(put["spec"]["holderIdentity"], "", "released: {put}");
+        assert_eq!(put["spec"]["leaseDurationSeconds"], 1, "released: {put}");
+        assert_eq!(put["metadata"]["resourceVersion"], "7", "the release is optimistic: {put}");
+    }
+
     #[test]
     fn identities_are_hostname_underscore_uuid_and_unique() {
         let (a, b) = (identity(), identity());

@@ -759,11 +759,9 @@ impl ControllerManager {
         });
         const PREFIX: &str = "kustos controller-manager serving health and metrics on ";
         match rx.recv_timeout(START_TIMEOUT) {
-            Ok(line) if line.starts_with(PREFIX) => ControllerManager {
-                child: Mutex::new(Some(child)),
-                url: line[PREFIX.len()..].trim().to_string(),
-                log,
-            },
+            Ok(line) if line.starts_with(PREFIX) => {
+                ControllerManager { child: Mutex::new(Some(child)), url: line[PREFIX.len()..].trim().to_string(), log }
+            }
             other => {
                 let _ = child.kill();
                 let status = child.wait().ok();
