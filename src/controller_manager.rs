@@ -202,7 +202,8 @@ mod tests {
     #[test]
     fn leader_election_flags_and_their_checks() {
         // name, args, wanted (lease, renew, retry in ms) or an error containing
-        let cases: &[(&str, &[&str], Result<Option<(u64, u64, u64)>, &str>)] = &[
+        type Want = Result<Option<(u64, u64, u64)>, &'static str>;
+        let cases: &[(&str, &[&str], Want)] = &[
             ("defaults as upstream", &[], Ok(Some((15_000, 10_000, 2_000)))),
             (
                 "short test settings",

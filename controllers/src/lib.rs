@@ -10,6 +10,10 @@
 //! [`csr_signer`], `csrcleaner`: [`csr_cleaner`]) and `tokencleaner` ([`token_cleaner`])
 //! reconcile one object at a time instead (kube-runtime's keyed queue): an event costs one
 //! decision about that object, whatever their number.
+//!
+//! Every controller counts what it does in the [`metrics::Metrics`] handle of [`Config`]
+//! (served on `/metrics` by `kustos controller-manager`). [`leader_election`] runs [`run`]
+//! only while this replica holds a Lease.
 
 pub mod bootstrap_signer;
 pub mod bootstrap_tokens;
