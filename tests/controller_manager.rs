@@ -253,13 +253,14 @@ async fn one_of_two_replicas_leads_and_the_other_takes_over_after_kill_9() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_leader_election_the_controllers_start_at_once_and_no_lease_is_written() {
+async fn without_leader_election_the_controllers_start_at_once_and_no_lease_is_written_and_logs_are_json() {
     let s = Server::start_apiserver();
     let admin = s.kube_client().await;
     let lease = unique("unused");
     let (seen, watch) = watch_certificates(admin.clone());
     let mut args = replica_args(&s, &lease);
     args.push("--leader-elect=false".into());
+    args.push("--log-format=json".into());
     let cm = start(&s, &args);
     let token = bootstrap_token(&s).await;
     let boot = client_for(&token_user(&s, "kubelet-bootstrap", &token).kubeconfig).await;
@@ -272,6 +273,14 @@ async fn without_leader_election_the_controllers_start_at_once_and_no_lease_is_w
     assert!(leases.get_opt(&lease).await.expect("reading leases").is_none(), "no Lease was written");
     let status = cm.terminate(Duration::from_secs(30));
     assert!(status.success(), "exit status after SIGTERM: {status}\n{}", cm.stderr_tail());
+    let logs = cm.stderr();
+    let lines: Vec<&str> = logs.lines().collect();
+    assert!(lines.len() > 1, "some logs: {logs}");
+    for line in lines {
+        let v: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("--log-format=json wrote a non-JSON line ({e}): {line}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "a structured log record: {line}");
+    }
     watch.abort();
 }
 

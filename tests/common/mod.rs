@@ -779,6 +779,11 @@ impl ControllerManager {
         tail(&self.log, 6000)
     }
 
+    /// Everything the controller-manager wrote on stderr (its logs).
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).expect("reading the controller-manager log")
+    }
+
     /// SIGKILL it and reap it, without any chance to clean up.
     pub fn kill9(&self) {
         let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
