@@ -342,3 +342,123 @@ fn bad_flags_are_a_one_line_error_and_a_non_zero_exit() {
         );
     }
 }
+
+/// A TCP proxy to `target` that can be cut: existing connections are dropped and new ones
+/// closed at once, as a network partition between one replica and the apiserver.
+struct Proxy {
+    url: String,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    async fn start(target: &str) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding the proxy");
+        let url = format!("https://{}", listener.local_addr().expect("proxy address"));
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let target = target.to_string();
+        let task = tokio::spawn({
+            let (cut, conns) = (cut.clone(), conns.clone());
+            async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    if cut.load(std::sync::atomic::Ordering::SeqCst) {
+                        continue; // dropped: closed at once
+                    }
+                    let target = target.clone();
+                    let conn = tokio::spawn(async move {
+                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(&target).await {
+                            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        }
+                    });
+                    conns.lock().unwrap_or_else(|e| e.into_inner()).push(conn.abort_handle());
+                }
+            }
+        });
+        Proxy { url, cut, conns, task }
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+        if cut {
+            for c in self.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                c.abort();
+            }
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.set_cut(true);
+        self.task.abort();
+    }
+}
+
+/// Waits (bounded) until `series` of `r` is `want`.
+async fn wait_metric(r: &ControllerManager, series: &str, want: f64, what: &str) {
+    let start = Instant::now();
+    for _ in 0..600 {
+        if r.metric(series).await == Some(want) {
+            return;
+        }
+        if start.elapsed() > WAIT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what}: {series} did not become {want} within {WAIT:?}; log:\n{}", r.stderr_tail());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_from_the_apiserver_steps_down_and_stays_standby_after_healing() {
+    let s = Server::start_apiserver();
+    let admin = s.kube_client().await;
+    let lease = unique("kcm");
+    let (seen, watch) = watch_certificates(admin.clone());
+    // Replica a reaches the apiserver through a proxy (the serving certificate is for
+    // 127.0.0.1, so TLS holds); b directly.
+    let proxy = Proxy::start(&s.addr).await;
+    let kubeconfig = std::fs::read_to_string(&s.kubeconfig).expect("reading the admin kubeconfig");
+    assert!(kubeconfig.contains(&s.url), "the admin kubeconfig names {}", s.url);
+    let proxied = s.work_dir().join(format!("{}.kubeconfig", unique("proxied")));
+    std::fs::write(&proxied, kubeconfig.replace(&s.url, &proxy.url)).expect("writing the proxied kubeconfig");
+    let a_args = replica_args(&s, &lease);
+    let a =
+        ControllerManager::start_with_kubeconfig(&s, &proxied, &a_args.iter().map(String::as_str).collect::<Vec<_>>());
+    wait_metric(&a, &leader_series(&lease), 1.0, "a leads alone").await;
+    let a_holder = holder(&s, &lease).await.expect("a holder");
+    let b = start(&s, &replica_args(&s, &lease));
+    assert_eq!(b.metric(&leader_series(&lease)).await, Some(0.0), "b stands by while a renews");
+
+    // Partition a: it cannot renew, so it stops its controllers and stands by; b takes over.
+    proxy.set_cut(true);
+    wait_metric(&a, &leader_series(&lease), 0.0, "a steps down").await;
+    assert!(a.stderr().contains("leaderelection lost"), "a says why:\n{}", a.stderr_tail());
+    let (_, b_holder) = wait_for_leader(&s, &lease, &[&b], Some(&a_holder)).await;
+    assert_ne!(b_holder, a_holder, "b holds the Lease");
+
+    // b signs; after the partition heals, a sees b's Lease and stays standby.
+    let token = bootstrap_token(&s).await;
+    let boot = client_for(&token_user(&s, "kubelet-bootstrap", &token).kubeconfig).await;
+    let name = unique("node-csr");
+    request_node_certificate(&boot, &name, &unique("n")).await;
+    wait_signed(&seen, &admin, &name, &[&a, &b]).await;
+    proxy.set_cut(false);
+    // a's candidate loop reads the Lease again (it logs nothing at info level while it
+    // waits): give it a few retry periods, bounded by polling b's unchanged holder.
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        assert_eq!(holder(&s, &lease).await.as_deref(), Some(b_holder.as_str()), "b keeps the Lease");
+        assert_eq!(a.metric(&leader_series(&lease)).await, Some(0.0), "a stays standby after healing");
+    }
+    assert_eq!(b.metric(&signed_series()).await, Some(1.0), "b signed the CSR");
+    assert_eq!(a.metric(&signed_series()).await, None, "a signed nothing");
+    assert_eq!(
+        seen.lock().unwrap_or_else(|e| e.into_inner()).get(&name).map(BTreeSet::len),
+        Some(1),
+        "one certificate"
+    );
+    watch.abort();
+}

@@ -735,12 +735,17 @@ impl ControllerManager {
     /// `kustos controller-manager --kubeconfig <admin of s> --metrics-bind-address
     /// 127.0.0.1:0 <args>`; waits (bounded) for the line naming the metrics address.
     pub fn start(s: &Server, args: &[&str]) -> ControllerManager {
+        ControllerManager::start_with_kubeconfig(s, &s.kubeconfig, args)
+    }
+
+    /// Like [`ControllerManager::start`], with another kubeconfig.
+    pub fn start_with_kubeconfig(s: &Server, kubeconfig: &Path, args: &[&str]) -> ControllerManager {
         let log = s.work_dir().join(format!("{}.log", unique("controller-manager")));
         let stderr = std::fs::File::create(&log).expect("creating the controller-manager log");
         let mut child = Command::new(binary())
             .arg("controller-manager")
             .arg("--kubeconfig")
-            .arg(&s.kubeconfig)
+            .arg(kubeconfig)
             .args(["--metrics-bind-address", "127.0.0.1:0"])
             .args(args)
             .env_remove("KUBECONFIG")
