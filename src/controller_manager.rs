@@ -17,6 +17,9 @@ use crate::{parse_duration, SigningArgs};
 /// Prometheus reach a Pod on its IP), port 8080 as controller-runtime's managers use.
 pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "0.0.0.0:8080";
 
+/// The CA bundle a Pod's service account trusts for the apiserver.
+const IN_CLUSTER_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+
 #[derive(Args, Clone)]
 pub struct ControllerManagerArgs {
     /// Kubeconfig of the apiserver to work against. Default: $KUBECONFIG, else the
@@ -54,7 +57,8 @@ pub struct ControllerManagerArgs {
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
     /// The cluster's root CA bundle: published as `kube-root-ca.crt` in every namespace
-    /// and put into legacy service-account token Secrets.
+    /// and put into legacy service-account token Secrets. Default, in a Pod: the service
+    /// account's `ca.crt` (the CA the client trusts, as upstream).
     #[arg(long)]
     root_ca_file: Option<PathBuf>,
     /// PEM private key (RSA or ECDSA) that signs legacy service-account token Secrets
@@ -129,7 +133,14 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
             }
             None => None,
         };
-    if let Some(path) = &args.root_ca_file {
+    let root_ca_file = args.root_ca_file.clone().or_else(|| {
+        let in_cluster = PathBuf::from(IN_CLUSTER_CA);
+        in_cluster.is_file().then(|| {
+            tracing::info!(file = IN_CLUSTER_CA, "no --root-ca-file: using the service account's CA");
+            in_cluster
+        })
+    });
+    if let Some(path) = &root_ca_file {
         let pem =
             std::fs::read_to_string(path).with_context(|| format!("reading --root-ca-file {}", path.display()))?;
         if !pem.contains("-----BEGIN CERTIFICATE-----") {
@@ -147,6 +158,10 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     };
 
     let metrics = Metrics::new();
+    if let Some(le) = &election {
+        // A standby from the first scrape on.
+        metrics.set_leader(&le.name, false);
+    }
     let listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
         .await
         .with_context(|| format!("listening on --metrics-bind-address {}", args.metrics_bind_address))?;
@@ -157,7 +172,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
 
     let config = kustos_controllers::Config {
         controllers,
-        root_ca_file: args.root_ca_file.clone(),
+        root_ca_file,
         token_generator,
         legacy_token_clean_up_period,
         csr_signing,

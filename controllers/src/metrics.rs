@@ -5,7 +5,7 @@
 //! | --- | --- | --- | --- |
 //! | `kustos_controller_reconciles_total` | counter | `controller` | reconciles (or syncs) run |
 //! | `kustos_controller_reconcile_errors_total` | counter | `controller` | of those, the ones that failed |
-//! | `kustos_controller_queue_depth` | gauge | `controller` | objects changed and waiting for their reconcile |
+//! | `kustos_controller_queue_depth` | gauge | `controller` | objects changed and waiting for their reconcile (the per-CSR controllers) |
 //! | `kustos_csr_approved_total` | counter | `signer` | CSRs a controller approved |
 //! | `kustos_csr_denied_total` | counter | `signer` | CSRs a controller denied |
 //! | `kustos_csr_signed_total` | counter | `signer` | certificates written into `status.certificate` |
