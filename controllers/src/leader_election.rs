@@ -266,8 +266,11 @@ enum End {
     Exited(String),
 }
 
-/// How long the controllers get to stop on their own before their task is aborted.
-const STOP_GRACE: Duration = Duration::from_secs(1);
+/// How long the controllers get to stop on their own before their task is aborted: at
+/// most a second, and half the margin between the renew deadline and the lease duration.
+fn stop_grace(cfg: &Config) -> Duration {
+    (cfg.lease_duration.saturating_sub(cfg.renew_deadline) / 2).min(Duration::from_secs(1))
+}
 
 /// Elect, and run `lead` while leading, until `shutdown` completes (then release the lease
 /// and return `Ok`). `lead` gets a future that completes when it must stop; its task is
@@ -356,7 +359,7 @@ where
         // before the lease expires for the other replicas.
         let _ = stop_tx.send(());
         if let Some(mut t) = task.take() {
-            if tokio::time::timeout(STOP_GRACE, &mut t).await.is_err() {
+            if tokio::time::timeout(stop_grace(&cfg), &mut t).await.is_err() {
                 t.abort();
                 let _ = t.await;
             }
