@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod controller_manager;
 mod kubeconfig_cmd;
 mod token;
 mod token_rotate;
@@ -27,6 +28,8 @@ enum Command {
     Server(ServerArgs),
     /// The apiserver alone (same flags as `server`).
     Apiserver(ServerArgs),
+    /// The controllers alone, against any apiserver, with leader election.
+    ControllerManager(controller_manager::ControllerManagerArgs),
     /// Manage bootstrap tokens (kubeadm-compatible): create, list, delete, rotate.
     Token(token::TokenCommand),
     /// Write kubeconfig files for clients of the cluster.
@@ -345,6 +348,7 @@ fn main() {
         match cli.command {
             Command::Server(a) => run_server(a, true).await,
             Command::Apiserver(a) => run_server(a, false).await,
+            Command::ControllerManager(a) => controller_manager::run(a).await,
             Command::Token(t) => token::run(t).await,
             Command::Kubeconfig(k) => kubeconfig_cmd::run(k),
         }

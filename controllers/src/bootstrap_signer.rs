@@ -81,7 +81,7 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
         changes(secrets.clone(), watcher::Config::default().fields(&only_tokens)),
         changes(configmaps.clone(), watcher::Config::default().fields(&only_cluster_info)),
     ];
-    level_loop_until("bootstrapsigner", triggers, cfg.resync_period, || {
+    level_loop_until("bootstrapsigner", triggers, cfg.resync_period, cfg.metrics.clone(), || {
         let (secrets, configmaps, only_tokens) = (secrets.clone(), configmaps.clone(), only_tokens.clone());
         async move {
             let cm = configmaps.get_opt(CLUSTER_INFO_NAME).await?;

@@ -61,7 +61,7 @@ pub fn decide(all: &[ClusterRole]) -> Vec<ClusterRole> {
 pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     let roles: Api<ClusterRole> = Api::all(client);
     let triggers = vec![changes(roles.clone(), watcher::Config::default())];
-    level_loop("clusterrole-aggregation", triggers, cfg.resync_period, || {
+    level_loop("clusterrole-aggregation", triggers, cfg.resync_period, cfg.metrics.clone(), || {
         let roles = roles.clone();
         async move {
             let all = roles.list(&ListParams::default()).await?.items;

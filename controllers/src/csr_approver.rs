@@ -167,11 +167,22 @@ pub struct Context {
     csrs: Api<CertificateSigningRequest>,
     reviews: Api<SubjectAccessReview>,
     backoff: Backoff,
+    metrics: crate::metrics::Metrics,
 }
 
 impl Context {
     pub fn new(client: Client) -> Self {
-        Context { csrs: Api::all(client.clone()), reviews: Api::all(client), backoff: Backoff::default() }
+        Context {
+            csrs: Api::all(client.clone()),
+            reviews: Api::all(client),
+            backoff: Backoff::default(),
+            metrics: crate::metrics::Metrics::default(),
+        }
+    }
+
+    /// Count approvals in `metrics` (`kustos_csr_approved_total`).
+    pub fn with_metrics(self, metrics: crate::metrics::Metrics) -> Self {
+        Context { metrics, ..self }
     }
 }
 
@@ -213,6 +224,7 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
         {
             Ok(_) => {
                 ctx.backoff.forget(&name);
+                ctx.metrics.csr_approved(&obj.spec.signer_name);
                 tracing::debug!(controller = NAME, csr = %name, permission = r.subresource, "approved");
                 Ok(Action::await_change())
             }
@@ -238,8 +250,8 @@ pub async fn run(
     csrs: reconcile::Subscription<CertificateSigningRequest>,
     cfg: crate::Config,
 ) -> anyhow::Result<()> {
-    let ctx = Arc::new(Context::new(client));
-    reconcile::run(NAME, csrs, cfg.csr_concurrency, ctx, reconcile).await
+    let ctx = Arc::new(Context::new(client).with_metrics(cfg.metrics.clone()));
+    reconcile::run(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile).await
 }
 
 #[cfg(test)]

@@ -161,7 +161,7 @@ pub async fn run(
     cfg: crate::Config,
 ) -> anyhow::Result<()> {
     let ctx = Arc::new(Context::new(client));
-    reconcile::run(NAME, csrs, cfg.csr_concurrency, ctx, reconcile).await
+    reconcile::run(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile).await
 }
 
 #[cfg(test)]

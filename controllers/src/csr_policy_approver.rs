@@ -324,6 +324,8 @@ pub struct Context {
     /// The policy list has succeeded once (the CRD is installed).
     ready: Arc<AtomicBool>,
     backoff: Backoff,
+    /// `kustos_csr_approved_total` / `kustos_csr_denied_total` and the reconcile counters.
+    metrics: crate::metrics::Metrics,
 }
 
 impl reconcile::Context for Context {
@@ -404,6 +406,11 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
         Err(source) => return Err(Error::Approval { csr: name, source }),
     }
     ctx.backoff.forget(&name);
+    if approve {
+        ctx.metrics.csr_approved(&obj.spec.signer_name);
+    } else {
+        ctx.metrics.csr_denied(&obj.spec.signer_name);
+    }
     if approve {
         tracing::info!(controller = NAME, csr = %name, policy = %counted.join(","), "approved");
     } else {
@@ -520,13 +527,23 @@ pub async fn run(
         store,
         ready: ready.clone(),
         backoff: Backoff::default(),
+        metrics: cfg.metrics.clone(),
     });
+    let metrics = cfg.metrics.clone();
+    let counted = move |obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>| {
+        let metrics = metrics.clone();
+        async move {
+            let res = reconcile(obj, ctx).await;
+            metrics.reconciled(NAME, res.is_ok());
+            res
+        }
+    };
     let watch = watch_policies(policies, writer, ready, trigger);
     let (changes, reader) = csrs.into_parts();
     let controller = Controller::for_shared_stream(changes, reader)
         .with_config(ControllerConfig::default().concurrency(cfg.csr_concurrency))
         .reconcile_all_on(redecide)
-        .run(reconcile, reconcile::error_policy(NAME), ctx)
+        .run(counted, reconcile::error_policy(NAME), ctx)
         .for_each(|res| async move {
             if let Err(e) = res {
                 if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {
@@ -1109,7 +1126,12 @@ mod tests {
     const GET_POLICY: &str = "GET /apis/kustos.dev/v1alpha1/certificateapprovalpolicies/kubelet-serving";
     const PUT_STATUS: &str = "PUT /apis/kustos.dev/v1alpha1/certificateapprovalpolicies/kubelet-serving/status";
 
-    fn ctx(client: Client, policies: Vec<CertificateApprovalPolicy>, ready: bool) -> Arc<Context> {
+    fn ctx(
+        client: Client,
+        policies: Vec<CertificateApprovalPolicy>,
+        ready: bool,
+        metrics: crate::metrics::Metrics,
+    ) -> Arc<Context> {
         let (store, mut writer) = reflector::store();
         for p in policies {
             writer.apply_watcher_event(&watcher::Event::Apply(p));
@@ -1120,6 +1142,7 @@ mod tests {
             store,
             ready: Arc::new(AtomicBool::new(ready)),
             backoff: Backoff::default(),
+            metrics,
         })
     }
 
@@ -1190,7 +1213,8 @@ mod tests {
         ];
         for (name, ready, mutate, replies, want_calls, want) in scenarios {
             let mock = Mock::new(replies);
-            let ctx = ctx(mock.client(), vec![default_policy()], ready);
+            let metrics = crate::metrics::Metrics::new();
+            let ctx = ctx(mock.client(), vec![default_policy()], ready, metrics.clone());
             let mut c = base_csr();
             mutate(&mut c);
             let res =
@@ -1214,6 +1238,20 @@ mod tests {
                 assert_eq!(cond["type"], if denied { "Denied" } else { "Approved" }, "{name}");
                 assert_eq!(cond["reason"], if denied { "AutoDenied" } else { "AutoApproved" }, "{name}");
             }
+            // The approval or denial written is counted once in the metrics, nothing else is.
+            let text = metrics.encode();
+            let sample = |metric: &str| {
+                let prefix = format!("{metric}{{signer=\"kubernetes.io/kubelet-serving\"}} ");
+                text.lines().find_map(|l| l.strip_prefix(prefix.as_str())).map(str::to_string)
+            };
+            let written = want_calls.contains(&PUT_STATUS);
+            let (want_approved, want_denied) = match (written, denied) {
+                (false, _) => (None, None),
+                (true, false) => (Some("1".to_string()), None),
+                (true, true) => (None, Some("1".to_string())),
+            };
+            assert_eq!(sample("kustos_csr_approved_total"), want_approved, "{name}: approvals counted\n{text}");
+            assert_eq!(sample("kustos_csr_denied_total"), want_denied, "{name}: denials counted\n{text}");
             let puts: Vec<_> = calls.iter().filter(|c| c.line == PUT_STATUS).collect();
             if let Some(last) = puts.last() {
                 let read_approved = if puts.len() > 1 { 6 } else { 5 };

@@ -312,6 +312,7 @@ pub struct Context {
     enabled: Vec<Signer>,
     max_duration: chrono::Duration,
     backoff: Backoff,
+    metrics: crate::metrics::Metrics,
 }
 
 impl Context {
@@ -322,7 +323,14 @@ impl Context {
             signers,
             max_duration,
             backoff: Backoff::default(),
+            metrics: crate::metrics::Metrics::default(),
         }
+    }
+
+    /// Count issued and failed CSRs in `metrics` (`kustos_csr_signed_total`,
+    /// `kustos_csr_failed_total`).
+    pub fn with_metrics(self, metrics: crate::metrics::Metrics) -> Self {
+        Context { metrics, ..self }
     }
 }
 
@@ -359,6 +367,10 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
     match ctx.csrs.replace_status(&name, &PostParams::default(), &update).await {
         Ok(_) => {
             ctx.backoff.forget(&name);
+            match what {
+                "issued" => ctx.metrics.csr_signed(&obj.spec.signer_name),
+                _ => ctx.metrics.csr_failed(&obj.spec.signer_name),
+            }
             tracing::debug!(controller = NAME, csr = %name, outcome = what, "status written");
             Ok(Action::await_change())
         }
@@ -399,11 +411,20 @@ pub async fn run(
         futures::future::pending::<()>().await;
         return Ok(());
     };
-    let polls: Vec<_> = signers.distinct().into_iter().map(|f| tokio::spawn(f.poll(CA_POLL_INTERVAL))).collect();
-    let ctx = Arc::new(Context::new(client, signers, cfg.csr_signing.duration));
-    let result = reconcile::run(NAME, csrs, cfg.csr_concurrency, ctx, reconcile).await;
-    polls.iter().for_each(tokio::task::JoinHandle::abort);
-    result
+    // Aborted when this task ends or is aborted (a leader that stops leading).
+    let _polls: Vec<_> =
+        signers.distinct().into_iter().map(|f| AbortOnDrop(tokio::spawn(f.poll(CA_POLL_INTERVAL)))).collect();
+    let ctx = Arc::new(Context::new(client, signers, cfg.csr_signing.duration).with_metrics(cfg.metrics.clone()));
+    reconcile::run(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile).await
+}
+
+/// Aborts the task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Check that the configured CA files load (e.g. before starting anything).

@@ -138,7 +138,7 @@ pub fn decide(
 
 pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     let period = cfg.legacy_token_clean_up_period;
-    level_loop("legacy-serviceaccount-token-cleaner", Vec::new(), cfg.legacy_token_sync_interval, || {
+    level_loop("legacy-serviceaccount-token-cleaner", Vec::new(), cfg.legacy_token_sync_interval, cfg.metrics.clone(), || {
         let client = client.clone();
         async move {
             let tracking: Api<ConfigMap> = Api::namespaced(client.clone(), TRACKING_NAMESPACE);

@@ -11,6 +11,10 @@
 //! [`csr_policy_approver`], which approves and denies by `CertificateApprovalPolicy`) and
 //! `tokencleaner` ([`token_cleaner`]) reconcile one object at a time instead (kube-runtime's keyed queue): an event costs one
 //! decision about that object, whatever their number.
+//!
+//! Every controller counts what it does in the [`metrics::Metrics`] handle of [`Config`]
+//! (served on `/metrics` by `kustos controller-manager`). [`leader_election`] runs [`run`]
+//! only while this replica holds a Lease.
 
 pub mod bootstrap_signer;
 pub mod bootstrap_tokens;
@@ -23,7 +27,9 @@ pub mod csr_cleaner;
 pub mod csr_policy_approver;
 pub mod csr_signer;
 pub mod labels;
+pub mod leader_election;
 pub mod legacy_serviceaccount_token_cleaner;
+pub mod metrics;
 #[cfg(test)]
 mod mock;
 pub mod reconcile;
@@ -113,6 +119,9 @@ pub struct Config {
     pub csr_signing: csr_signer::SigningConfig,
     /// CSRs each CSR controller reconciles at once.
     pub csr_concurrency: u16,
+    /// Where the controllers count what they do ([`metrics`]); `Default` is a fresh registry
+    /// nobody reads.
+    pub metrics: metrics::Metrics,
 }
 
 impl Default for Config {
@@ -126,6 +135,7 @@ impl Default for Config {
             resync_period: std::time::Duration::from_secs(300),
             csr_signing: csr_signer::SigningConfig::default(),
             csr_concurrency: 32,
+            metrics: metrics::Metrics::default(),
         }
     }
 }
@@ -133,7 +143,9 @@ impl Default for Config {
 /// Gives each controller the client it runs with (its identity).
 pub type ClientFor = Arc<dyn Fn(&str) -> kube::Client + Send + Sync>;
 
-/// Run the enabled controllers until `shutdown` completes.
+/// Run the enabled controllers until `shutdown` completes (or one of them ends), then abort
+/// them all and wait until every one has ended: when this returns, no controller writes
+/// anything any more.
 pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     // One list and watch of CertificateSigningRequests for the CSR controllers.
@@ -205,7 +217,7 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
             }
         }
     }
-    tasks.abort_all();
+    tasks.shutdown().await;
     Ok(())
 }
 

@@ -10,7 +10,7 @@
 //! Failures are retried per object with a growing delay ([`Backoff`], like client-go's
 //! per-item exponential rate limiter); a success forgets the object's failures.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
@@ -23,6 +23,8 @@ use kube::runtime::reflector::{self, store::Writer, ReflectHandle, Store};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::{Api, Resource, ResourceExt as _};
 use serde::de::DeserializeOwned;
+
+use crate::metrics::Metrics;
 
 /// Per-object retry delays: `base`, doubled at each consecutive failure, at most `max`.
 #[derive(Debug)]
@@ -140,12 +142,18 @@ where
 
 /// Reconcile every object of `source` until the task is dropped. An error from `reconcile`
 /// is logged and the object is retried after its [`Backoff`] delay.
+///
+/// Each reconcile is counted in `metrics` (`kustos_controller_reconciles_total`, and
+/// `..._reconcile_errors_total` when it fails), and the objects changed and not yet
+/// reconciled are its `kustos_controller_queue_depth` (requeues waiting for their delay are
+/// not, as upstream's workqueue depth leaves out its delayed items).
 pub async fn run<K, C, E, F, Fut>(
     name: &'static str,
     source: Subscription<K>,
     concurrency: u16,
+    metrics: &Metrics,
     ctx: Arc<C>,
-    reconcile: F,
+    mut reconcile: F,
 ) -> anyhow::Result<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -155,15 +163,38 @@ where
     F: FnMut(Arc<K>, Arc<C>) -> Fut,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
-    Controller::for_shared_stream(source.changes, source.reader)
+    let queue = Queue::new(name, metrics.clone());
+    let changes = {
+        let queue = queue.clone();
+        source.changes.inspect(move |obj| queue.add(key(obj.namespace().as_deref(), &obj.name_any())))
+    };
+    let counted = {
+        let (queue, metrics) = (queue.clone(), metrics.clone());
+        move |obj: Arc<K>, ctx: Arc<C>| {
+            queue.done(&key(obj.namespace().as_deref(), &obj.name_any()));
+            let fut = reconcile(obj, ctx);
+            let metrics = metrics.clone();
+            async move {
+                let res = fut.await;
+                metrics.reconciled(name, res.is_ok());
+                res
+            }
+        }
+    };
+    Controller::for_shared_stream(changes, source.reader)
         .with_config(ControllerConfig::default().concurrency(concurrency))
-        .run(reconcile, error_policy(name), ctx)
-        .for_each(|res| async move {
-            // Reconcile errors were handled by the error policy; what is left here are
-            // queue errors (e.g. an object gone from the store), which need nothing.
-            if let Err(e) = res {
-                if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {
-                    tracing::debug!(controller = name, error = %e, "controller stream error");
+        .run(counted, error_policy(name), ctx)
+        .for_each(|res| {
+            let queue = queue.clone();
+            async move {
+                // Reconcile errors were handled by the error policy; what is left here are
+                // queue errors (e.g. an object gone from the store), which need nothing.
+                match res {
+                    Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
+                        queue.done(&key(r.namespace.as_deref(), &r.name));
+                    }
+                    Err(kube::runtime::controller::Error::ReconcilerFailed(..)) | Ok(_) => {}
+                    Err(e) => tracing::debug!(controller = name, error = %e, "controller stream error"),
                 }
             }
         })
@@ -182,6 +213,40 @@ where
         let delay = ctx.backoff().next(&obj.name_any());
         tracing::warn!(controller = name, object = %obj.name_any(), error = %err, retry_in = ?delay, "reconcile failed");
         Action::requeue(delay)
+    }
+}
+
+fn key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// The keys changed and not yet picked up by a reconcile (the queue depth metric).
+#[derive(Clone)]
+struct Queue {
+    name: &'static str,
+    metrics: Metrics,
+    keys: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Queue {
+    fn new(name: &'static str, metrics: Metrics) -> Self {
+        metrics.set_queue_depth(name, 0);
+        Queue { name, metrics, keys: Arc::default() }
+    }
+
+    fn add(&self, key: String) {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.insert(key);
+        self.metrics.set_queue_depth(self.name, keys.len());
+    }
+
+    fn done(&self, key: &str) {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.remove(key);
+        self.metrics.set_queue_depth(self.name, keys.len());
     }
 }
 

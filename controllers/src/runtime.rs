@@ -11,6 +11,8 @@ use kube::runtime::WatchStreamExt as _;
 use kube::{Api, Resource};
 use serde_json::Value;
 
+use crate::metrics::Metrics;
+
 /// Fires when something changed.
 pub type Trigger = BoxStream<'static, ()>;
 
@@ -45,13 +47,14 @@ pub async fn level_loop<F, Fut>(
     name: &'static str,
     triggers: Vec<Trigger>,
     period: Duration,
+    metrics: Metrics,
     mut sync: F,
 ) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
-    level_loop_until(name, triggers, period, move || {
+    level_loop_until(name, triggers, period, metrics, move || {
         let fut = sync();
         async move { fut.await.map(|()| None) }
     })
@@ -60,10 +63,13 @@ where
 
 /// Like [`level_loop`], for a `sync` that knows when the world changes without an event
 /// (a token expiring): it returns how soon to run again at the latest (`None`: `period`).
+///
+/// Each sync counts as one reconcile of `name` in `metrics`.
 pub async fn level_loop_until<F, Fut>(
     name: &'static str,
     triggers: Vec<Trigger>,
     period: Duration,
+    metrics: Metrics,
     mut sync: F,
 ) -> anyhow::Result<()>
 where
@@ -74,7 +80,9 @@ where
     let mut merged = futures::stream::select_all(triggers).chain(futures::stream::pending());
     let mut backoff = Duration::from_millis(250);
     loop {
-        let wait = match sync().await {
+        let result = sync().await;
+        metrics.reconciled(name, result.is_ok());
+        let wait = match result {
             Ok(next) => {
                 backoff = Duration::from_millis(250);
                 next.map_or(period, |n| n.min(period))
@@ -136,7 +144,7 @@ mod tests {
         let start = tokio::time::Instant::now();
         let task = tokio::spawn({
             let seen = seen.clone();
-            level_loop_until("test", Vec::new(), period, move || {
+            level_loop_until("test", Vec::new(), period, Metrics::default(), move || {
                 let seen = seen.clone();
                 async move {
                     let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());

@@ -41,7 +41,7 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
         changes(namespaces.clone(), watcher::Config::default()),
         changes(accounts.clone(), watcher::Config::default().fields(&only_default)),
     ];
-    level_loop("serviceaccount", triggers, cfg.resync_period, || {
+    level_loop("serviceaccount", triggers, cfg.resync_period, cfg.metrics.clone(), || {
         let (namespaces, accounts, client, only_default) =
             (namespaces.clone(), accounts.clone(), client.clone(), only_default.clone());
         async move {

@@ -146,7 +146,7 @@ pub async fn run(
         changes(accounts.clone(), watcher::Config::default()),
         changes(secrets.clone(), watcher::Config::default().fields(&token_type)),
     ];
-    level_loop("serviceaccount-token", triggers, cfg.resync_period, || {
+    level_loop("serviceaccount-token", triggers, cfg.resync_period, cfg.metrics.clone(), || {
         let (accounts, secrets, client, gen, ca_file, token_type) =
             (accounts.clone(), secrets.clone(), client.clone(), gen.clone(), ca_file.clone(), token_type.clone());
         async move {

@@ -69,6 +69,7 @@ pub enum Error {
 
 struct Context {
     secrets: Api<Secret>,
+    metrics: crate::metrics::Metrics,
 }
 
 async fn reconcile(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -83,6 +84,7 @@ async fn reconcile(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, Err
             };
             match ctx.secrets.delete(&name, &dp).await {
                 Ok(_) => {
+                    ctx.metrics.token_cleaned();
                     tracing::info!(controller = "tokencleaner", secret = %name, "deleted an expired bootstrap token");
                     Ok(Action::await_change())
                 }
@@ -99,12 +101,19 @@ fn error_policy(_secret: Arc<Secret>, error: &Error, _ctx: Arc<Context>) -> Acti
     Action::requeue(RETRY)
 }
 
-pub async fn run(client: Client, _cfg: crate::Config) -> anyhow::Result<()> {
+pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     let secrets: Api<Secret> = Api::namespaced(client, NAMESPACE);
     let only_tokens = format!("type={SECRET_TYPE}");
     Controller::new(secrets.clone(), watcher::Config::default().fields(&only_tokens))
-        .run(reconcile, error_policy, Arc::new(Context { secrets }))
-        .for_each(|result| async move {
+        .run(reconcile, error_policy, Arc::new(Context { secrets, metrics: cfg.metrics.clone() }))
+        .for_each(|result| async {
+            match &result {
+                Ok(_) => cfg.metrics.reconciled("tokencleaner", true),
+                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {
+                    cfg.metrics.reconciled("tokencleaner", false)
+                }
+                Err(_) => {}
+            }
             if let Err(e) = result {
                 // Reconcile failures were logged by the error policy; this is the watch.
                 if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {

@@ -719,3 +719,126 @@ fn user_with_kubeconfig(s: &Server, name: &str, yaml: &str, identity: Vec<u8>) -
     std::fs::write(&kubeconfig, yaml).expect("writing the user kubeconfig");
     User { name: name.to_string(), kubeconfig, identity, cache_dir: s.work_dir().join(format!("{file}-cache")) }
 }
+
+// -------------------------------------------------------------------- controller-manager
+
+/// A running `kustos controller-manager` child process (killed on drop) and the address of
+/// its health and metrics server.
+pub struct ControllerManager {
+    child: Mutex<Option<Child>>,
+    /// `http://127.0.0.1:PORT` (`--metrics-bind-address 127.0.0.1:0`, as printed).
+    pub url: String,
+    log: PathBuf,
+}
+
+impl ControllerManager {
+    /// `kustos controller-manager --kubeconfig <admin of s> --metrics-bind-address
+    /// 127.0.0.1:0 <args>`; waits (bounded) for the line naming the metrics address.
+    pub fn start(s: &Server, args: &[&str]) -> ControllerManager {
+        ControllerManager::start_with_kubeconfig(s, &s.kubeconfig, args)
+    }
+
+    /// Like [`ControllerManager::start`], with another kubeconfig.
+    pub fn start_with_kubeconfig(s: &Server, kubeconfig: &Path, args: &[&str]) -> ControllerManager {
+        let log = s.work_dir().join(format!("{}.log", unique("controller-manager")));
+        let stderr = std::fs::File::create(&log).expect("creating the controller-manager log");
+        let mut child = Command::new(binary())
+            .arg("controller-manager")
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawning {}: {e}", binary().display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        const PREFIX: &str = "kustos controller-manager serving health and metrics on ";
+        match rx.recv_timeout(START_TIMEOUT) {
+            Ok(line) if line.starts_with(PREFIX) => {
+                ControllerManager { child: Mutex::new(Some(child)), url: line[PREFIX.len()..].trim().to_string(), log }
+            }
+            other => {
+                let _ = child.kill();
+                let status = child.wait().ok();
+                panic!(
+                    "kustos controller-manager did not print its metrics address ({other:?}); exit status \
+                     {status:?}\nstderr tail:\n{}",
+                    tail(&log, 4000)
+                );
+            }
+        }
+    }
+
+    /// The controller-manager's stderr (logs), for failure messages.
+    pub fn stderr_tail(&self) -> String {
+        tail(&self.log, 6000)
+    }
+
+    /// Everything the controller-manager wrote on stderr (its logs).
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.log).expect("reading the controller-manager log")
+    }
+
+    /// SIGKILL it and reap it, without any chance to clean up.
+    pub fn kill9(&self) {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(mut child) = guard.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM it and wait (bounded) for it to exit; its exit status. Panics if it has not
+    /// exited after `within`.
+    pub fn terminate(&self, within: Duration) -> std::process::ExitStatus {
+        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
+        let mut child = guard.take().expect("the controller-manager is not running");
+        let status =
+            Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("running kill -TERM");
+        assert!(status.success(), "kill -TERM {} failed", child.id());
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(st) = child.try_wait().expect("waiting for the controller-manager") {
+                return st;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("the controller-manager did not exit within {within:?} after SIGTERM:\n{}", self.stderr_tail());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `GET <url><path>` over plain HTTP: (status, body).
+    pub async fn get(&self, path: &str) -> (u16, String) {
+        let client = reqwest::Client::builder().timeout(HTTP_TIMEOUT).no_proxy().build().expect("an HTTP client");
+        let resp = client.get(format!("{}{path}", self.url)).send().await.unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let code = resp.status().as_u16();
+        (code, resp.text().await.unwrap_or_default())
+    }
+
+    /// The value of the sample `series` (name and labels exactly as exposed) in `/metrics`;
+    /// `None` when it is not there.
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let (code, text) = self.get("/metrics").await;
+        assert_eq!(code, 200, "GET /metrics: {text}");
+        text.lines().find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.trim().parse().ok())
+    }
+}
+
+impl Drop for ControllerManager {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}

@@ -1,0 +1,266 @@
+//! The controllers' Prometheus metrics: one cheap, cloneable handle ([`Metrics`]) that every
+//! controller gets through [`crate::Config`], and the text exposition for `/metrics`.
+//!
+//! | metric | type | labels | what |
+//! | --- | --- | --- | --- |
+//! | `kustos_controller_reconciles_total` | counter | `controller` | reconciles (or syncs) run |
+//! | `kustos_controller_reconcile_errors_total` | counter | `controller` | of those, the ones that failed |
+//! | `kustos_controller_queue_depth` | gauge | `controller` | objects changed and waiting for their reconcile (the per-CSR controllers) |
+//! | `kustos_csr_approved_total` | counter | `signer` | CSRs a controller approved |
+//! | `kustos_csr_denied_total` | counter | `signer` | CSRs a controller denied |
+//! | `kustos_csr_signed_total` | counter | `signer` | certificates written into `status.certificate` |
+//! | `kustos_csr_failed_total` | counter | `signer` | CSRs the signer marked `Failed` |
+//! | `kustos_bootstrap_tokens_cleaned_total` | counter | | expired bootstrap-token Secrets deleted |
+//! | `kustos_leader_election_master_status` | gauge | `name` | 1 while this replica holds the Lease, else 0 |
+//! | `kustos_leader_election_transitions_total` | counter | `name` | times this replica started or stopped leading |
+//!
+//! Counters count what this process did (a restart starts them at zero, as usual for
+//! Prometheus counters): summed over replicas, `kustos_csr_signed_total` is the number of
+//! certificates issued.
+
+use std::sync::Arc;
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+type Labels = [(&'static str, String); 1];
+
+/// The `Content-Type` of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// A handle on the process' metrics; clones share them. `Default` is a fresh registry, so
+/// code that never serves `/metrics` (`kustos server`) just counts into it.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    reconciles: Family<Labels, Counter>,
+    reconcile_errors: Family<Labels, Counter>,
+    queue_depth: Family<Labels, Gauge>,
+    csr_approved: Family<Labels, Counter>,
+    csr_denied: Family<Labels, Counter>,
+    csr_signed: Family<Labels, Counter>,
+    csr_failed: Family<Labels, Counter>,
+    tokens_cleaned: Counter,
+    leader: Family<Labels, Gauge>,
+    leader_transitions: Family<Labels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let reconciles = Family::<Labels, Counter>::default();
+        let reconcile_errors = Family::<Labels, Counter>::default();
+        let queue_depth = Family::<Labels, Gauge>::default();
+        let csr_approved = Family::<Labels, Counter>::default();
+        let csr_denied = Family::<Labels, Counter>::default();
+        let csr_signed = Family::<Labels, Counter>::default();
+        let csr_failed = Family::<Labels, Counter>::default();
+        let tokens_cleaned = Counter::default();
+        let leader = Family::<Labels, Gauge>::default();
+        let leader_transitions = Family::<Labels, Counter>::default();
+        // The `_total` suffix of counters is added by the encoder.
+        registry.register(
+            "kustos_controller_reconciles",
+            "Reconciles (or syncs) run, by controller",
+            reconciles.clone(),
+        );
+        registry.register(
+            "kustos_controller_reconcile_errors",
+            "Reconciles (or syncs) that failed, by controller",
+            reconcile_errors.clone(),
+        );
+        registry.register(
+            "kustos_controller_queue_depth",
+            "Objects changed and waiting for their reconcile, by controller",
+            queue_depth.clone(),
+        );
+        registry.register(
+            "kustos_csr_approved",
+            "CertificateSigningRequests approved, by signer",
+            csr_approved.clone(),
+        );
+        registry.register("kustos_csr_denied", "CertificateSigningRequests denied, by signer", csr_denied.clone());
+        registry.register("kustos_csr_signed", "Certificates issued into CSR status, by signer", csr_signed.clone());
+        registry.register(
+            "kustos_csr_failed",
+            "CertificateSigningRequests the signer marked Failed, by signer",
+            csr_failed.clone(),
+        );
+        registry.register(
+            "kustos_bootstrap_tokens_cleaned",
+            "Expired bootstrap-token Secrets deleted",
+            tokens_cleaned.clone(),
+        );
+        registry.register(
+            "kustos_leader_election_master_status",
+            "1 while this replica holds the leader-election Lease, else 0",
+            leader.clone(),
+        );
+        registry.register(
+            "kustos_leader_election_transitions",
+            "Times this replica started or stopped leading",
+            leader_transitions.clone(),
+        );
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                reconciles,
+                reconcile_errors,
+                queue_depth,
+                csr_approved,
+                csr_denied,
+                csr_signed,
+                csr_failed,
+                tokens_cleaned,
+                leader,
+                leader_transitions,
+            }),
+        }
+    }
+
+    /// One reconcile (or sync) of `controller` finished; `ok` is whether it succeeded.
+    pub fn reconciled(&self, controller: &str, ok: bool) {
+        let l = label("controller", controller);
+        self.inner.reconciles.get_or_create(&l).inc();
+        if !ok {
+            self.inner.reconcile_errors.get_or_create(&l).inc();
+        }
+    }
+
+    /// Objects of `controller` waiting for their reconcile.
+    pub fn set_queue_depth(&self, controller: &str, depth: usize) {
+        let depth = i64::try_from(depth).unwrap_or(i64::MAX);
+        self.inner.queue_depth.get_or_create(&label("controller", controller)).set(depth);
+    }
+
+    /// A controller approved a CSR of `signer`.
+    pub fn csr_approved(&self, signer: &str) {
+        self.inner.csr_approved.get_or_create(&label("signer", signer)).inc();
+    }
+
+    /// A controller denied a CSR of `signer`.
+    pub fn csr_denied(&self, signer: &str) {
+        self.inner.csr_denied.get_or_create(&label("signer", signer)).inc();
+    }
+
+    /// A certificate of `signer` was written into a CSR's status.
+    pub fn csr_signed(&self, signer: &str) {
+        self.inner.csr_signed.get_or_create(&label("signer", signer)).inc();
+    }
+
+    /// The signer marked a CSR of `signer` Failed.
+    pub fn csr_failed(&self, signer: &str) {
+        self.inner.csr_failed.get_or_create(&label("signer", signer)).inc();
+    }
+
+    /// An expired bootstrap-token Secret was deleted.
+    pub fn token_cleaned(&self) {
+        self.inner.tokens_cleaned.inc();
+    }
+
+    /// Whether this replica leads for the Lease `name`; a change counts as a transition.
+    pub fn set_leader(&self, name: &str, leading: bool) {
+        let l = label("name", name);
+        let new = i64::from(leading);
+        if self.inner.leader.get_or_create(&l).set(new) != new {
+            self.inner.leader_transitions.get_or_create(&l).inc();
+        }
+    }
+
+    /// The text exposition (OpenMetrics, which Prometheus reads; [`CONTENT_TYPE`]).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.inner.registry).is_err() {
+            // Writing into a String cannot fail; keep what was written.
+            tracing::warn!("encoding the metrics failed");
+        }
+        out
+    }
+}
+
+fn label(key: &'static str, value: &str) -> Labels {
+    [(key, value.to_string())]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample line starting with `prefix` (name and labels).
+    fn sample(text: &str, prefix: &str) -> Option<String> {
+        text.lines().find_map(|l| l.strip_prefix(prefix).map(|v| v.trim().to_string()))
+    }
+
+    #[test]
+    fn every_recorded_value_is_exposed_under_its_documented_name() {
+        let m = Metrics::new();
+        m.reconciled("csrsigning", true);
+        m.reconciled("csrsigning", false);
+        m.set_queue_depth("csrsigning", 7);
+        m.csr_approved("kubernetes.io/kube-apiserver-client-kubelet");
+        m.csr_denied("kubernetes.io/kubelet-serving");
+        m.csr_signed("kubernetes.io/kube-apiserver-client-kubelet");
+        m.csr_signed("kubernetes.io/kube-apiserver-client-kubelet");
+        m.csr_failed("kubernetes.io/kube-apiserver-client");
+        m.token_cleaned();
+        m.set_leader("kcm", true);
+        let text = m.encode();
+        let cases: &[(&str, &str, &str)] = &[
+            ("reconciles", "kustos_controller_reconciles_total{controller=\"csrsigning\"}", "2"),
+            ("errors", "kustos_controller_reconcile_errors_total{controller=\"csrsigning\"}", "1"),
+            ("queue depth", "kustos_controller_queue_depth{controller=\"csrsigning\"}", "7"),
+            ("approved", "kustos_csr_approved_total{signer=\"kubernetes.io/kube-apiserver-client-kubelet\"}", "1"),
+            ("denied", "kustos_csr_denied_total{signer=\"kubernetes.io/kubelet-serving\"}", "1"),
+            ("signed", "kustos_csr_signed_total{signer=\"kubernetes.io/kube-apiserver-client-kubelet\"}", "2"),
+            ("failed", "kustos_csr_failed_total{signer=\"kubernetes.io/kube-apiserver-client\"}", "1"),
+            ("tokens cleaned", "kustos_bootstrap_tokens_cleaned_total", "1"),
+            ("leader", "kustos_leader_election_master_status{name=\"kcm\"}", "1"),
+            ("transitions", "kustos_leader_election_transitions_total{name=\"kcm\"}", "1"),
+        ];
+        for (name, prefix, want) in cases {
+            assert_eq!(sample(&text, prefix).as_deref(), Some(*want), "{name}: in\n{text}");
+        }
+    }
+
+    #[test]
+    fn only_a_change_of_leader_status_is_a_transition() {
+        let m = Metrics::new();
+        // name, leading, wanted status, wanted transitions (in order, on one handle)
+        let steps: &[(&str, bool, &str, &str)] = &[
+            ("standby at start", false, "0", "0"),
+            ("acquired", true, "1", "1"),
+            ("renewed", true, "1", "1"),
+            ("lost", false, "0", "2"),
+            ("still standby", false, "0", "2"),
+        ];
+        for (name, leading, status, transitions) in steps {
+            m.set_leader("l", *leading);
+            let text = m.encode();
+            assert_eq!(
+                sample(&text, "kustos_leader_election_master_status{name=\"l\"}").as_deref(),
+                Some(*status),
+                "{name}"
+            );
+            let got = sample(&text, "kustos_leader_election_transitions_total{name=\"l\"}");
+            assert_eq!(got.as_deref().unwrap_or("0"), *transitions, "{name}");
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! `kustos controller-manager`: the controllers alone, against any apiserver (a kubeconfig,
+//! or the in-cluster config in a Pod), with Lease leader election, `/healthz`, `/readyz` and
+//! `/metrics` on plain HTTP.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+use kustos_controllers::{leader_election, metrics::Metrics};
+
+use crate::{parse_duration, SigningArgs};
+
+/// The default of `--metrics-bind-address`: every interface (the kubelet's probes and
+/// Prometheus reach a Pod on its IP), port 8080 as controller-runtime's managers use.
+pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "0.0.0.0:8080";
+
+/// The CA bundle a Pod's service account trusts for the apiserver.
+const IN_CLUSTER_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+
+#[derive(Args, Clone)]
+pub struct ControllerManagerArgs {
+    /// Kubeconfig of the apiserver to work against. Default: $KUBECONFIG, else the
+    /// in-cluster service account (in a Pod).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Controllers to run: `*` (every controller that is on by default), `name`, `-name`.
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    controllers: Vec<String>,
+    /// Elect a leader on a Lease before running the controllers, so that of several
+    /// replicas only one runs them (`=false`: run them at once).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    leader_elect: bool,
+    /// How long a standby waits after the last change it saw to the Lease before taking over.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    leader_elect_lease_duration: Duration,
+    /// How long the leader keeps leading without a successful renewal; less than the lease
+    /// duration.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    leader_elect_renew_deadline: Duration,
+    /// Time between attempts to acquire and to renew the Lease.
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    leader_elect_retry_period: Duration,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, default_value = "kube-system")]
+    leader_elect_resource_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "kustos-controller-manager")]
+    leader_elect_resource_name: String,
+    /// Where to serve /healthz, /readyz and /metrics over plain HTTP (port 0 picks a free
+    /// one; the address is printed on stdout).
+    #[arg(long, default_value = DEFAULT_METRICS_BIND_ADDRESS)]
+    metrics_bind_address: SocketAddr,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    log_format: String,
+    /// The cluster's root CA bundle: published as `kube-root-ca.crt` in every namespace
+    /// and put into legacy service-account token Secrets. Default, in a Pod: the service
+    /// account's `ca.crt` (the CA the client trusts, as upstream).
+    #[arg(long)]
+    root_ca_file: Option<PathBuf>,
+    /// PEM private key (RSA or ECDSA) that signs legacy service-account token Secrets
+    /// (`serviceaccount-token`, which does not start without it).
+    #[arg(long)]
+    service_account_private_key_file: Option<PathBuf>,
+    /// How long an auto-generated legacy service-account token may stay unused before the
+    /// legacy-serviceaccount-token-cleaner marks it invalid (and, as long again, deletes it).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    legacy_service_account_token_clean_up_period: Duration,
+    #[command(flatten)]
+    signing: SigningArgs,
+}
+
+impl ControllerManagerArgs {
+    /// The leader-election settings (`None` with `--leader-elect=false`), checked.
+    fn leader_election(&self, identity: String) -> anyhow::Result<Option<leader_election::Config>> {
+        if !self.leader_elect {
+            return Ok(None);
+        }
+        let cfg = leader_election::Config {
+            namespace: self.leader_elect_resource_namespace.clone(),
+            name: self.leader_elect_resource_name.clone(),
+            identity,
+            lease_duration: self.leader_elect_lease_duration,
+            renew_deadline: self.leader_elect_renew_deadline,
+            retry_period: self.leader_elect_retry_period,
+        };
+        cfg.validate().map_err(anyhow::Error::msg)?;
+        Ok(Some(cfg))
+    }
+}
+
+/// `GET /healthz`, `/readyz`: 200 `ok` for the leader and a standby alike (a standby is
+/// healthy and ready to take over); `GET /metrics`: the Prometheus text.
+pub fn router(metrics: Metrics) -> axum::Router {
+    use axum::routing::get;
+    axum::Router::new().route("/healthz", get(|| async { "ok" })).route("/readyz", get(|| async { "ok" })).route(
+        "/metrics",
+        get(move || {
+            let text = metrics.encode();
+            async move { ([(http::header::CONTENT_TYPE, kustos_controllers::metrics::CONTENT_TYPE)], text) }
+        }),
+    )
+}
+
+pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
+    crate::init_logging(&args.log_format);
+    // Every flag is checked before anything connects or listens.
+    let controllers = kustos_controllers::resolve_controllers(&args.controllers).map_err(anyhow::Error::msg)?;
+    let election = args.leader_election(leader_election::identity())?;
+    let csr_signing = args.signing.config(None)?;
+    if controllers.iter().any(|c| c == "csrsigning") {
+        if !csr_signing.any_set() {
+            anyhow::bail!(
+                "csrsigning needs a signing CA: set --cluster-signing-cert-file and --cluster-signing-key-file \
+                 (or per-signer files), or leave it out with --controllers=*,-csrsigning"
+            );
+        }
+        kustos_controllers::csr_signer::check(&csr_signing).map_err(anyhow::Error::msg)?;
+    }
+    let legacy_token_clean_up_period = chrono::Duration::from_std(args.legacy_service_account_token_clean_up_period)
+        .context("--legacy-service-account-token-clean-up-period is too long")?;
+    let token_generator: Option<Arc<dyn kustos_controllers::TokenGenerator>> =
+        match &args.service_account_private_key_file {
+            Some(path) => {
+                let pem = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading --service-account-private-key-file {}", path.display()))?;
+                let signer = kustos_controllers::serviceaccount_token::PemSigner::new(pem)
+                    .with_context(|| format!("--service-account-private-key-file {}", path.display()))?;
+                Some(Arc::new(signer))
+            }
+            None => None,
+        };
+    let root_ca_file = args.root_ca_file.clone().or_else(|| {
+        let in_cluster = PathBuf::from(IN_CLUSTER_CA);
+        in_cluster.is_file().then(|| {
+            tracing::info!(file = IN_CLUSTER_CA, "no --root-ca-file: using the service account's CA");
+            in_cluster
+        })
+    });
+    if let Some(path) = &root_ca_file {
+        let pem =
+            std::fs::read_to_string(path).with_context(|| format!("reading --root-ca-file {}", path.display()))?;
+        if !pem.contains("-----BEGIN CERTIFICATE-----") {
+            anyhow::bail!("--root-ca-file {} holds no PEM certificate", path.display());
+        }
+    }
+    let client = match &args.kubeconfig {
+        Some(path) => crate::kubeconfig_cmd::client(path).await?,
+        None => {
+            let cfg = kube::Config::infer()
+                .await
+                .context("no --kubeconfig, and neither $KUBECONFIG nor an in-cluster service account works")?;
+            kube::Client::try_from(cfg).context("building the client")?
+        }
+    };
+
+    let metrics = Metrics::new();
+    if let Some(le) = &election {
+        // A standby from the first scrape on.
+        metrics.set_leader(&le.name, false);
+    }
+    let listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
+        .await
+        .with_context(|| format!("listening on --metrics-bind-address {}", args.metrics_bind_address))?;
+    let addr = listener.local_addr().context("the metrics listener's address")?;
+    tracing::info!(address = %addr, "serving /healthz, /readyz and /metrics");
+    println!("kustos controller-manager serving health and metrics on http://{addr}");
+    let http = tokio::spawn(std::future::IntoFuture::into_future(axum::serve(listener, router(metrics.clone()))));
+
+    let config = kustos_controllers::Config {
+        controllers,
+        root_ca_file,
+        token_generator,
+        legacy_token_clean_up_period,
+        csr_signing,
+        metrics: metrics.clone(),
+        ..Default::default()
+    };
+    let clients: kustos_controllers::ClientFor = {
+        let client = client.clone();
+        Arc::new(move |_| client.clone())
+    };
+    let result = match election {
+        Some(le) => {
+            let leases = kube::Api::namespaced(client, &le.namespace);
+            let lead = move |stop| kustos_controllers::run(clients.clone(), config.clone(), stop);
+            leader_election::run(leases, le, metrics, lead, crate::shutdown_signal()).await
+        }
+        None => {
+            tracing::info!("leader election is off: starting the controllers");
+            kustos_controllers::run(clients, config, crate::shutdown_signal()).await
+        }
+    };
+    http.abort();
+    tracing::info!("stopped");
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    fn parse(args: &[&str]) -> ControllerManagerArgs {
+        let mut argv = vec!["kustos", "controller-manager"];
+        argv.extend_from_slice(args);
+        match crate::Cli::try_parse_from(argv) {
+            Ok(crate::Cli { command: crate::Command::ControllerManager(a) }) => a,
+            Ok(_) => panic!("not controller-manager"),
+            Err(e) => panic!("{args:?}: {e}"),
+        }
+    }
+
+    #[test]
+    fn leader_election_flags_and_their_checks() {
+        // name, args, wanted (lease, renew, retry in ms) or an error containing
+        type Want = Result<Option<(u64, u64, u64)>, &'static str>;
+        let cases: &[(&str, &[&str], Want)] = &[
+            ("defaults as upstream", &[], Ok(Some((15_000, 10_000, 2_000)))),
+            (
+                "short test settings",
+                &[
+                    "--leader-elect-lease-duration=4s",
+                    "--leader-elect-renew-deadline=3s",
+                    "--leader-elect-retry-period=500ms",
+                ],
+                Ok(Some((4_000, 3_000, 500))),
+            ),
+            ("off", &["--leader-elect=false"], Ok(None)),
+            ("bare flag is on", &["--leader-elect"], Ok(Some((15_000, 10_000, 2_000)))),
+            (
+                "renew deadline not below the lease",
+                &["--leader-elect-lease-duration=10s"],
+                Err("must be greater than --leader-elect-renew-deadline"),
+            ),
+            (
+                "off: the durations are not checked",
+                &["--leader-elect=false", "--leader-elect-lease-duration=1s"],
+                Ok(None),
+            ),
+        ];
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        for (name, args, want) in cases {
+            let got = parse(args).leader_election("me".into());
+            match (got, want) {
+                (Ok(Some(c)), Ok(Some(w))) => {
+                    assert_eq!((ms(c.lease_duration), ms(c.renew_deadline), ms(c.retry_period)), *w, "{name}");
+                    assert_eq!((c.namespace.as_str(), c.name.as_str()), ("kube-system", "kustos-controller-manager"));
+                }
+                (Ok(None), Ok(None)) => {}
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{name}: {e}"),
+                (got, want) => panic!("{name}: got {:?}, want {want:?}", got.map(|c| c.is_some())),
+            }
+        }
+    }
+
+    #[test]
+    fn other_defaults() {
+        let a = parse(&[]);
+        assert_eq!(a.metrics_bind_address.to_string(), DEFAULT_METRICS_BIND_ADDRESS, "metrics address");
+        assert_eq!(a.controllers, ["*"], "controllers");
+        assert_eq!(a.log_format, "text", "log format");
+        assert!(a.kubeconfig.is_none(), "kubeconfig");
+    }
+
+    #[tokio::test]
+    async fn health_readiness_and_metrics_are_served() {
+        use tower::ServiceExt as _;
+        let metrics = Metrics::new();
+        metrics.csr_signed("kubernetes.io/kube-apiserver-client-kubelet");
+        // path, wanted status, a line the body must contain
+        let cases: &[(&str, u16, &str)] = &[
+            ("/healthz", 200, "ok"),
+            ("/readyz", 200, "ok"),
+            ("/metrics", 200, "kustos_csr_signed_total{signer=\"kubernetes.io/kube-apiserver-client-kubelet\"} 1"),
+            ("/nope", 404, ""),
+        ];
+        for (path, code, line) in cases {
+            let req = http::Request::get(*path).body(axum::body::Body::empty()).unwrap_or_default();
+            let resp = router(metrics.clone()).oneshot(req).await.unwrap_or_else(|e| match e {});
+            assert_eq!(resp.status().as_u16(), *code, "{path}");
+            let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap_or_default();
+            let text = String::from_utf8_lossy(&body);
+            assert!(text.lines().any(|l| l == *line) || line.is_empty(), "{path}: {text}");
+        }
+    }
+}
