@@ -68,20 +68,7 @@ fn certificate(csr: &Value) -> Option<Vec<u8>> {
 
 /// Poll the CSR until `done` holds (bounded by [`WAIT`]); returns it.
 async fn wait_for(s: &Server, name: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let start = Instant::now();
-    let mut last = Value::Null;
-    for _ in 0..600 {
-        let r = get_csr(s, name).await;
-        if r.code == 200 && done(&r.body) {
-            return r.body;
-        }
-        last = r.body;
-        if start.elapsed() > WAIT {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("CSR {name}: {what} did not happen within {WAIT:?}; last seen: {last}\nserver log:\n{}", s.stderr_tail());
+    s.wait_for_object(&format!("{CSRS}/{name}"), what, WAIT, done).await
 }
 
 async fn wait_issued(s: &Server, name: &str) -> Value {

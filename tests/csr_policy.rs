@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 use common::{issue_user, send, shared, unique, Server, User};
@@ -82,20 +82,7 @@ fn condition<'a>(obj: &'a Value, type_: &str) -> Option<&'a Value> {
 
 /// Poll `path` until `done` holds (bounded by [`WAIT`]); returns the object.
 async fn wait_for(s: &Server, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
-    let start = Instant::now();
-    let mut last = Value::Null;
-    for _ in 0..600 {
-        let r = send(s.http().get(format!("{}{path}", s.url))).await;
-        if r.code == 200 && done(&r.body) {
-            return r.body;
-        }
-        last = r.body;
-        if start.elapsed() > WAIT {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("{path}: {what} did not happen within {WAIT:?}; last seen: {last}\nserver log:\n{}", s.stderr_tail());
+    s.wait_for_object(path, what, WAIT, done).await
 }
 
 async fn wait_decided(s: &Server, name: &str) -> Value {

@@ -131,38 +131,40 @@ impl Server {
         guard.as_ref().map(|c| c.id()).expect("the server is not running")
     }
 
+    /// GET `path` as the admin until the object satisfies `done`, every 100 ms for at most
+    /// `wait`; returns it. Fails naming `what`, with the last reply and the server's log.
+    pub async fn wait_for_object(
+        &self,
+        path: &str,
+        what: &str,
+        wait: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let start = Instant::now();
+        let mut last = Value::Null;
+        for _ in 0..(wait.as_millis() / 100).max(1) {
+            let r = send(self.http().get(format!("{}{path}", self.url))).await;
+            if r.code == 200 && done(&r.body) {
+                return r.body;
+            }
+            last = r.body;
+            if start.elapsed() > wait {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("{path}: {what} did not happen within {wait:?}; last seen: {last}\nserver log:\n{}", self.stderr_tail());
+    }
+
     /// SIGKILL the server and reap it, without any chance to clean up.
     pub fn kill9(&self) {
-        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(mut child) = guard.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill9_child(&self.child);
     }
 
     /// SIGTERM the server and wait (bounded) for it to exit; returns its exit status.
     /// Panics if it has not exited after `within`.
     pub fn terminate(&self, within: Duration) -> std::process::ExitStatus {
-        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        let mut child = guard.take().expect("the server is not running");
-        let status =
-            Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("running kill -TERM");
-        assert!(status.success(), "kill -TERM {} failed", child.id());
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(st) = child.try_wait().expect("waiting for the server") {
-                return st;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "kustos did not exit within {within:?} after SIGTERM; stderr tail:\n{}",
-                    tail(&self.stderr_log(self.runs), 4000)
-                );
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        terminate_child(&self.child, within, "kustos", || tail(&self.stderr_log(self.runs), 4000))
     }
 
     /// Start the server again on the same data dir (on a new free port). Any running
@@ -791,33 +793,13 @@ impl ControllerManager {
 
     /// SIGKILL it and reap it, without any chance to clean up.
     pub fn kill9(&self) {
-        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(mut child) = guard.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        kill9_child(&self.child);
     }
 
     /// SIGTERM it and wait (bounded) for it to exit; its exit status. Panics if it has not
     /// exited after `within`.
     pub fn terminate(&self, within: Duration) -> std::process::ExitStatus {
-        let mut guard = self.child.lock().unwrap_or_else(|e| e.into_inner());
-        let mut child = guard.take().expect("the controller-manager is not running");
-        let status =
-            Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("running kill -TERM");
-        assert!(status.success(), "kill -TERM {} failed", child.id());
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(st) = child.try_wait().expect("waiting for the controller-manager") {
-                return st;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("the controller-manager did not exit within {within:?} after SIGTERM:\n{}", self.stderr_tail());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        terminate_child(&self.child, within, "the controller-manager", || self.stderr_tail())
     }
 
     /// `GET <url><path>` over plain HTTP: (status, body).
@@ -840,5 +822,40 @@ impl ControllerManager {
 impl Drop for ControllerManager {
     fn drop(&mut self) {
         self.kill9();
+    }
+}
+
+/// SIGKILL the child in `slot` (if any) and reap it.
+fn kill9_child(slot: &Mutex<Option<Child>>) {
+    let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(mut child) = guard.take() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+/// SIGTERM the child in `slot` and wait (bounded) for it to exit; its exit status. Past
+/// `within` it is killed and the test fails with `logs()`.
+fn terminate_child(
+    slot: &Mutex<Option<Child>>,
+    within: Duration,
+    what: &str,
+    logs: impl Fn() -> String,
+) -> std::process::ExitStatus {
+    let mut guard = slot.lock().unwrap_or_else(|e| e.into_inner());
+    let mut child = guard.take().unwrap_or_else(|| panic!("{what} is not running"));
+    let status = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().expect("running kill -TERM");
+    assert!(status.success(), "kill -TERM {} failed", child.id());
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(st) = child.try_wait().expect("waiting for a child process") {
+            return st;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {within:?} after SIGTERM; stderr tail:\n{}", logs());
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
