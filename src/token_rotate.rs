@@ -271,10 +271,12 @@ async fn publish(tokens: &Api<Secret>, target: &Api<Secret>, ns: &str, name: &st
         let Some(candidate) = newest_valid(&all) else {
             anyhow::bail!("no valid rotated token to publish");
         };
-        let Some(token_secret) = items.iter().find(|s| Managed::of(s, now).is_some_and(|m| m.id == candidate.id))
-        else {
-            continue;
-        };
+        // The candidate was read from `items`, so its Secret is there.
+        let secret_name = bt::secret_name(&candidate.id);
+        let token_secret = items
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(secret_name.as_str()))
+            .ok_or_else(|| anyhow::anyhow!("bootstrap token {:?} vanished from the list", candidate.id))?;
         let token = Token::from_parts(&candidate.id, bt::data(token_secret, bt::KEY_TOKEN_SECRET))
             .map_err(|_| anyhow::anyhow!("bootstrap token {:?} has a malformed secret", candidate.id))?;
         let existing = target

@@ -408,12 +408,9 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
     ctx.backoff.forget(&name);
     if approve {
         ctx.metrics.csr_approved(&obj.spec.signer_name);
-    } else {
-        ctx.metrics.csr_denied(&obj.spec.signer_name);
-    }
-    if approve {
         tracing::info!(controller = NAME, csr = %name, policy = %counted.join(","), "approved");
     } else {
+        ctx.metrics.csr_denied(&obj.spec.signer_name);
         tracing::info!(controller = NAME, csr = %name, %message, "denied");
     }
     for policy in &counted {

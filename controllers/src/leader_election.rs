@@ -276,8 +276,8 @@ fn stop_grace(cfg: &Config) -> Duration {
 /// and return `Ok`). `lead` gets a future that completes when it must stop; its task is
 /// awaited (and aborted after a short grace) before the lease can expire for others.
 ///
-/// After losing the lease this replica becomes a candidate again rather than exiting, as
-/// kube-controller-manager does: the controllers keep no state outside one `lead` call (each
+/// After losing the lease this replica becomes a candidate again, where
+/// kube-controller-manager exits: the controllers keep no state outside one `lead` call (each
 /// starts from a fresh list of the objects it watches), so a new term starts as cleanly as a
 /// restarted process would, without the container restart delay. If the controllers end by
 /// themselves while leading, the lease is released and the error returned (the process

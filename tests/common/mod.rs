@@ -199,16 +199,7 @@ impl Server {
     /// Like [`Server::kubectl`] and panics, with both outputs, unless it succeeded;
     /// returns stdout.
     pub fn kubectl_ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            out.status.success(),
-            "kubectl {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        succeeded(&format!("kubectl {}", args.join(" ")), self.kubectl(args))
     }
 
     /// kubectl with `stdin` fed to it (for `-f -`).
@@ -423,11 +414,15 @@ pub fn kustos(args: &[&str]) -> Output {
 
 /// `kustos <args>`, which must succeed; returns stdout.
 pub fn kustos_ok(args: &[&str]) -> String {
-    let out = kustos(args);
+    succeeded(&format!("kustos {}", args.join(" ")), kustos(args))
+}
+
+/// The stdout of a command that must have succeeded; otherwise panics with `what`, the
+/// exit status and both outputs.
+pub fn succeeded(what: &str, out: Output) -> String {
     assert!(
         out.status.success(),
-        "kustos {} failed ({}):\nstdout:\n{}\nstderr:\n{}",
-        args.join(" "),
+        "{what} failed ({}):\nstdout:\n{}\nstderr:\n{}",
         out.status,
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
@@ -678,15 +673,7 @@ impl User {
     }
 
     pub fn kubectl_ok(&self, s: &Server, args: &[&str]) -> String {
-        let out = self.kubectl(s, args);
-        assert!(
-            out.status.success(),
-            "kubectl (as {}) {} failed:\n{}",
-            self.name,
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        succeeded(&format!("kubectl (as {}) {}", self.name, args.join(" ")), self.kubectl(s, args))
     }
 
     /// Runs kubectl, expects failure, returns stderr.
