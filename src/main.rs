@@ -91,6 +91,19 @@ struct ServerArgs {
     /// shortened. Default: no cap.
     #[arg(long = "service-account-max-token-expiration", value_parser = parse_duration)]
     service_account_max_token_expiration: Option<std::time::Duration>,
+    /// API Priority and Fairness: classify every request by FlowSchema and share the
+    /// server's seats among priority levels (`=false`: plain max-in-flight limits).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    enable_priority_and_fairness: bool,
+    /// With APF, this plus --max-mutating-requests-inflight is the server's total seats
+    /// (the sum must be positive); without, the read-only requests in flight at once
+    /// (0: no limit).
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: u32,
+    /// Without APF, the mutating requests in flight at once (0: no limit); with APF, see
+    /// --max-requests-inflight.
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: u32,
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
@@ -262,6 +275,9 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.secure_port = args.secure_port;
     cfg.tls_sans = args.tls_san.clone();
     cfg.anonymous_auth = args.anonymous_auth;
+    cfg.enable_priority_and_fairness = args.enable_priority_and_fairness;
+    cfg.max_requests_inflight = args.max_requests_inflight;
+    cfg.max_mutating_requests_inflight = args.max_mutating_requests_inflight;
     cfg.history_revisions = args.history_revisions;
     cfg.compaction_interval = args.compaction_interval;
     cfg.tls_bootstrap_bindings = args.tls_bootstrap_bindings;

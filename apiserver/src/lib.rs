@@ -25,6 +25,7 @@ pub mod crd;
 pub mod discovery;
 mod dupcheck;
 pub mod error;
+pub mod flowcontrol;
 pub mod gc;
 pub mod health;
 pub mod impersonation;
@@ -79,6 +80,9 @@ pub struct AppState {
     /// `host:port` clients use (for `/api` serverAddressByClientCIDRs).
     pub server_address: String,
     pub security: Security,
+    /// How concurrent requests are limited (API Priority and Fairness or max-in-flight); set
+    /// once at start, unset (no limits) in tests that build the state by hand.
+    pub limiter: std::sync::OnceLock<flowcontrol::filter::Limiter>,
 }
 
 /// Who is asking and what they may do: used on the request path and by the handlers that
@@ -98,7 +102,15 @@ impl AppState {
     pub fn new(storage: Arc<dyn Storage>, server_address: String, security: Security) -> Arc<Self> {
         let registry = Registry::builtin();
         let crds = crd::Dynamic::new(&registry);
-        Arc::new(AppState { registry, storage, crds, health: health::Health::default(), server_address, security })
+        Arc::new(AppState {
+            registry,
+            storage,
+            crds,
+            health: health::Health::default(),
+            server_address,
+            security,
+            limiter: std::sync::OnceLock::new(),
+        })
     }
 }
 
@@ -109,8 +121,9 @@ pub fn router(state: Arc<AppState>) -> Router {
     let impersonate_authz = authz.clone();
     Router::new()
         .fallback(dispatch)
-        .with_state(state)
+        .with_state(state.clone())
         .layer(middleware::from_fn_with_state(authz, authz::authorize))
+        .layer(middleware::from_fn_with_state(state, flowcontrol::filter::filter))
         .layer(middleware::from_fn(resolve_request_info))
         .layer(middleware::from_fn_with_state(impersonate_authz, impersonation::impersonate))
         .layer(middleware::from_fn_with_state(authn, authn::authenticate))
@@ -192,6 +205,10 @@ async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -
             .map(|b| json_response(&b, "application/json"))
             .ok_or_else(not_found_path),
         ["version"] => Ok(json_response(&discovery::version_info(), "application/json")),
+        ["metrics"] => Ok(metrics_response(state)),
+        ["debug", "api_priority_and_fairness", dump] => {
+            flowcontrol_dump(state, dump, query.as_deref()).ok_or_else(not_found_path)
+        }
         [".well-known", "openid-configuration"] => {
             serviceaccount::openid_configuration_response(state).ok_or_else(not_found_path)
         }
@@ -203,6 +220,37 @@ async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -
         }
         _ => Err(not_found_path()),
     }
+}
+
+fn text_response(body: String, content_type: &'static str) -> Response {
+    let mut r = (StatusCode::OK, body).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+/// `/metrics`: the flow-control metrics (OpenMetrics text).
+fn metrics_response(state: &AppState) -> Response {
+    let text = match state.limiter.get() {
+        Some(flowcontrol::filter::Limiter::Apf(fc)) => fc.metrics.encode(),
+        Some(flowcontrol::filter::Limiter::MaxInFlight(m)) => m.metrics.encode(),
+        None => String::from("# EOF\n"),
+    };
+    text_response(text, flowcontrol::metrics::CONTENT_TYPE)
+}
+
+/// `/debug/api_priority_and_fairness/<dump>` (404 when flow control is off).
+fn flowcontrol_dump(state: &AppState, dump: &str, query: Option<&str>) -> Option<Response> {
+    let Some(flowcontrol::filter::Limiter::Apf(fc)) = state.limiter.get() else { return None };
+    let text = match dump {
+        "dump_priority_levels" => flowcontrol::debug::priority_levels(fc),
+        "dump_queues" => flowcontrol::debug::queues(fc),
+        "dump_requests" => {
+            let details = request_info::query_param(query, "includeRequestDetails").is_some_and(|v| !v.is_empty());
+            flowcontrol::debug::requests(fc, details)
+        }
+        _ => return None,
+    };
+    Some(text_response(text, "text/plain; charset=utf-8"))
 }
 
 fn aggregated_response(body: serde_json::Value, version: &'static str) -> Response {
@@ -356,6 +404,13 @@ pub struct Config {
     pub service_account_max_token_expiration: Option<std::time::Duration>,
     /// How often `DIR/pki/ca.crt` is checked for a new client CA bundle.
     pub client_ca_reload_interval: std::time::Duration,
+    /// `--enable-priority-and-fairness`: API Priority and Fairness, else max-in-flight limits.
+    pub enable_priority_and_fairness: bool,
+    /// `--max-requests-inflight`: read-only requests at once (without APF), or with
+    /// `max_mutating_requests_inflight` the server's total seats (with APF).
+    pub max_requests_inflight: u32,
+    /// `--max-mutating-requests-inflight`.
+    pub max_mutating_requests_inflight: u32,
 }
 
 impl Config {
@@ -375,6 +430,9 @@ impl Config {
             api_audiences: Vec::new(),
             service_account_max_token_expiration: None,
             client_ca_reload_interval: std::time::Duration::from_secs(1),
+            enable_priority_and_fairness: true,
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
         }
     }
 }
@@ -403,6 +461,31 @@ impl Running {
     pub async fn wait(self) {
         let _ = self.task.await;
     }
+}
+
+/// Put the configured request limiter in place (after the default flowcontrol objects exist).
+async fn start_flow_control(state: &Arc<AppState>, cfg: &Config) -> anyhow::Result<()> {
+    let limiter = if cfg.enable_priority_and_fairness {
+        let total = cfg.max_requests_inflight.saturating_add(cfg.max_mutating_requests_inflight);
+        if total == 0 {
+            anyhow::bail!(
+                "--max-requests-inflight plus --max-mutating-requests-inflight must be positive with API Priority and Fairness"
+            );
+        }
+        let fc = flowcontrol::dispatcher::FlowControl::new(total, flowcontrol::dispatcher::MAX_QUEUE_WAIT);
+        flowcontrol::load(state, &fc).await?;
+        flowcontrol::spawn(state.clone(), fc.clone());
+        flowcontrol::filter::Limiter::Apf(fc)
+    } else {
+        flowcontrol::filter::Limiter::MaxInFlight(Box::new(flowcontrol::filter::MaxInFlight::new(
+            cfg.max_requests_inflight,
+            cfg.max_mutating_requests_inflight,
+        )))
+    };
+    if state.limiter.set(limiter).is_err() {
+        anyhow::bail!("the request limiter was already set");
+    }
+    Ok(())
 }
 
 /// Connections waiting to be accepted: room for thousands of kubelets connecting at once
@@ -464,7 +547,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     serviceaccount::ensure_legacy_token_tracking(&state, now).await?;
     let policy = rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     rbac::reconcile::ensure_default_policy(&state, &policy).await?;
+    flowcontrol::maintain::ensure(&state).await?;
+    flowcontrol::maintain::spawn(state.clone(), flowcontrol::maintain::PERIOD);
     cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
+    start_flow_control(&state, &cfg).await?;
     gc::spawn_startup_sweep(state.clone());
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());

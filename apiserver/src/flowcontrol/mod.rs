@@ -1,0 +1,125 @@
+//! API Priority and Fairness (`flowcontrol.apiserver.k8s.io/v1`).
+//!
+//! - [`classify`]: which FlowSchema a request matches, its flow distinguisher (pure).
+//! - [`config`]: FlowSchemas and PriorityLevelConfigurations digested for the dispatcher (pure).
+//! - [`limits`]: the server's seats split into per-level limits, lending and borrowing (pure).
+//! - [`shuffle`], [`queueset`]: shuffle sharding and fair queuing of one level (pure, virtual time).
+//! - [`estimate`]: how many seats a request takes (pure).
+//! - [`dispatcher`]: the levels' queue sets behind locks, waiting and waking requests.
+//! - [`filter`]: the request-path middleware (headers, 429) and the max-in-flight fallback.
+//! - [`bootstrap`], [`maintain`]: upstream's mandatory and suggested objects, kept as upstream
+//!   keeps them; the FlowSchemas' `Dangling` condition.
+//! - [`metrics`], [`debug`]: `/metrics` and `/debug/api_priority_and_fairness/*`.
+//!
+//! [`spawn`] keeps a [`dispatcher::FlowControl`] in step with storage: it lists both kinds,
+//! puts them into effect, and does so again whenever either changes; every
+//! [`dispatcher::BORROW_PERIOD`] it re-derives the levels' limits and refreshes the object
+//! counts LIST estimates use.
+
+pub mod bootstrap;
+pub mod classify;
+pub mod config;
+pub mod debug;
+pub mod dispatcher;
+pub mod estimate;
+pub mod filter;
+pub mod limits;
+pub mod maintain;
+pub mod metrics;
+pub mod queueset;
+pub mod shuffle;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::flowcontrol::v1 as fc;
+
+use crate::storage::{ListOptions, Rev};
+use crate::AppState;
+use dispatcher::FlowControl;
+
+const GROUP: &str = "flowcontrol.apiserver.k8s.io";
+
+fn prefix(resource: &str) -> String {
+    format!("/registry/{GROUP}/{resource}/")
+}
+
+async fn list_typed<T: serde::de::DeserializeOwned>(state: &AppState, resource: &str) -> anyhow::Result<(Vec<T>, Rev)> {
+    let page = state.storage.list(&prefix(resource), ListOptions::default()).await?;
+    let mut out = Vec::with_capacity(page.items.len());
+    for kv in page.items {
+        match serde_json::from_slice::<T>(&kv.value) {
+            Ok(v) => out.push(v),
+            Err(e) => tracing::warn!(key = %kv.key, error = %e, "skipping an undecodable flowcontrol object"),
+        }
+    }
+    Ok((out, page.rev))
+}
+
+/// Read both kinds from storage and put them into effect; the revision they were read at.
+pub async fn load(state: &AppState, fc: &FlowControl) -> anyhow::Result<Rev> {
+    let (levels, rev_a) = list_typed::<fc::PriorityLevelConfiguration>(state, "prioritylevelconfigurations").await?;
+    let (schemas, rev_b) = list_typed::<fc::FlowSchema>(state, "flowschemas").await?;
+    let digest = config::digest(
+        &schemas,
+        &levels,
+        &bootstrap::mandatory_flow_schemas(),
+        &bootstrap::mandatory_priority_levels(),
+    );
+    fc.apply(digest);
+    Ok(rev_a.min(rev_b))
+}
+
+/// Refresh the object counts LIST estimates use, for every served resource.
+async fn count_objects(state: &AppState, fc: &FlowControl) {
+    let served = state.crds.current();
+    let mut counts = HashMap::new();
+    for def in served.registry.resources.iter().filter(|d| !d.create_only) {
+        if let Ok(n) = state.storage.count(&def.prefix()).await {
+            counts.insert(filter::count_key(def.group, def.resource), n);
+        }
+    }
+    fc.set_object_counts(counts);
+}
+
+/// Keep `fc` in step with storage, and rebalance its limits, until the runtime stops.
+pub fn spawn(state: Arc<AppState>, fc: Arc<FlowControl>) {
+    let (s, f) = (state.clone(), fc.clone());
+    tokio::spawn(async move {
+        loop {
+            if let Err(e) = follow(&s, &f).await {
+                tracing::warn!(error = %e, "following the flowcontrol configuration; retrying");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(dispatcher::BORROW_PERIOD);
+        loop {
+            tick.tick().await;
+            count_objects(&state, &fc).await;
+            fc.rebalance();
+        }
+    });
+}
+
+/// Load, then reload after every change (changes arriving together are taken in one go),
+/// until the watch ends or fails.
+async fn follow(state: &AppState, fc: &FlowControl) -> anyhow::Result<()> {
+    let mut rev = load(state, fc).await?;
+    loop {
+        let a = state.storage.watch(&prefix("prioritylevelconfigurations"), rev).await?;
+        let b = state.storage.watch(&prefix("flowschemas"), rev).await?;
+        let mut events = futures::stream::select(a, b);
+        match events.next().await {
+            None => return Ok(()),
+            Some(Err(e)) => return Err(e.into()),
+            Some(Ok(_)) => {}
+        }
+        drop(events);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        rev = load(state, fc).await?;
+    }
+}
