@@ -25,6 +25,7 @@ pub mod crd;
 pub mod discovery;
 mod dupcheck;
 pub mod error;
+pub mod flowcontrol;
 pub mod gc;
 pub mod health;
 pub mod impersonation;
