@@ -56,7 +56,7 @@ impl LevelLimits {
     /// The current limit of a level that has just appeared, before any re-allocation:
     /// its nominal limit less half of what it may lend.
     pub fn initial(&self) -> u32 {
-        self.nominal - self.lendable / 2
+        self.nominal.saturating_sub(self.lendable / 2)
     }
 }
 
