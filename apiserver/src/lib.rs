@@ -25,6 +25,7 @@ pub mod crd;
 pub mod discovery;
 mod dupcheck;
 pub mod error;
+pub mod flowcontrol;
 pub mod gc;
 pub mod health;
 pub mod impersonation;
@@ -464,6 +465,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     serviceaccount::ensure_legacy_token_tracking(&state, now).await?;
     let policy = rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     rbac::reconcile::ensure_default_policy(&state, &policy).await?;
+    flowcontrol::maintain::ensure(&state).await?;
+    flowcontrol::maintain::spawn(state.clone(), flowcontrol::maintain::PERIOD);
     cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
     gc::spawn_startup_sweep(state.clone());
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;

@@ -19,6 +19,7 @@ pub mod certificates;
 pub mod coordination;
 pub mod core;
 pub mod custom;
+pub mod flowcontrol;
 pub mod intern;
 pub mod rbac;
 
@@ -200,6 +201,7 @@ impl Registry {
         resources.extend(rbac::resources());
         resources.extend(crate::reviews::resources());
         resources.extend(apiextensions::resources());
+        resources.extend(flowcontrol::resources());
         Registry { resources }
     }
 

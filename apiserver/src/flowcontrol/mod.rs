@@ -1,0 +1,4 @@
+//! API Priority and Fairness: the configuration objects and their maintenance.
+
+pub mod bootstrap;
+pub mod maintain;

@@ -1,0 +1,1169 @@
+//! flowcontrol.apiserver.k8s.io/v1 `flowschemas` and `prioritylevelconfigurations`, after
+//! upstream's `pkg/registry/flowcontrol/{flowschema,prioritylevelconfiguration}/strategy.go`,
+//! `pkg/apis/flowcontrol/v1/defaults.go` and `pkg/apis/flowcontrol/validation`.
+//!
+//! Both kinds are cluster-scoped, have a `status` subresource (create clears status, an
+//! update of the main resource keeps it, `/status` keeps the spec) and track generation.
+//! Only v1 is served, so `limited.nominalConcurrencyShares` may be 0 (a "jail" level) and
+//! defaults to 30 when unset.
+//!
+//! The mandatory objects (`crate::flowcontrol::bootstrap`) are protected here: a FlowSchema
+//! named `exempt` or `catch-all`, or the priority level `catch-all`, must carry exactly the
+//! fixed spec; the priority level `exempt` must too, except its `spec.exempt` section.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::flowcontrol::v1 as fcv1;
+use serde_json::{json, Value};
+
+use super::core::{age_column, col, creation_age, decode, get_at, go_string_slice, invalid_shown, str_at};
+use super::{typed_roundtrip, Column, ResourceDef, Strategy};
+use crate::error::FieldError;
+use crate::flowcontrol::bootstrap;
+use crate::validation;
+
+/// The API group.
+pub const GROUP: &str = "flowcontrol.apiserver.k8s.io";
+
+/// All flowcontrol.apiserver.k8s.io resources served.
+pub fn resources() -> Vec<ResourceDef> {
+    vec![
+        ResourceDef {
+            group: GROUP,
+            version: "v1",
+            resource: "flowschemas",
+            singular: "flowschema",
+            kind: "FlowSchema",
+            namespaced: false,
+            short_names: &[],
+            categories: &[],
+            subresources: &["status"],
+            create_only: false,
+            strategy: Arc::new(FlowSchemaStrategy),
+            schema: |g| g.subschema_for::<fcv1::FlowSchema>(),
+        },
+        ResourceDef {
+            group: GROUP,
+            version: "v1",
+            resource: "prioritylevelconfigurations",
+            singular: "prioritylevelconfiguration",
+            kind: "PriorityLevelConfiguration",
+            namespaced: false,
+            short_names: &[],
+            categories: &[],
+            subresources: &["status"],
+            create_only: false,
+            strategy: Arc::new(PriorityLevelConfigurationStrategy),
+            schema: |g| g.subschema_for::<fcv1::PriorityLevelConfiguration>(),
+        },
+    ]
+}
+
+// ---------------------------------------------------------------------------------------
+// Defaults (v1)
+// ---------------------------------------------------------------------------------------
+
+const DEFAULT_MATCHING_PRECEDENCE: i64 = 1000;
+const DEFAULT_NOMINAL_CONCURRENCY_SHARES: i64 = 30;
+const DEFAULT_QUEUES: i64 = 64;
+const DEFAULT_HAND_SIZE: i64 = 8;
+const DEFAULT_QUEUE_LENGTH_LIMIT: i64 = 50;
+
+/// The object at `key` of `parent` when it is an object (absent and null are Go's nil).
+fn child<'a>(parent: &'a mut Value, key: &str) -> Option<&'a mut serde_json::Map<String, Value>> {
+    parent.as_object_mut()?.get_mut(key)?.as_object_mut()
+}
+
+/// Set `key` to `value` when it is absent or null (a nil pointer).
+fn default_nil(m: &mut serde_json::Map<String, Value>, key: &str, value: i64) {
+    if m.get(key).is_none_or(Value::is_null) {
+        m.insert(key.into(), json!(value));
+    }
+}
+
+/// Set `key` to `value` when it is absent, null or 0 (Go's zero value of a plain int32).
+fn default_zero(m: &mut serde_json::Map<String, Value>, key: &str, value: i64) {
+    if m.get(key).is_none_or(|v| v.is_null() || v.as_i64() == Some(0)) {
+        m.insert(key.into(), json!(value));
+    }
+}
+
+/// `SetObjectDefaults_FlowSchema`: `spec.matchingPrecedence` 0 or unset → 1000.
+pub fn default_flow_schema(obj: &mut Value) {
+    let Some(m) = obj.as_object_mut() else { return };
+    let spec = m.entry("spec").or_insert_with(|| json!({}));
+    if spec.is_null() {
+        *spec = json!({});
+    }
+    if let Some(spec) = spec.as_object_mut() {
+        default_zero(spec, "matchingPrecedence", DEFAULT_MATCHING_PRECEDENCE);
+    }
+}
+
+/// `SetObjectDefaults_PriorityLevelConfiguration`: `exempt` shares and lendable percent 0;
+/// `limited` shares 30 and lendable percent 0 when unset (an explicit 0 stays); queuing
+/// queues 64, handSize 8, queueLengthLimit 50 when 0 or unset.
+pub fn default_priority_level(obj: &mut Value) {
+    let Some(spec) = obj.get_mut("spec") else { return };
+    if let Some(exempt) = child(spec, "exempt") {
+        default_nil(exempt, "nominalConcurrencyShares", 0);
+        default_nil(exempt, "lendablePercent", 0);
+    }
+    let Some(limited) = spec.get_mut("limited").filter(|l| l.is_object()) else { return };
+    if let Some(l) = limited.as_object_mut() {
+        default_nil(l, "nominalConcurrencyShares", DEFAULT_NOMINAL_CONCURRENCY_SHARES);
+        default_nil(l, "lendablePercent", 0);
+    }
+    if let Some(queuing) = limited.get_mut("limitResponse").and_then(|lr| child(lr, "queuing")) {
+        default_zero(queuing, "queues", DEFAULT_QUEUES);
+        default_zero(queuing, "handSize", DEFAULT_HAND_SIZE);
+        default_zero(queuing, "queueLengthLimit", DEFAULT_QUEUE_LENGTH_LIMIT);
+    }
+}
+
+/// A spec as Go's `equality.Semantic` sees it: nil and empty slices or maps are equal, and
+/// so are absent and zero-valued plain strings and booleans. Numbers are kept (the
+/// specs' integers that could be absent are pointers, where nil and 0 differ).
+pub fn semantic_form(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter().map(|(k, v)| (k.clone(), semantic_form(v))).filter(|(_, v)| !is_zero_like(v)).collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(semantic_form).collect()),
+        other => other.clone(),
+    }
+}
+
+fn is_zero_like(v: &Value) -> bool {
+    match v {
+        Value::Null | Value::Bool(false) => true,
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(m) => m.is_empty(),
+        _ => false,
+    }
+}
+
+/// The defaulted spec of a bootstrap object in wire form.
+fn defaulted_spec<T: serde::Serialize>(obj: &T, default: fn(&mut Value)) -> Value {
+    let mut v = serde_json::to_value(obj).unwrap_or(Value::Null);
+    default(&mut v);
+    v.get("spec").cloned().unwrap_or(Value::Null)
+}
+
+/// The spec of the mandatory FlowSchema `name`, defaulted, if it is one.
+pub fn mandatory_flow_schema_spec(name: &str) -> Option<Value> {
+    bootstrap::mandatory_flow_schema(name).map(|f| defaulted_spec(&f, default_flow_schema))
+}
+
+/// The spec of the mandatory priority level `name`, defaulted, if it is one.
+pub fn mandatory_priority_level_spec(name: &str) -> Option<Value> {
+    bootstrap::mandatory_priority_level(name).map(|p| defaulted_spec(&p, default_priority_level))
+}
+
+// ---------------------------------------------------------------------------------------
+// Validation
+// ---------------------------------------------------------------------------------------
+
+/// The largest number of queues of a priority level.
+const MAX_QUEUES: i32 = 10_000_000;
+/// The most hash bits shuffle sharding may use (`shufflesharding.MaxHashBits`).
+const MAX_HASH_BITS: u32 = 60;
+/// The largest matching precedence (`FlowSchemaMaxMatchingPrecedence`).
+const MAX_MATCHING_PRECEDENCE: i32 = 10000;
+const SUPPORTED_VERBS: &[&str] =
+    &["create", "delete", "deletecollection", "get", "list", "patch", "proxy", "update", "watch"];
+const SUPPORTED_DISTINGUISHERS: &[&str] = &["ByNamespace", "ByUser"];
+const SUPPORTED_SUBJECT_KINDS: &[&str] = &["Group", "ServiceAccount", "User"];
+const SUPPORTED_TYPES: &[&str] = &["Exempt", "Limited"];
+const SUPPORTED_LIMIT_RESPONSES: &[&str] = &["Queue", "Reject"];
+const NS_ERR_INTRO: &str = "each member of this list must be '*' or a DNS-1123 label; ";
+
+/// Bits of hash value shuffle sharding uses to deal `hand` cards from a deck of `deck`:
+/// `ceil(log2(deck) · hand)`. Meaningful for `1 <= hand <= deck <= 1<<26`.
+fn required_entropy_bits(deck: u32, hand: u32) -> u32 {
+    let bits = (f64::from(deck).log2() * f64::from(hand)).ceil();
+    // `bits` is within 0..=26·deck for the inputs validation lets through.
+    if bits <= 0.0 {
+        0
+    } else if bits >= f64::from(u32::MAX) {
+        u32::MAX
+    } else {
+        bits as u32
+    }
+}
+
+fn has_wildcard(items: &[String]) -> bool {
+    items.iter().any(|s| s == "*")
+}
+
+/// `field.NotSupported` whose value upstream renders with `%#v`.
+fn not_supported_shown(field: impl Into<String>, shown: &str, supported: &[&str]) -> FieldError {
+    let list: Vec<String> = supported.iter().map(|s| format!("{s:?}")).collect();
+    FieldError {
+        reason: "FieldValueNotSupported",
+        field: field.into(),
+        message: format!("Unsupported value: {shown}: supported values: {}", list.join(", ")),
+    }
+}
+
+fn validate_verbs(verbs: &[String], path: &str, errs: &mut Vec<FieldError>) {
+    let path = format!("{path}.verbs");
+    if verbs.is_empty() {
+        errs.push(FieldError::required(path, "verbs must contain at least one value"));
+    } else if has_wildcard(verbs) {
+        if verbs.len() > 1 {
+            errs.push(invalid_shown(path, &go_string_slice(verbs), "if '*' is present, must not specify other verbs"));
+        }
+    } else if verbs.iter().any(|v| !SUPPORTED_VERBS.contains(&v.as_str())) {
+        errs.push(not_supported_shown(path, &go_string_slice(verbs), SUPPORTED_VERBS));
+    }
+}
+
+/// `ValidateNonResourceURLPath`.
+fn validate_non_resource_url(url: &str) -> Option<&'static str> {
+    if url.is_empty() {
+        return Some("must not be empty");
+    }
+    if url == "/" {
+        return None;
+    }
+    if !url.starts_with('/') {
+        return Some("must start with slash");
+    }
+    if url.contains(' ') {
+        return Some("must not contain white-space");
+    }
+    if url.contains("//") {
+        return Some("must not contain double slash");
+    }
+    let wildcards = url.matches('*').count();
+    if wildcards > 1 || (wildcards == 1 && !url.ends_with("/*")) {
+        return Some("wildcard can only do suffix matching");
+    }
+    None
+}
+
+fn validate_resource_rule(rule: &fcv1::ResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
+    validate_verbs(&rule.verbs, path, errs);
+    let list_rule = |items: &[String], key: &str, what: &str, errs: &mut Vec<FieldError>| {
+        let p = format!("{path}.{key}");
+        if items.is_empty() {
+            errs.push(FieldError::required(p, format!("resource rules must supply at least one {what}")));
+        } else if items.len() > 1 && has_wildcard(items) {
+            errs.push(invalid_shown(
+                p,
+                &go_string_slice(items),
+                &format!("if '*' is present, must not specify other {what}s"),
+            ));
+        }
+    };
+    list_rule(&rule.api_groups, "apiGroups", "api group", errs);
+    list_rule(&rule.resources, "resources", "resource", errs);
+    let namespaces = rule.namespaces.as_deref().unwrap_or_default();
+    let p = format!("{path}.namespaces");
+    if namespaces.is_empty() && !rule.cluster_scope.unwrap_or(false) {
+        errs.push(FieldError::required(
+            p,
+            "resource rules that are not cluster scoped must supply at least one namespace",
+        ));
+    } else if has_wildcard(namespaces) {
+        if namespaces.len() > 1 {
+            errs.push(invalid_shown(
+                p,
+                &go_string_slice(namespaces),
+                "if '*' is present, must not specify other namespaces",
+            ));
+        }
+    } else {
+        for (i, ns) in namespaces.iter().enumerate() {
+            for msg in validation::is_dns1123_label(ns) {
+                errs.push(FieldError::invalid(format!("{p}[{i}]"), &json!(ns), format!("{NS_ERR_INTRO}{msg}")));
+            }
+        }
+    }
+}
+
+fn validate_non_resource_rule(rule: &fcv1::NonResourcePolicyRule, path: &str, errs: &mut Vec<FieldError>) {
+    validate_verbs(&rule.verbs, path, errs);
+    let urls = &rule.non_resource_urls;
+    let p = format!("{path}.nonResourceURLs");
+    if urls.is_empty() {
+        errs.push(FieldError::required(p, "nonResourceURLs must contain at least one value"));
+    } else if has_wildcard(urls) {
+        if urls.len() > 1 {
+            errs.push(invalid_shown(
+                p,
+                &go_string_slice(urls),
+                "if '*' is present, must not specify other non-resource URLs",
+            ));
+        }
+    } else {
+        for (i, url) in urls.iter().enumerate() {
+            if let Some(msg) = validate_non_resource_url(url) {
+                errs.push(FieldError::invalid(format!("{p}[{i}]"), &json!(url), msg));
+            }
+        }
+    }
+}
+
+fn validate_subject(s: &fcv1::Subject, path: &str, errs: &mut Vec<FieldError>) {
+    let forbid_user = |errs: &mut Vec<FieldError>| {
+        if s.user.is_some() {
+            errs.push(FieldError::forbidden(
+                format!("{path}.user"),
+                "user is forbidden when subject kind is not 'User'",
+            ));
+        }
+    };
+    let forbid_group = |errs: &mut Vec<FieldError>| {
+        if s.group.is_some() {
+            errs.push(FieldError::forbidden(
+                format!("{path}.group"),
+                "group is forbidden when subject kind is not 'Group'",
+            ));
+        }
+    };
+    let forbid_sa = |errs: &mut Vec<FieldError>| {
+        if s.service_account.is_some() {
+            errs.push(FieldError::forbidden(
+                format!("{path}.serviceAccount"),
+                "serviceAccount is forbidden when subject kind is not 'ServiceAccount'",
+            ));
+        }
+    };
+    match s.kind.as_str() {
+        "ServiceAccount" => {
+            let p = format!("{path}.serviceAccount");
+            match &s.service_account {
+                None => errs
+                    .push(FieldError::required(p, "serviceAccount is required when subject kind is 'ServiceAccount'")),
+                Some(sa) => {
+                    if sa.name.is_empty() {
+                        errs.push(FieldError::required(format!("{p}.name"), ""));
+                    } else if sa.name != "*" {
+                        for msg in validation::is_dns1123_subdomain(&sa.name) {
+                            errs.push(FieldError::invalid(format!("{p}.name"), &json!(sa.name), msg));
+                        }
+                    }
+                    if sa.namespace.is_empty() {
+                        errs.push(FieldError::required(
+                            format!("{p}.namespace"),
+                            "must specify namespace for service account",
+                        ));
+                    } else {
+                        for msg in validation::is_dns1123_label(&sa.namespace) {
+                            errs.push(FieldError::invalid(format!("{p}.namespace"), &json!(sa.namespace), msg));
+                        }
+                    }
+                }
+            }
+            forbid_user(errs);
+            forbid_group(errs);
+        }
+        "User" => {
+            let p = format!("{path}.user");
+            match &s.user {
+                None => errs.push(FieldError::required(p, "user is required when subject kind is 'User'")),
+                Some(u) if u.name.is_empty() => errs.push(FieldError::required(format!("{p}.name"), "")),
+                Some(_) => {}
+            }
+            forbid_sa(errs);
+            forbid_group(errs);
+        }
+        "Group" => {
+            let p = format!("{path}.group");
+            match &s.group {
+                None => errs.push(FieldError::required(p, "group is required when subject kind is 'Group'")),
+                Some(g) if g.name.is_empty() => errs.push(FieldError::required(format!("{p}.name"), "")),
+                Some(_) => {}
+            }
+            forbid_sa(errs);
+            forbid_user(errs);
+        }
+        other => errs.push(FieldError::not_supported(format!("{path}.kind"), &json!(other), SUPPORTED_SUBJECT_KINDS)),
+    }
+}
+
+fn validate_rule(rule: &fcv1::PolicyRulesWithSubjects, path: &str, errs: &mut Vec<FieldError>) {
+    if rule.subjects.is_empty() {
+        errs.push(FieldError::required(format!("{path}.subjects"), "subjects must contain at least one value"));
+    }
+    for (i, s) in rule.subjects.iter().enumerate() {
+        validate_subject(s, &format!("{path}.subjects[{i}]"), errs);
+    }
+    let resource_rules = rule.resource_rules.as_deref().unwrap_or_default();
+    let non_resource_rules = rule.non_resource_rules.as_deref().unwrap_or_default();
+    if resource_rules.is_empty() && non_resource_rules.is_empty() {
+        errs.push(FieldError::required(path, "at least one of resourceRules and nonResourceRules has to be non-empty"));
+    }
+    for (i, r) in resource_rules.iter().enumerate() {
+        validate_resource_rule(r, &format!("{path}.resourceRules[{i}]"), errs);
+    }
+    for (i, r) in non_resource_rules.iter().enumerate() {
+        validate_non_resource_rule(r, &format!("{path}.nonResourceRules[{i}]"), errs);
+    }
+}
+
+/// `ValidateFlowSchemaSpec`.
+fn validate_flow_schema_spec(name: &str, spec: &fcv1::FlowSchemaSpec) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let precedence = spec.matching_precedence.unwrap_or(0);
+    let p = "spec.matchingPrecedence";
+    if precedence <= 0 {
+        errs.push(FieldError::invalid(p, &json!(precedence), "must be a positive value"));
+    }
+    if precedence > MAX_MATCHING_PRECEDENCE {
+        errs.push(FieldError::invalid(
+            p,
+            &json!(precedence),
+            format!("must not be greater than {MAX_MATCHING_PRECEDENCE}"),
+        ));
+    }
+    if precedence == 1 && name != bootstrap::EXEMPT {
+        errs.push(FieldError::invalid(
+            p,
+            &json!(precedence),
+            "only the schema named 'exempt' may have matchingPrecedence 1",
+        ));
+    }
+    if let Some(dm) = &spec.distinguisher_method {
+        if !SUPPORTED_DISTINGUISHERS.contains(&dm.type_.as_str()) {
+            errs.push(not_supported_shown(
+                "spec.distinguisherMethod.type",
+                &format!("flowcontrol.FlowDistinguisherMethod{{Type:{:?}}}", dm.type_),
+                SUPPORTED_DISTINGUISHERS,
+            ));
+        }
+    }
+    let pl = &spec.priority_level_configuration.name;
+    let p = "spec.priorityLevelConfiguration.name";
+    if pl.is_empty() {
+        errs.push(FieldError::required(p, "must reference a priority level"));
+    } else {
+        for msg in validation::is_dns1123_subdomain(pl) {
+            errs.push(FieldError::invalid(p, &json!(pl), msg));
+        }
+    }
+    for (i, rule) in spec.rules.as_deref().unwrap_or_default().iter().enumerate() {
+        validate_rule(rule, &format!("spec.rules[{i}]"), &mut errs);
+    }
+    errs
+}
+
+/// Conditions of a status: types set and distinct.
+fn validate_conditions(conditions: &[Option<&str>], errs: &mut Vec<FieldError>) {
+    let mut seen: Vec<&str> = Vec::new();
+    for (i, t) in conditions.iter().enumerate() {
+        let t = t.unwrap_or("");
+        let p = format!("status.conditions[{i}].type");
+        if seen.contains(&t) {
+            errs.push(FieldError::duplicate(p.clone(), &json!(t)));
+        }
+        seen.push(t);
+        if t.is_empty() {
+            errs.push(FieldError::required(p, "must not be empty"));
+        }
+    }
+}
+
+/// `ValidateFlowSchema` over the wire form (metadata is checked by the caller).
+pub fn validate_flow_schema(obj: &Value) -> Vec<FieldError> {
+    let Some(fs) = decode::<fcv1::FlowSchema>(obj) else { return Vec::new() };
+    let name = fs.metadata.name.as_deref().unwrap_or("");
+    let spec = fs.spec.clone().unwrap_or_default();
+    let mut errs = validate_flow_schema_spec(name, &spec);
+    if let Some(fixed) = mandatory_flow_schema_spec(name) {
+        let have = obj.get("spec").cloned().unwrap_or(Value::Null);
+        if semantic_form(&have) != semantic_form(&fixed) {
+            errs.push(FieldError::invalid("spec", &have, format!("spec of '{name}' must equal the fixed value")));
+        }
+    }
+    let conditions = fs.status.and_then(|s| s.conditions).unwrap_or_default();
+    let types: Vec<Option<&str>> = conditions.iter().map(|c| c.type_.as_deref()).collect();
+    validate_conditions(&types, &mut errs);
+    errs
+}
+
+fn validate_queuing(q: &fcv1::QueuingConfiguration, path: &str, errs: &mut Vec<FieldError>) {
+    let (queues, hand, length) = (q.queues.unwrap_or(0), q.hand_size.unwrap_or(0), q.queue_length_limit.unwrap_or(0));
+    if length <= 0 {
+        errs.push(FieldError::invalid(format!("{path}.queueLengthLimit"), &json!(length), "must be positive"));
+    }
+    let qp = format!("{path}.queues");
+    if queues <= 0 {
+        errs.push(FieldError::invalid(qp, &json!(queues), "must be positive"));
+    } else if queues > MAX_QUEUES {
+        errs.push(FieldError::invalid(qp, &json!(queues), format!("must not be greater than {MAX_QUEUES}")));
+    }
+    let hp = format!("{path}.handSize");
+    if hand <= 0 {
+        errs.push(FieldError::invalid(hp, &json!(hand), "must be positive"));
+    } else if hand > queues {
+        errs.push(FieldError::invalid(hp, &json!(hand), format!("should not be greater than queues ({queues})")));
+    } else if required_entropy_bits(queues.unsigned_abs(), hand.unsigned_abs()) > MAX_HASH_BITS {
+        errs.push(FieldError::invalid(
+            hp,
+            &json!(hand),
+            format!(
+                "required entropy bits of deckSize {queues} and handSize {hand} should not be greater than {MAX_HASH_BITS}"
+            ),
+        ));
+    }
+}
+
+fn validate_limited(l: &fcv1::LimitedPriorityLevelConfiguration, errs: &mut Vec<FieldError>) {
+    let path = "spec.limited";
+    let shares = l.nominal_concurrency_shares.unwrap_or(0);
+    if shares < 0 {
+        errs.push(FieldError::invalid(
+            format!("{path}.nominalConcurrencyShares"),
+            &json!(shares),
+            "must be a non-negative integer",
+        ));
+    }
+    let lr = l.limit_response.clone().unwrap_or_default();
+    let lp = format!("{path}.limitResponse");
+    match lr.type_.as_str() {
+        "Reject" => {
+            if lr.queuing.is_some() {
+                errs.push(FieldError::forbidden(
+                    format!("{lp}.queuing"),
+                    "must be nil if limited.limitResponse.type is not Limited",
+                ));
+            }
+        }
+        "Queue" => match &lr.queuing {
+            None => errs.push(FieldError::required(
+                format!("{lp}.queuing"),
+                "must not be empty if limited.limitResponse.type is Limited",
+            )),
+            Some(q) => validate_queuing(q, &format!("{lp}.queuing"), errs),
+        },
+        other => errs.push(FieldError::not_supported(format!("{lp}.type"), &json!(other), SUPPORTED_LIMIT_RESPONSES)),
+    }
+    if let Some(p) = l.lendable_percent.filter(|p| !(0..=100).contains(p)) {
+        errs.push(FieldError::invalid(
+            format!("{path}.lendablePercent"),
+            &json!(p),
+            "must be between 0 and 100, inclusive",
+        ));
+    }
+    if let Some(p) = l.borrowing_limit_percent.filter(|p| *p < 0) {
+        errs.push(FieldError::invalid(
+            format!("{path}.borrowingLimitPercent"),
+            &json!(p),
+            "if specified, must be a non-negative integer",
+        ));
+    }
+}
+
+fn validate_exempt(e: &fcv1::ExemptPriorityLevelConfiguration, errs: &mut Vec<FieldError>) {
+    if let Some(n) = e.nominal_concurrency_shares.filter(|n| *n < 0) {
+        errs.push(FieldError::invalid(
+            "spec.exempt.nominalConcurrencyShares",
+            &json!(n),
+            "must be a non-negative integer",
+        ));
+    }
+    if let Some(p) = e.lendable_percent.filter(|p| !(0..=100).contains(p)) {
+        errs.push(FieldError::invalid(
+            "spec.exempt.lendablePercent",
+            &json!(p),
+            "must be between 0 and 100, inclusive",
+        ));
+    }
+}
+
+/// `ValidatePriorityLevelConfigurationSpec` (v1: zero shares allowed).
+fn validate_priority_level_spec(name: &str, spec: &fcv1::PriorityLevelConfigurationSpec) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if (name == bootstrap::EXEMPT) != (spec.type_ == "Exempt") {
+        errs.push(FieldError::invalid(
+            "spec.type",
+            &json!(spec.type_),
+            "type must be 'Exempt' if and only if name is 'exempt'",
+        ));
+    }
+    match spec.type_.as_str() {
+        "Exempt" => {
+            if spec.limited.is_some() {
+                errs.push(FieldError::forbidden("spec.limited", "must be nil if the type is not Limited"));
+            }
+            if let Some(e) = &spec.exempt {
+                validate_exempt(e, &mut errs);
+            }
+        }
+        "Limited" => {
+            if spec.exempt.is_some() {
+                errs.push(FieldError::forbidden("spec.exempt", "must be nil if the type is Limited"));
+            }
+            match &spec.limited {
+                None => errs.push(FieldError::required("spec.limited", "must not be empty when type is Limited")),
+                Some(l) => validate_limited(l, &mut errs),
+            }
+        }
+        other => errs.push(FieldError::not_supported("spec.type", &json!(other), SUPPORTED_TYPES)),
+    }
+    errs
+}
+
+/// `ValidateIfMandatoryPriorityLevelConfigurationObject`.
+fn validate_mandatory_priority_level(name: &str, have: &Value) -> Option<FieldError> {
+    let fixed = mandatory_priority_level_spec(name)?;
+    let (want, compared, message) = if name == bootstrap::EXEMPT {
+        // Only `spec.exempt` of the exempt level may differ.
+        let mut compared = have.clone();
+        if let Some(m) = compared.as_object_mut() {
+            match fixed.get("exempt") {
+                Some(e) => m.insert("exempt".into(), e.clone()),
+                None => m.remove("exempt"),
+            };
+        }
+        (fixed, compared, format!("spec of '{name}' except the 'spec.exempt' field must equal the fixed value"))
+    } else {
+        (fixed, have.clone(), format!("spec of '{name}' must equal the fixed value"))
+    };
+    (semantic_form(&want) != semantic_form(&compared)).then(|| FieldError::invalid("spec", have, message))
+}
+
+/// `ValidatePriorityLevelConfiguration` over the wire form (metadata is checked by the caller).
+pub fn validate_priority_level(obj: &Value) -> Vec<FieldError> {
+    let Some(pl) = decode::<fcv1::PriorityLevelConfiguration>(obj) else { return Vec::new() };
+    let name = pl.metadata.name.as_deref().unwrap_or("");
+    let spec = pl.spec.clone().unwrap_or_default();
+    let mut errs = validate_priority_level_spec(name, &spec);
+    let have = obj.get("spec").cloned().unwrap_or(Value::Null);
+    errs.extend(validate_mandatory_priority_level(name, &have));
+    let conditions = pl.status.and_then(|s| s.conditions).unwrap_or_default();
+    let types: Vec<Option<&str>> = conditions.iter().map(|c| c.type_.as_deref()).collect();
+    validate_conditions(&types, &mut errs);
+    errs
+}
+
+// ---------------------------------------------------------------------------------------
+// Strategies
+// ---------------------------------------------------------------------------------------
+
+/// Create starts with an empty status; an update of the main resource keeps the stored one.
+fn reset_status(obj: &mut Value) {
+    if let Some(m) = obj.as_object_mut() {
+        m.insert("status".into(), json!({}));
+    }
+}
+
+fn keep(new: &mut Value, old: &Value, key: &str) {
+    if let Some(m) = new.as_object_mut() {
+        match old.get(key) {
+            Some(v) => m.insert(key.into(), v.clone()),
+            None => m.remove(key),
+        };
+    }
+}
+
+/// `flowschemas` (and `flowschemas/status`).
+pub struct FlowSchemaStrategy;
+
+impl Strategy for FlowSchemaStrategy {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+        typed_roundtrip::<fcv1::FlowSchema>(obj)
+    }
+
+    fn prepare_for_create(&self, obj: &mut Value) {
+        default_flow_schema(obj);
+        reset_status(obj);
+    }
+
+    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
+        default_flow_schema(new);
+        keep(new, old, "status");
+    }
+
+    fn prepare_for_subresource(&self, _sub: &str, new: &mut Value, old: &Value) {
+        keep(new, old, "spec");
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        validate_flow_schema(obj)
+    }
+
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            col("PriorityLevel", "`name` is the name of the priority level configuration being referenced Required.", 0),
+            col(
+                "MatchingPrecedence",
+                "`matchingPrecedence` is used to choose among the FlowSchemas that match a given request. The chosen FlowSchema is among those with the numerically lowest (which we take to be logically highest) MatchingPrecedence.  Each MatchingPrecedence value must be ranged in [1,10000]. Note that if the precedence is not specified, it will be set to 1000 as default.",
+                0,
+            ),
+            col(
+                "DistinguisherMethod",
+                "`distinguisherMethod` defines how to compute the flow distinguisher for requests that match this schema. `nil` specifies that the distinguisher is disabled and thus will always be the empty string.",
+                0,
+            ),
+            age_column(),
+            col("MissingPL", "references a broken or non-existent PriorityLevelConfiguration", 0),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+        let pl = str_at(obj, &["spec", "priorityLevelConfiguration", "name"]).unwrap_or("");
+        let precedence = get_at(obj, &["spec", "matchingPrecedence"]).and_then(Value::as_i64).unwrap_or(0);
+        let dm = str_at(obj, &["spec", "distinguisherMethod", "type"]).unwrap_or("<none>");
+        let missing = get_at(obj, &["status", "conditions"])
+            .and_then(Value::as_array)
+            .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Dangling")))
+            .map_or("?", |c| c.get("status").and_then(Value::as_str).unwrap_or(""));
+        vec![json!(pl), json!(precedence), json!(dm), creation_age(obj, now), json!(missing)]
+    }
+}
+
+/// `prioritylevelconfigurations` (and `prioritylevelconfigurations/status`).
+pub struct PriorityLevelConfigurationStrategy;
+
+impl Strategy for PriorityLevelConfigurationStrategy {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+        typed_roundtrip::<fcv1::PriorityLevelConfiguration>(obj)
+    }
+
+    fn prepare_for_create(&self, obj: &mut Value) {
+        default_priority_level(obj);
+        reset_status(obj);
+    }
+
+    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
+        default_priority_level(new);
+        keep(new, old, "status");
+    }
+
+    fn prepare_for_subresource(&self, _sub: &str, new: &mut Value, old: &Value) {
+        keep(new, old, "spec");
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        validate_priority_level(obj)
+    }
+
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            col(
+                "Type",
+                "`type` indicates whether this priority level is subject to limitation on request execution.  A value of `\"Exempt\"` means that requests of this priority level are not subject to a limit (and thus are never queued) and do not detract from the capacity made available to other priority levels.  A value of `\"Limited\"` means that (a) requests of this priority level _are_ subject to limits and (b) some of the server's limited capacity is made available exclusively to this priority level. Required.",
+                0,
+            ),
+            col(
+                "NominalConcurrencyShares",
+                "`nominalConcurrencyShares` (NCS) contributes to the computation of the NominalConcurrencyLimit (NominalCL) of this level. This is the number of execution seats available at this priority level. This is used both for requests dispatched from this priority level as well as requests dispatched from other priority levels borrowing seats from this level. The server's concurrency limit (ServerCL) is divided among the Limited priority levels in proportion to their NCS values:\n\nNominalCL(i)  = ceil( ServerCL * NCS(i) / sum_ncs ) sum_ncs = sum[priority level k] NCS(k)\n\nBigger numbers mean a larger nominal concurrency limit, at the expense of every other priority level.\n\nIf not specified, this field defaults to a value of 30.\n\nSetting this field to zero supports the construction of a \"jail\" for this priority level that is used to hold some request(s)",
+                0,
+            ),
+            col(
+                "Queues",
+                "`queues` is the number of queues for this priority level. The queues exist independently at each apiserver. The value must be positive.  Setting it to 1 effectively precludes shufflesharding and thus makes the distinguisher method of associated flow schemas irrelevant.  This field has a default value of 64.",
+                0,
+            ),
+            col(
+                "HandSize",
+                "`handSize` is a small positive number that configures the shuffle sharding of requests into queues.  When enqueuing a request at this priority level the request's flow identifier (a string pair) is hashed and the hash value is used to shuffle the list of queues and deal a hand of the size specified here.  The request is put into one of the shortest queues in that hand. `handSize` must be no larger than `queues`, and should be significantly smaller (so that a few heavy flows do not saturate most of the queues).  See the user-facing documentation for more extensive guidance on setting this field.  This field has a default value of 8.",
+                0,
+            ),
+            col(
+                "QueueLengthLimit",
+                "`queueLengthLimit` is the maximum number of requests allowed to be waiting in a given queue of this priority level at a time; excess requests are rejected.  This value must be positive.  If not specified, it will be defaulted to 50.",
+                0,
+            ),
+            age_column(),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+        let type_ = str_at(obj, &["spec", "type"]).unwrap_or("");
+        let none = json!("<none>");
+        let (mut ncs, mut queues, mut hand, mut length) = (none.clone(), none.clone(), none.clone(), none);
+        if let Some(limited) = get_at(obj, &["spec", "limited"]).filter(|l| l.is_object()) {
+            ncs = json!(limited.get("nominalConcurrencyShares").and_then(Value::as_i64).unwrap_or(0));
+            if let Some(q) = get_at(limited, &["limitResponse", "queuing"]).filter(|q| q.is_object()) {
+                let int = |k: &str| json!(q.get(k).and_then(Value::as_i64).unwrap_or(0));
+                (queues, hand, length) = (int("queues"), int("handSize"), int("queueLengthLimit"));
+            }
+        }
+        vec![json!(type_), ncs, queues, hand, length, creation_age(obj, now)]
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    type Mutation = fn(&mut Value);
+
+    fn fs_base() -> Value {
+        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+               "metadata": {"name": "mine", "creationTimestamp": "2024-05-01T11:00:00Z"},
+               "spec": {"priorityLevelConfiguration": {"name": "workload-low"}, "matchingPrecedence": 500,
+                        "distinguisherMethod": {"type": "ByUser"},
+                        "rules": [{"subjects": [{"kind": "User", "user": {"name": "flood"}}],
+                                   "resourceRules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"],
+                                                      "namespaces": ["*"]}],
+                                   "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["/healthz", "/apis/*"]}]}]}})
+    }
+
+    fn pl_base() -> Value {
+        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+               "metadata": {"name": "mine", "creationTimestamp": "2024-05-01T11:00:00Z"},
+               "spec": {"type": "Limited",
+                        "limited": {"nominalConcurrencyShares": 10, "lendablePercent": 20,
+                                    "limitResponse": {"type": "Queue",
+                                                      "queuing": {"queues": 64, "handSize": 6, "queueLengthLimit": 50}}}}})
+    }
+
+    fn rendered(errs: &[FieldError]) -> Vec<String> {
+        errs.iter().map(FieldError::render).collect()
+    }
+
+    #[test]
+    fn flow_schema_validation() {
+        let cases: &[(&str, Mutation, &[&str])] = &[
+            ("valid", |_| {}, &[]),
+            ("precedence zero", |o| o["spec"]["matchingPrecedence"] = json!(0),
+             &["spec.matchingPrecedence: Invalid value: 0: must be a positive value"]),
+            ("precedence too big", |o| o["spec"]["matchingPrecedence"] = json!(10001),
+             &["spec.matchingPrecedence: Invalid value: 10001: must not be greater than 10000"]),
+            ("precedence one is reserved", |o| o["spec"]["matchingPrecedence"] = json!(1),
+             &["spec.matchingPrecedence: Invalid value: 1: only the schema named 'exempt' may have matchingPrecedence 1"]),
+            ("unknown distinguisher", |o| o["spec"]["distinguisherMethod"]["type"] = json!("ByGroup"),
+             &["spec.distinguisherMethod.type: Unsupported value: flowcontrol.FlowDistinguisherMethod{Type:\"ByGroup\"}: supported values: \"ByNamespace\", \"ByUser\""]),
+            ("no priority level", |o| o["spec"]["priorityLevelConfiguration"]["name"] = json!(""),
+             &["spec.priorityLevelConfiguration.name: Required value: must reference a priority level"]),
+            ("bad priority level name", |o| o["spec"]["priorityLevelConfiguration"]["name"] = json!("Bad_Name"),
+             &["spec.priorityLevelConfiguration.name: Invalid value: \"Bad_Name\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"]),
+            ("no subjects", |o| o["spec"]["rules"][0]["subjects"] = json!([]),
+             &["spec.rules[0].subjects: Required value: subjects must contain at least one value"]),
+            ("no rules at all", |o| {
+                let r = o["spec"]["rules"][0].as_object_mut().unwrap();
+                r.remove("resourceRules");
+                r.remove("nonResourceRules");
+            }, &["spec.rules[0]: Required value: at least one of resourceRules and nonResourceRules has to be non-empty"]),
+            ("unknown subject kind", |o| o["spec"]["rules"][0]["subjects"][0] = json!({"kind": "Robot"}),
+             &["spec.rules[0].subjects[0].kind: Unsupported value: \"Robot\": supported values: \"Group\", \"ServiceAccount\", \"User\""]),
+            ("user without user", |o| o["spec"]["rules"][0]["subjects"][0] = json!({"kind": "User", "group": {"name": "g"}}),
+             &["spec.rules[0].subjects[0].user: Required value: user is required when subject kind is 'User'",
+               "spec.rules[0].subjects[0].group: Forbidden: group is forbidden when subject kind is not 'Group'"]),
+            ("group with empty name", |o| o["spec"]["rules"][0]["subjects"][0] = json!({"kind": "Group", "group": {"name": ""}}),
+             &["spec.rules[0].subjects[0].group.name: Required value"]),
+            ("service account without namespace",
+             |o| o["spec"]["rules"][0]["subjects"][0] = json!({"kind": "ServiceAccount", "serviceAccount": {"name": "*", "namespace": ""}}),
+             &["spec.rules[0].subjects[0].serviceAccount.namespace: Required value: must specify namespace for service account"]),
+            ("wildcard verb with others", |o| o["spec"]["rules"][0]["resourceRules"][0]["verbs"] = json!(["*", "get"]),
+             &["spec.rules[0].resourceRules[0].verbs: Invalid value: []string{\"*\", \"get\"}: if '*' is present, must not specify other verbs"]),
+            ("unsupported verb", |o| o["spec"]["rules"][0]["resourceRules"][0]["verbs"] = json!(["get", "escalate"]),
+             &["spec.rules[0].resourceRules[0].verbs: Unsupported value: []string{\"get\", \"escalate\"}: supported values: \"create\", \"delete\", \"deletecollection\", \"get\", \"list\", \"patch\", \"proxy\", \"update\", \"watch\""]),
+            ("no api groups", |o| o["spec"]["rules"][0]["resourceRules"][0]["apiGroups"] = json!([]),
+             &["spec.rules[0].resourceRules[0].apiGroups: Required value: resource rules must supply at least one api group"]),
+            ("wildcard resource with others", |o| o["spec"]["rules"][0]["resourceRules"][0]["resources"] = json!(["pods", "*"]),
+             &["spec.rules[0].resourceRules[0].resources: Invalid value: []string{\"pods\", \"*\"}: if '*' is present, must not specify other resources"]),
+            ("namespaced rule without namespaces", |o| o["spec"]["rules"][0]["resourceRules"][0]["namespaces"] = json!([]),
+             &["spec.rules[0].resourceRules[0].namespaces: Required value: resource rules that are not cluster scoped must supply at least one namespace"]),
+            ("cluster-scoped rule without namespaces", |o| {
+                o["spec"]["rules"][0]["resourceRules"][0]["namespaces"] = json!([]);
+                o["spec"]["rules"][0]["resourceRules"][0]["clusterScope"] = json!(true);
+            }, &[]),
+            ("bad namespace", |o| o["spec"]["rules"][0]["resourceRules"][0]["namespaces"] = json!(["Kube"]),
+             &["spec.rules[0].resourceRules[0].namespaces[0]: Invalid value: \"Kube\": each member of this list must be '*' or a DNS-1123 label; a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"]),
+            ("wildcard url with others", |o| o["spec"]["rules"][0]["nonResourceURLs"] = json!(null), &[]),
+            ("urls", |o| o["spec"]["rules"][0]["nonResourceRules"][0]["nonResourceURLs"] = json!(["healthz", "/a b", "/a//b", "/a*", "/*/*", "/"]),
+             &["spec.rules[0].nonResourceRules[0].nonResourceURLs[0]: Invalid value: \"healthz\": must start with slash",
+               "spec.rules[0].nonResourceRules[0].nonResourceURLs[1]: Invalid value: \"/a b\": must not contain white-space",
+               "spec.rules[0].nonResourceRules[0].nonResourceURLs[2]: Invalid value: \"/a//b\": must not contain double slash",
+               "spec.rules[0].nonResourceRules[0].nonResourceURLs[3]: Invalid value: \"/a*\": wildcard can only do suffix matching",
+               "spec.rules[0].nonResourceRules[0].nonResourceURLs[4]: Invalid value: \"/*/*\": wildcard can only do suffix matching"]),
+            ("wildcard url with other urls", |o| o["spec"]["rules"][0]["nonResourceRules"][0]["nonResourceURLs"] = json!(["*", "/x"]),
+             &["spec.rules[0].nonResourceRules[0].nonResourceURLs: Invalid value: []string{\"*\", \"/x\"}: if '*' is present, must not specify other non-resource URLs"]),
+            ("duplicate condition", |o| o["status"] = json!({"conditions": [{"type": "Dangling"}, {"type": "Dangling"}, {"status": "True"}]}),
+             &["status.conditions[1].type: Duplicate value: \"Dangling\"",
+               "status.conditions[2].type: Required value: must not be empty"]),
+        ];
+        for (name, mutate, want) in cases {
+            let mut obj = fs_base();
+            mutate(&mut obj);
+            assert_eq!(rendered(&validate_flow_schema(&obj)), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn mandatory_flow_schemas_are_fixed() {
+        let mut exempt = serde_json::to_value(bootstrap::mandatory_flow_schema("exempt").unwrap()).unwrap();
+        default_flow_schema(&mut exempt);
+        assert_eq!(rendered(&validate_flow_schema(&exempt)), Vec::<String>::new(), "the fixed exempt schema");
+        exempt["spec"]["matchingPrecedence"] = json!(2);
+        let errs = validate_flow_schema(&exempt);
+        assert_eq!(errs.len(), 1, "changed exempt schema: {errs:?}");
+        assert_eq!(errs[0].field, "spec", "changed exempt schema: field");
+        assert!(errs[0].message.ends_with("spec of 'exempt' must equal the fixed value"), "changed exempt: {errs:?}");
+
+        let mut catch_all = serde_json::to_value(bootstrap::mandatory_flow_schemas()[1].clone()).unwrap();
+        catch_all["spec"]["distinguisherMethod"] = json!(null);
+        let errs = validate_flow_schema(&catch_all);
+        assert!(
+            errs.iter().any(|e| e.message.ends_with("spec of 'catch-all' must equal the fixed value")),
+            "catch-all: {errs:?}"
+        );
+    }
+
+    #[test]
+    fn priority_level_validation() {
+        let cases: &[(&str, Mutation, &[&str])] = &[
+            ("valid", |_| {}, &[]),
+            ("zero shares allowed in v1", |o| o["spec"]["limited"]["nominalConcurrencyShares"] = json!(0), &[]),
+            ("negative shares", |o| o["spec"]["limited"]["nominalConcurrencyShares"] = json!(-1),
+             &["spec.limited.nominalConcurrencyShares: Invalid value: -1: must be a non-negative integer"]),
+            ("lendable over 100", |o| o["spec"]["limited"]["lendablePercent"] = json!(101),
+             &["spec.limited.lendablePercent: Invalid value: 101: must be between 0 and 100, inclusive"]),
+            ("negative borrowing", |o| o["spec"]["limited"]["borrowingLimitPercent"] = json!(-5),
+             &["spec.limited.borrowingLimitPercent: Invalid value: -5: if specified, must be a non-negative integer"]),
+            ("exempt type on another name", |o| {
+                o["spec"] = json!({"type": "Exempt"});
+            }, &["spec.type: Invalid value: \"Exempt\": type must be 'Exempt' if and only if name is 'exempt'"]),
+            ("unknown type", |o| o["spec"]["type"] = json!("Sometimes"),
+             &["spec.type: Unsupported value: \"Sometimes\": supported values: \"Exempt\", \"Limited\""]),
+            ("limited without limited", |o| { o["spec"].as_object_mut().unwrap().remove("limited"); },
+             &["spec.limited: Required value: must not be empty when type is Limited"]),
+            ("limited with exempt", |o| o["spec"]["exempt"] = json!({}),
+             &["spec.exempt: Forbidden: must be nil if the type is Limited"]),
+            ("reject with queuing", |o| o["spec"]["limited"]["limitResponse"]["type"] = json!("Reject"),
+             &["spec.limited.limitResponse.queuing: Forbidden: must be nil if limited.limitResponse.type is not Limited"]),
+            ("queue without queuing", |o| { o["spec"]["limited"]["limitResponse"].as_object_mut().unwrap().remove("queuing"); },
+             &["spec.limited.limitResponse.queuing: Required value: must not be empty if limited.limitResponse.type is Limited"]),
+            ("unknown limit response", |o| o["spec"]["limited"]["limitResponse"] = json!({"type": "Drop"}),
+             &["spec.limited.limitResponse.type: Unsupported value: \"Drop\": supported values: \"Queue\", \"Reject\""]),
+            ("queuing bounds", |o| o["spec"]["limited"]["limitResponse"]["queuing"] = json!({"queues": 0, "handSize": -1, "queueLengthLimit": 0}),
+             &["spec.limited.limitResponse.queuing.queueLengthLimit: Invalid value: 0: must be positive",
+               "spec.limited.limitResponse.queuing.queues: Invalid value: 0: must be positive",
+               "spec.limited.limitResponse.queuing.handSize: Invalid value: -1: must be positive"]),
+            ("too many queues", |o| o["spec"]["limited"]["limitResponse"]["queuing"]["queues"] = json!(10_000_001),
+             &[
+                    "spec.limited.limitResponse.queuing.queues: Invalid value: 10000001: must not be greater than 10000000",
+                    "spec.limited.limitResponse.queuing.handSize: Invalid value: 6: required entropy bits of deckSize 10000001 and handSize 6 should not be greater than 60",
+                ]),
+            ("hand bigger than deck", |o| o["spec"]["limited"]["limitResponse"]["queuing"]["handSize"] = json!(65),
+             &["spec.limited.limitResponse.queuing.handSize: Invalid value: 65: should not be greater than queues (64)"]),
+            ("too much entropy", |o| o["spec"]["limited"]["limitResponse"]["queuing"] = json!({"queues": 128, "handSize": 9, "queueLengthLimit": 5}),
+             &["spec.limited.limitResponse.queuing.handSize: Invalid value: 9: required entropy bits of deckSize 128 and handSize 9 should not be greater than 60"]),
+            ("entropy at the limit", |o| o["spec"]["limited"]["limitResponse"]["queuing"] = json!({"queues": 1024, "handSize": 6, "queueLengthLimit": 5}), &[]),
+            ("duplicate condition", |o| o["status"] = json!({"conditions": [{"type": "X"}, {"type": "X"}]}),
+             &["status.conditions[1].type: Duplicate value: \"X\""]),
+        ];
+        for (name, mutate, want) in cases {
+            let mut obj = pl_base();
+            mutate(&mut obj);
+            assert_eq!(rendered(&validate_priority_level(&obj)), *want, "{name}");
+        }
+    }
+
+    #[test]
+    fn mandatory_priority_levels_are_fixed() {
+        let level = |name: &str| {
+            let mut v = serde_json::to_value(bootstrap::mandatory_priority_level(name).unwrap()).unwrap();
+            default_priority_level(&mut v);
+            v
+        };
+        type Case = (&'static str, &'static str, Mutation, Option<&'static str>);
+        let cases: &[Case] = &[
+            ("fixed exempt", "exempt", |_| {}, None),
+            (
+                "exempt may change its exempt section",
+                "exempt",
+                |o| o["spec"]["exempt"] = json!({"nominalConcurrencyShares": 10, "lendablePercent": 50}),
+                None,
+            ),
+            (
+                "exempt may not become limited",
+                "exempt",
+                |o| {
+                    o["spec"] = json!({"type": "Limited", "limited": {"nominalConcurrencyShares": 5, "limitResponse": {"type": "Reject"}}});
+                },
+                Some("spec of 'exempt' except the 'spec.exempt' field must equal the fixed value"),
+            ),
+            ("fixed catch-all", "catch-all", |_| {}, None),
+            (
+                "catch-all may not change its shares",
+                "catch-all",
+                |o| o["spec"]["limited"]["nominalConcurrencyShares"] = json!(50),
+                Some("spec of 'catch-all' must equal the fixed value"),
+            ),
+        ];
+        for (case, name, mutate, want) in cases {
+            let mut obj = level(name);
+            mutate(&mut obj);
+            let errs = validate_priority_level(&obj);
+            let got = errs.iter().find(|e| e.field == "spec").map(|e| e.message.clone());
+            match want {
+                None => assert!(errs.is_empty(), "{case}: {errs:?}"),
+                Some(w) => assert!(got.as_deref().is_some_and(|g| g.ends_with(w)), "{case}: {errs:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let mut fs = json!({"spec": {"priorityLevelConfiguration": {"name": "x"}}});
+        default_flow_schema(&mut fs);
+        assert_eq!(fs["spec"]["matchingPrecedence"], 1000, "precedence default");
+        let mut fs = json!({});
+        default_flow_schema(&mut fs);
+        assert_eq!(fs["spec"]["matchingPrecedence"], 1000, "precedence default without spec");
+
+        type Case = (&'static str, Value, Value);
+        let cases: Vec<Case> = vec![
+            (
+                "unset shares → 30",
+                json!({"type": "Limited", "limited": {"limitResponse": {"type": "Reject"}}}),
+                json!({"type": "Limited", "limited": {"nominalConcurrencyShares": 30, "lendablePercent": 0, "limitResponse": {"type": "Reject"}}}),
+            ),
+            (
+                "null shares → 30",
+                json!({"type": "Limited", "limited": {"nominalConcurrencyShares": null, "limitResponse": {"type": "Reject"}}}),
+                json!({"type": "Limited", "limited": {"nominalConcurrencyShares": 30, "lendablePercent": 0, "limitResponse": {"type": "Reject"}}}),
+            ),
+            (
+                "explicit zero stays",
+                json!({"type": "Limited", "limited": {"nominalConcurrencyShares": 0, "limitResponse": {"type": "Reject"}}}),
+                json!({"type": "Limited", "limited": {"nominalConcurrencyShares": 0, "lendablePercent": 0, "limitResponse": {"type": "Reject"}}}),
+            ),
+            (
+                "queuing defaults",
+                json!({"type": "Limited", "limited": {"nominalConcurrencyShares": 1, "lendablePercent": 5, "limitResponse": {"type": "Queue", "queuing": {"queues": 0}}}}),
+                json!({"type": "Limited", "limited": {"nominalConcurrencyShares": 1, "lendablePercent": 5, "limitResponse": {"type": "Queue", "queuing": {"queues": 64, "handSize": 8, "queueLengthLimit": 50}}}}),
+            ),
+            (
+                "exempt section",
+                json!({"type": "Exempt", "exempt": {}}),
+                json!({"type": "Exempt", "exempt": {"nominalConcurrencyShares": 0, "lendablePercent": 0}}),
+            ),
+            ("exempt without section", json!({"type": "Exempt"}), json!({"type": "Exempt"})),
+        ];
+        for (name, spec, want) in cases {
+            let mut obj = json!({"spec": spec});
+            default_priority_level(&mut obj);
+            assert_eq!(obj["spec"], want, "{name}");
+        }
+    }
+
+    #[test]
+    fn bootstrap_objects_are_valid_and_already_defaulted() {
+        let fss = bootstrap::mandatory_flow_schemas().into_iter().chain(bootstrap::suggested_flow_schemas());
+        for fs in fss {
+            let v = serde_json::to_value(&fs).unwrap();
+            let mut d = v.clone();
+            default_flow_schema(&mut d);
+            let name = fs.metadata.name.unwrap();
+            assert_eq!(semantic_form(&d), semantic_form(&v), "{name}: defaulting changes nothing");
+            assert_eq!(rendered(&validate_flow_schema(&v)), Vec::<String>::new(), "{name}: valid");
+        }
+        let pls = bootstrap::mandatory_priority_levels().into_iter().chain(bootstrap::suggested_priority_levels());
+        for pl in pls {
+            let v = serde_json::to_value(&pl).unwrap();
+            let mut d = v.clone();
+            default_priority_level(&mut d);
+            let name = pl.metadata.name.unwrap();
+            assert_eq!(semantic_form(&d), semantic_form(&v), "{name}: defaulting changes nothing");
+            assert_eq!(rendered(&validate_priority_level(&v)), Vec::<String>::new(), "{name}: valid");
+        }
+    }
+
+    #[test]
+    fn entropy_bits() {
+        let cases = [((64, 8), 48), ((128, 6), 42), ((1024, 6), 60), ((128, 9), 63), ((1, 1), 0), ((3, 2), 4)];
+        for ((deck, hand), want) in cases {
+            assert_eq!(required_entropy_bits(deck, hand), want, "deck {deck} hand {hand}");
+        }
+    }
+
+    #[test]
+    fn semantic_form_ignores_nil_versus_empty() {
+        let a = json!({"rules": [{"resourceRules": [{"clusterScope": false, "namespaces": []}]}], "x": null, "s": ""});
+        let b = json!({"rules": [{"resourceRules": [{}]}]});
+        assert_eq!(semantic_form(&a), semantic_form(&b), "zero values");
+        assert_ne!(semantic_form(&json!({"n": 0})), semantic_form(&json!({})), "a set 0 differs from nil");
+    }
+
+    #[test]
+    fn tables() {
+        let now = chrono::DateTime::parse_from_rfc3339("2024-05-01T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
+        let names: Vec<&str> = FlowSchemaStrategy.columns().iter().map(|c| c.name).collect();
+        assert_eq!(
+            names,
+            ["PriorityLevel", "MatchingPrecedence", "DistinguisherMethod", "Age", "MissingPL"],
+            "fs columns"
+        );
+        let names: Vec<&str> = PriorityLevelConfigurationStrategy.columns().iter().map(|c| c.name).collect();
+        assert_eq!(
+            names,
+            ["Type", "NominalConcurrencyShares", "Queues", "HandSize", "QueueLengthLimit", "Age"],
+            "pl columns"
+        );
+
+        let mut fs = fs_base();
+        assert_eq!(
+            FlowSchemaStrategy.cells(&fs, now),
+            vec![json!("workload-low"), json!(500), json!("ByUser"), json!("60m"), json!("?")],
+            "fs without status"
+        );
+        fs["spec"].as_object_mut().unwrap().remove("distinguisherMethod");
+        fs["status"] = json!({"conditions": [{"type": "Dangling", "status": "True"}]});
+        assert_eq!(
+            FlowSchemaStrategy.cells(&fs, now),
+            vec![json!("workload-low"), json!(500), json!("<none>"), json!("60m"), json!("True")],
+            "fs dangling"
+        );
+
+        let mut pl = pl_base();
+        assert_eq!(
+            PriorityLevelConfigurationStrategy.cells(&pl, now),
+            vec![json!("Limited"), json!(10), json!(64), json!(6), json!(50), json!("60m")],
+            "queuing level"
+        );
+        pl["spec"]["limited"]["limitResponse"] = json!({"type": "Reject"});
+        assert_eq!(
+            PriorityLevelConfigurationStrategy.cells(&pl, now),
+            vec![json!("Limited"), json!(10), json!("<none>"), json!("<none>"), json!("<none>"), json!("60m")],
+            "reject level"
+        );
+        pl["spec"] = json!({"type": "Exempt"});
+        assert_eq!(
+            PriorityLevelConfigurationStrategy.cells(&pl, now),
+            vec![json!("Exempt"), json!("<none>"), json!("<none>"), json!("<none>"), json!("<none>"), json!("60m")],
+            "exempt level"
+        );
+    }
+
+    #[test]
+    fn write_paths_keep_what_they_do_not_own() {
+        let mut fs = fs_base();
+        fs["status"] = json!({"conditions": [{"type": "Dangling", "status": "True"}]});
+        FlowSchemaStrategy.prepare_for_create(&mut fs);
+        assert_eq!(fs["status"], json!({}), "create clears status");
+
+        let mut old = fs_base();
+        old["status"] = json!({"conditions": [{"type": "Dangling", "status": "False"}]});
+        let mut new = fs_base();
+        new["spec"]["matchingPrecedence"] = json!(0);
+        FlowSchemaStrategy.prepare_for_update(&mut new, &old);
+        assert_eq!(new["status"], old["status"], "update keeps status");
+        assert_eq!(new["spec"]["matchingPrecedence"], 1000, "update defaults");
+
+        let mut sub = fs_base();
+        sub["spec"]["matchingPrecedence"] = json!(7);
+        sub["status"] = json!({"conditions": []});
+        PriorityLevelConfigurationStrategy.prepare_for_subresource("status", &mut sub, &old);
+        assert_eq!(sub["spec"], old["spec"], "status keeps spec");
+        assert_eq!(sub["status"], json!({"conditions": []}), "status writes status");
+    }
+}
