@@ -2,6 +2,10 @@
 //! process figures from /proc, and percentiles.
 #![allow(dead_code)]
 
+pub mod apf;
+pub mod lease;
+pub mod storm;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -88,6 +92,31 @@ pub fn admin_client(dir: &Path) -> Result<reqwest::Client> {
         .add_root_certificate(reqwest::Certificate::from_pem(&ca_pem(dir)?)?)
         .identity(reqwest::Identity::from_pem(&pem)?)
         .pool_max_idle_per_host(256)
+        .build()?)
+}
+
+/// An HTTPS client with a client certificate for `name` in `groups`, issued from the cluster
+/// CA in `dir/pki` (the bench runs on the server's machine, as a controller's kubeconfig would
+/// be made there).
+pub fn user_client(dir: &Path, name: &str, groups: &[&str]) -> Result<reqwest::Client> {
+    let pki = dir.join("pki");
+    let ca_crt = std::fs::read_to_string(pki.join("ca.crt")).context("reading pki/ca.crt")?;
+    let ca_key = std::fs::read_to_string(pki.join("ca.key")).context("reading pki/ca.key")?;
+    let ca = kustos_ca::Ca::from_pem(&ca_crt, &ca_key)?;
+    let params = kustos_ca::IssueParams::client(
+        name,
+        groups.iter().map(|g| g.to_string()).collect(),
+        chrono::Duration::hours(2),
+    );
+    let issued = ca.issue(params, chrono::Utc::now())?;
+    let mut pem = issued.key_pem.context("the issued certificate has no generated key")?.into_bytes();
+    pem.push(b'\n');
+    pem.extend_from_slice(issued.cert_pem.as_bytes());
+    Ok(reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_crt.as_bytes())?)
+        .identity(reqwest::Identity::from_pem(&pem)?)
         .build()?)
 }
 
