@@ -263,15 +263,13 @@ async fn main() -> Result<()> {
     for ((k, a), (_, b)) in alone.storm.rows().into_iter().zip(loaded.storm.rows()) {
         println!("| {k} | {a} | {b} |");
     }
-    for (run, f) in [("storm alone", &alone), ("storm + admin + lease", &loaded)] {
-        println!(
-            "| server CPU time during the storm (per node), {run} | {} ({}) |  |",
-            secs(f.server_cpu),
-            ms(f.server_cpu / nodes.max(1) as u32)
-        );
-        for (k, v) in f.storm.error_rows() {
-            println!("| storm {k}, {run} | {v} |  |");
-        }
+    let cpu = |f: &RunFigures| format!("{} ({})", secs(f.server_cpu), ms(f.server_cpu / nodes.max(1) as u32));
+    println!("| server CPU time during the storm (per node) | {} | {} |", cpu(&alone), cpu(&loaded));
+    for (k, v) in alone.storm.error_rows() {
+        println!("| storm {k} | {v} | — |");
+    }
+    for (k, v) in loaded.storm.error_rows() {
+        println!("| storm {k} | — | {v} |");
     }
     let Some((admin, lease, failures)) = &loaded.load else { bail!("the loaded run recorded no side load") };
     println!(

@@ -108,36 +108,55 @@ mod tests {
         AdminSample { latency: ms(latency), failure: failure.map(String::from), http_429 }
     }
 
+    struct AdminCase {
+        name: &'static str,
+        samples: Vec<AdminSample>,
+        requests: usize,
+        failures: usize,
+        rejected: usize,
+        p50: Duration,
+        max: Duration,
+    }
+
     #[test]
     fn admin_figures_count_failures_in_the_latencies() {
-        let cases: &[(&str, Vec<AdminSample>, usize, usize, usize, Duration, Duration)] = &[
-            ("nothing recorded", vec![], 0, 0, 0, ms(0), ms(0)),
-            (
-                "a slow 429 is a failure and sets the maximum",
-                vec![admin(2, None, false), admin(3, None, false), admin(900, Some("HTTP 429"), true)],
-                3,
-                1,
-                1,
-                ms(3),
-                ms(900),
-            ),
-            (
-                "a transport error is a failure, not a 429",
-                vec![admin(5, Some("connection reset"), false), admin(1, None, false)],
-                2,
-                1,
-                0,
-                ms(5),
-                ms(5),
-            ),
+        let cases = [
+            AdminCase {
+                name: "nothing recorded",
+                samples: vec![],
+                requests: 0,
+                failures: 0,
+                rejected: 0,
+                p50: ms(0),
+                max: ms(0),
+            },
+            AdminCase {
+                name: "a slow 429 is a failure and sets the maximum",
+                samples: vec![admin(2, None, false), admin(3, None, false), admin(900, Some("HTTP 429"), true)],
+                requests: 3,
+                failures: 1,
+                rejected: 1,
+                p50: ms(3),
+                max: ms(900),
+            },
+            AdminCase {
+                name: "a transport error is a failure, not a 429",
+                samples: vec![admin(5, Some("connection reset"), false), admin(1, None, false)],
+                requests: 2,
+                failures: 1,
+                rejected: 0,
+                p50: ms(5),
+                max: ms(5),
+            },
         ];
-        for (name, samples, requests, failures, rejected, p50, max) in cases {
-            let f = AdminFigures::of(samples);
-            assert_eq!(f.requests, *requests, "{name}: requests");
-            assert_eq!(f.failures, *failures, "{name}: failures");
-            assert_eq!(f.rejected_429, *rejected, "{name}: 429s");
-            assert_eq!(f.p50, *p50, "{name}: p50");
-            assert_eq!(f.max, *max, "{name}: max");
+        for c in cases {
+            let f = AdminFigures::of(&c.samples);
+            let name = c.name;
+            assert_eq!(f.requests, c.requests, "{name}: requests");
+            assert_eq!(f.failures, c.failures, "{name}: failures");
+            assert_eq!(f.rejected_429, c.rejected, "{name}: 429s");
+            assert_eq!(f.p50, c.p50, "{name}: p50");
+            assert_eq!(f.max, c.max, "{name}: max");
         }
     }
 
@@ -145,36 +164,63 @@ mod tests {
         Renewal { started: ms(started), took: ms(took), failure: failure.map(String::from) }
     }
 
+    struct LeaseCase {
+        name: &'static str,
+        renewals: Vec<Renewal>,
+        end: u64,
+        ok: usize,
+        failed: usize,
+        max: Duration,
+        gap: Duration,
+    }
+
     #[test]
     fn lease_figures_find_the_longest_time_without_a_renewal() {
-        let cases: &[(&str, Vec<Renewal>, u64, usize, usize, Duration, Duration)] = &[
-            ("no renewal at all: the whole run", vec![], 5000, 0, 0, ms(0), ms(5000)),
-            (
-                "steady renewals: the period plus a renewal's time",
-                vec![renewal(0, 10, None), renewal(2010, 20, None), renewal(4030, 10, None)],
-                5000,
-                3,
-                0,
-                ms(20),
-                ms(2020),
-            ),
-            (
-                "a failed renewal widens the gap",
-                vec![renewal(0, 10, None), renewal(2010, 10000, Some("deadline")), renewal(14010, 10, None)],
-                15000,
-                2,
-                1,
-                ms(10000),
-                ms(14010),
-            ),
-            ("the tail after the last success counts", vec![renewal(0, 10, None)], 9000, 1, 0, ms(10), ms(8990)),
+        let cases = [
+            LeaseCase {
+                name: "no renewal at all: the whole run",
+                renewals: vec![],
+                end: 5000,
+                ok: 0,
+                failed: 0,
+                max: ms(0),
+                gap: ms(5000),
+            },
+            LeaseCase {
+                name: "steady renewals: the period plus a renewal's time",
+                renewals: vec![renewal(0, 10, None), renewal(2010, 20, None), renewal(4030, 10, None)],
+                end: 5000,
+                ok: 3,
+                failed: 0,
+                max: ms(20),
+                gap: ms(2020),
+            },
+            LeaseCase {
+                name: "a failed renewal widens the gap",
+                renewals: vec![renewal(0, 10, None), renewal(2010, 10000, Some("deadline")), renewal(14010, 10, None)],
+                end: 15000,
+                ok: 2,
+                failed: 1,
+                max: ms(10000),
+                gap: ms(14010),
+            },
+            LeaseCase {
+                name: "the tail after the last success counts",
+                renewals: vec![renewal(0, 10, None)],
+                end: 9000,
+                ok: 1,
+                failed: 0,
+                max: ms(10),
+                gap: ms(8990),
+            },
         ];
-        for (name, renewals, end, ok, failed, max, gap) in cases {
-            let f = LeaseFigures::of(renewals, ms(*end));
-            assert_eq!(f.ok, *ok, "{name}: ok");
-            assert_eq!(f.failed, *failed, "{name}: failed");
-            assert_eq!(f.max, *max, "{name}: max");
-            assert_eq!(f.longest_gap, *gap, "{name}: longest gap");
+        for c in cases {
+            let f = LeaseFigures::of(&c.renewals, ms(c.end));
+            let name = c.name;
+            assert_eq!(f.ok, c.ok, "{name}: ok");
+            assert_eq!(f.failed, c.failed, "{name}: failed");
+            assert_eq!(f.max, c.max, "{name}: max");
+            assert_eq!(f.longest_gap, c.gap, "{name}: longest gap");
         }
     }
 

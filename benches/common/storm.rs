@@ -90,7 +90,6 @@ pub struct Node {
 }
 
 /// What one kubelet measured, from the moment it started its create.
-#[derive(Clone)]
 pub struct Outcome {
     pub created: Duration,
     /// When it first saw Approved without a certificate (not seen when approval and signing
@@ -101,7 +100,6 @@ pub struct Outcome {
 }
 
 /// One kubelet's result and how many of its requests were retried after a 429.
-#[derive(Clone)]
 pub struct NodeResult {
     pub outcome: Result<Outcome, String>,
     pub retries_429: u32,
@@ -443,33 +441,46 @@ mod tests {
         NodeResult { outcome: Ok(Outcome { created: d / 4, approved: None, certified: d, done: d }), retries_429: 0 }
     }
 
+    struct Case {
+        name: &'static str,
+        results: Vec<NodeResult>,
+        certified: usize,
+        errors: usize,
+        retries: u64,
+        nodes_retried: usize,
+    }
+
     #[test]
     fn summary_counts_errors_and_retries() {
-        let cases: &[(&str, Vec<NodeResult>, usize, usize, u64, usize)] = &[
-            ("all certified", vec![done(10), done(20)], 2, 0, 0, 0),
-            (
-                "errors are counted, retries of failed nodes too",
-                vec![
-                    done(10),
-                    NodeResult { outcome: Err("create: HTTP 500".into()), retries_429: 2 },
-                    NodeResult { outcome: Err("create: HTTP 500".into()), retries_429: 0 },
-                    NodeResult { retries_429: 3, ..done(30) },
-                ],
-                2,
-                2,
-                5,
-                2,
-            ),
-            ("nothing ran", vec![], 0, 0, 0, 0),
+        let failed = |retries_429| NodeResult { outcome: Err("create: HTTP 500".into()), retries_429 };
+        let cases = [
+            Case {
+                name: "all certified",
+                results: vec![done(20), done(10)],
+                certified: 2,
+                errors: 0,
+                retries: 0,
+                nodes_retried: 0,
+            },
+            Case {
+                name: "errors are counted, retries of failed nodes too",
+                results: vec![done(10), failed(2), failed(0), NodeResult { retries_429: 3, ..done(30) }],
+                certified: 2,
+                errors: 2,
+                retries: 5,
+                nodes_retried: 2,
+            },
+            Case { name: "nothing ran", results: vec![], certified: 0, errors: 0, retries: 0, nodes_retried: 0 },
         ];
-        for (name, results, certified, errors, retries, retried) in cases {
-            let results = results.to_vec();
-            let s = Summary::of(results, Duration::from_secs(2));
-            assert_eq!(s.certified, *certified, "{name}: certified");
-            assert_eq!(s.error_count(), *errors, "{name}: errors");
-            assert_eq!(s.retries_429, *retries, "{name}: retries");
-            assert_eq!(s.nodes_retried, *retried, "{name}: nodes retried");
-            assert_eq!(s.nodes_per_sec(), *certified as f64 / 2.0, "{name}: nodes/s");
+        for c in cases {
+            let name = c.name;
+            let s = Summary::of(c.results, Duration::from_secs(2));
+            assert_eq!(s.certified, c.certified, "{name}: certified");
+            assert_eq!(s.error_count(), c.errors, "{name}: errors");
+            assert_eq!(s.errors.len(), usize::from(c.errors > 0), "{name}: one message for the same error");
+            assert_eq!(s.retries_429, c.retries, "{name}: retries");
+            assert_eq!(s.nodes_retried, c.nodes_retried, "{name}: nodes retried");
+            assert_eq!(s.nodes_per_sec(), c.certified as f64 / 2.0, "{name}: nodes/s");
             assert!(s.certificate.windows(2).all(|w| w[0] <= w[1]), "{name}: sorted");
         }
     }
