@@ -484,4 +484,75 @@ mod tests {
             assert!(s.certificate.windows(2).all(|w| w[0] <= w[1]), "{name}: sorted");
         }
     }
+
+    /// A local HTTP server answering 429 (with `retry_after` when given) to the first
+    /// `rejections` requests and 200 after that; returns its URL.
+    async fn rejecting(rejections: usize, retry_after: Option<&'static str>) -> String {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        let seen = Arc::new(AtomicUsize::new(0));
+        let app = axum::Router::new().route(
+            "/",
+            axum::routing::get(move || {
+                let seen = seen.clone();
+                async move {
+                    let mut resp = axum::response::IntoResponse::into_response("ok");
+                    if seen.fetch_add(1, Ordering::SeqCst) < rejections {
+                        *resp.status_mut() = http::StatusCode::TOO_MANY_REQUESTS;
+                        if let Some(v) = retry_after {
+                            resp.headers_mut().insert(http::header::RETRY_AFTER, http::HeaderValue::from_static(v));
+                        }
+                    }
+                    resp
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        url
+    }
+
+    #[tokio::test]
+    async fn send_retrying_sends_again_after_429_and_counts() {
+        struct Case {
+            name: &'static str,
+            rejections: usize,
+            retry_after: Option<&'static str>,
+            want: Result<u16, &'static str>,
+            retries: u32,
+        }
+        let cases = [
+            Case { name: "answered at once", rejections: 0, retry_after: Some("0"), want: Ok(200), retries: 0 },
+            Case { name: "two 429s, then served", rejections: 2, retry_after: Some("0"), want: Ok(200), retries: 2 },
+            Case {
+                name: "a 429 without Retry-After is the answer",
+                rejections: 1,
+                retry_after: None,
+                want: Ok(429),
+                retries: 0,
+            },
+            Case {
+                name: "the last allowed retry is served",
+                rejections: MAX_RETRIES_PER_STEP as usize,
+                retry_after: Some("0"),
+                want: Ok(200),
+                retries: MAX_RETRIES_PER_STEP,
+            },
+            Case {
+                name: "one 429 too many fails the step",
+                rejections: MAX_RETRIES_PER_STEP as usize + 1,
+                retry_after: Some("0"),
+                want: Err("step: HTTP 429 after 100 retries"),
+                retries: MAX_RETRIES_PER_STEP,
+            },
+        ];
+        for c in cases {
+            let url = rejecting(c.rejections, c.retry_after).await;
+            let client = reqwest::Client::new();
+            let mut retries = 0;
+            let got = send_retrying("step", &mut retries, || client.get(&url)).await.map(|r| r.status().as_u16());
+            assert_eq!(got, c.want.map_err(String::from), "{}", c.name);
+            assert_eq!(retries, c.retries, "{}: retries", c.name);
+        }
+    }
 }
