@@ -20,7 +20,9 @@
 //!
 //! Run: `cargo bench --bench apf_storm` (env: BENCH_NODES, default 10000; BENCH_CONCURRENCY,
 //! default all at once; BENCH_TIMEOUT_SECS per storm, default 300; BENCH_SERVER_ARGS,
-//! whitespace-separated, appended to `kustos server`'s arguments). See docs/BENCHMARKS.md.
+//! whitespace-separated, appended to `kustos server`'s arguments; BENCH_ROUNDS, default 1:
+//! rounds of the two runs, alternating, the targets judged on all rounds pooled). See
+//! docs/BENCHMARKS.md.
 
 mod common;
 
@@ -28,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use common::apf::{verdicts, AdminFigures, AdminSample, LeaseFigures, Renewal};
+use common::apf::{throughput, verdicts, AdminFigures, AdminSample, LeaseFigures, Renewal};
 use common::storm::{self, secs, Summary};
 use common::{admin_client, ca_pem, cpu_time, env_u64, lease, ms, start, user_client};
 use tokio::sync::watch;
@@ -57,7 +59,30 @@ struct RunFigures {
     storm: Summary,
     server_cpu: Duration,
     /// With the side loads only.
-    load: Option<(AdminFigures, LeaseFigures, Vec<String>)>,
+    load: Option<SideLoad>,
+}
+
+/// What the admin and the controller recorded during one storm.
+struct SideLoad {
+    admin: Vec<AdminSample>,
+    renewals: Vec<Renewal>,
+    /// When the side loads were stopped, from their start.
+    end: Duration,
+}
+
+impl SideLoad {
+    /// Distinct failure messages.
+    fn failures(&self) -> Vec<String> {
+        let mut f: Vec<String> = self
+            .admin
+            .iter()
+            .filter_map(|s| s.failure.clone().map(|f| format!("admin: {f}")))
+            .chain(self.renewals.iter().filter_map(|r| r.failure.clone().map(|f| format!("lease renewal: {f}"))))
+            .collect();
+        f.sort();
+        f.dedup();
+        f
+    }
 }
 
 /// The admin's requests: one every [`ADMIN_PERIOD`], each its own task (a slow answer does not
@@ -217,18 +242,11 @@ async fn one_run(s: &Settings, with_load: bool) -> Result<RunFigures> {
     let end = t0.elapsed();
     let _ = stop_tx.send(true);
     let load = match (admin_task, lease_task) {
-        (Some(a), Some(l)) => {
-            let samples = a.await.context("the admin task")?;
-            let renewals = l.await.context("the lease task")?;
-            let mut failures: Vec<String> = samples
-                .iter()
-                .filter_map(|s| s.failure.clone().map(|f| format!("admin: {f}")))
-                .chain(renewals.iter().filter_map(|r| r.failure.clone().map(|f| format!("lease renewal: {f}"))))
-                .collect();
-            failures.sort();
-            failures.dedup();
-            Some((AdminFigures::of(&samples), LeaseFigures::of(&renewals, end), failures))
-        }
+        (Some(a), Some(l)) => Some(SideLoad {
+            admin: a.await.context("the admin task")?,
+            renewals: l.await.context("the lease task")?,
+            end,
+        }),
         _ => None,
     };
     let (results, wall) = storm_result?;
@@ -249,29 +267,58 @@ async fn main() -> Result<()> {
             .map(String::from)
             .collect(),
     };
-    eprintln!("run 1 of 2: the storm alone");
-    let alone = one_run(&settings, false).await?;
-    eprintln!("run 2 of 2: the storm with the admin and the lease renewals");
-    let loaded = one_run(&settings, true).await?;
-
+    let rounds = env_u64("BENCH_ROUNDS", 1).max(1);
     println!(
-        "nodes: {nodes} (concurrency {}), server args: {:?}\n",
+        "nodes: {nodes} (concurrency {}), server args: {:?}, rounds: {rounds}",
         settings.concurrency,
         settings.server_args.join(" ")
     );
+    let (mut alone_runs, mut loaded_runs) = (Vec::new(), Vec::new());
+    let (mut admin, mut failed_renewals, mut errors) = (Vec::new(), 0, 0);
+    for round in 1..=rounds {
+        eprintln!("round {round} of {rounds}: the storm alone");
+        let alone = one_run(&settings, false).await?;
+        eprintln!("round {round} of {rounds}: the storm with the admin and the lease renewals");
+        let loaded = one_run(&settings, true).await?;
+        let Some(side) = &loaded.load else { bail!("the loaded run recorded no side load") };
+        println!("\n### round {round} of {rounds}\n");
+        print_round(nodes, &alone, &loaded, side);
+        alone_runs.push((alone.storm.certified, alone.storm.wall));
+        loaded_runs.push((loaded.storm.certified, loaded.storm.wall));
+        admin.extend(side.admin.iter().cloned());
+        failed_renewals += LeaseFigures::of(&side.renewals, side.end).failed;
+        errors += alone.storm.error_count() + loaded.storm.error_count();
+    }
+
+    let ratio = throughput(&loaded_runs) / throughput(&alone_runs).max(f64::EPSILON);
+    let pooled = if rounds > 1 { format!(", {rounds} rounds pooled") } else { String::new() };
+    println!("\n### targets{pooled}\n");
+    println!("| target | measured | verdict |\n| --- | --- | --- |");
+    for (target, measured, verdict) in verdicts(ratio, AdminFigures::of(&admin).p99, failed_renewals) {
+        println!("| {target} | {measured} | {verdict} |");
+    }
+    if errors > 0 {
+        bail!("{errors} of {} storm flows failed", 2 * nodes * rounds);
+    }
+    Ok(())
+}
+
+/// One round's table: the two runs side by side.
+fn print_round(nodes: u64, alone: &RunFigures, loaded: &RunFigures, side: &SideLoad) {
     println!("| measurement | storm alone | storm + admin + lease |\n| --- | --- | --- |");
     for ((k, a), (_, b)) in alone.storm.rows().into_iter().zip(loaded.storm.rows()) {
         println!("| {k} | {a} | {b} |");
     }
     let cpu = |f: &RunFigures| format!("{} ({})", secs(f.server_cpu), ms(f.server_cpu / nodes.max(1) as u32));
-    println!("| server CPU time during the storm (per node) | {} | {} |", cpu(&alone), cpu(&loaded));
+    println!("| server CPU time during the storm (per node) | {} | {} |", cpu(alone), cpu(loaded));
     for (k, v) in alone.storm.error_rows() {
         println!("| storm {k} | {v} | — |");
     }
     for (k, v) in loaded.storm.error_rows() {
         println!("| storm {k} | — | {v} |");
     }
-    let Some((admin, lease, failures)) = &loaded.load else { bail!("the loaded run recorded no side load") };
+    let admin = AdminFigures::of(&side.admin);
+    let lease = LeaseFigures::of(&side.renewals, side.end);
     println!(
         "| admin requests (every {ADMIN_PERIOD:?}), failures (of which 429) | — | {}, {} ({}) |",
         admin.requests, admin.failures, admin.rejected_429
@@ -283,19 +330,7 @@ async fn main() -> Result<()> {
         ms(lease.max),
         secs(lease.longest_gap)
     );
-    for f in failures.iter().take(10) {
+    for f in side.failures().iter().take(10) {
         println!("| side-load failure | — | {} |", f.replace('|', "\\|"));
     }
-
-    let ratio = loaded.storm.nodes_per_sec() / alone.storm.nodes_per_sec().max(f64::EPSILON);
-    println!("\n| target | measured | verdict |\n| --- | --- | --- |");
-    for (target, measured, verdict) in verdicts(ratio, admin.p99, lease.failed) {
-        println!("| {target} | {measured} | {verdict} |");
-    }
-
-    let errors = alone.storm.error_count() + loaded.storm.error_count();
-    if errors > 0 {
-        bail!("{errors} of {} storm flows failed", 2 * nodes);
-    }
-    Ok(())
 }

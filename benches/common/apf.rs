@@ -77,6 +77,14 @@ impl LeaseFigures {
     }
 }
 
+/// Nodes certified per second over several runs, each (certified, wall time): all nodes over
+/// all the time, so a long run weighs more than a short one.
+pub fn throughput(runs: &[(usize, Duration)]) -> f64 {
+    let nodes: usize = runs.iter().map(|r| r.0).sum();
+    let wall: Duration = runs.iter().map(|r| r.1).sum();
+    nodes as f64 / wall.as_secs_f64().max(f64::EPSILON)
+}
+
 /// The targets: (target, measured, verdict). `ratio` is the storm's throughput with the
 /// side loads over its throughput alone.
 pub fn verdicts(ratio: f64, admin_p99: Duration, failed_renewals: usize) -> Vec<(String, String, String)> {
@@ -221,6 +229,20 @@ mod tests {
             assert_eq!(f.failed, c.failed, "{name}: failed");
             assert_eq!(f.max, c.max, "{name}: max");
             assert_eq!(f.longest_gap, c.gap, "{name}: longest gap");
+        }
+    }
+
+    #[test]
+    fn throughput_pools_nodes_over_time() {
+        type Runs = Vec<(usize, Duration)>;
+        let cases: [(&str, Runs, f64); 4] = [
+            ("one run", vec![(1000, ms(4000))], 250.0),
+            ("two runs: all nodes over all the time", vec![(1000, ms(4000)), (1000, ms(6000))], 200.0),
+            ("nothing certified", vec![(0, ms(1000))], 0.0),
+            ("no run at all", vec![], 0.0),
+        ];
+        for (name, runs, want) in cases {
+            assert_eq!(throughput(&runs), want, "{name}");
         }
     }
 
