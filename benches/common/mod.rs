@@ -52,9 +52,15 @@ pub async fn start(subcommand: &str, dir: &Path, extra: &[&str]) -> Result<(Serv
         .spawn()
         .context("spawning kustos")?;
     let url = format!("https://127.0.0.1:{port}");
-    let server = Server { child, url: url.clone(), dir: dir.to_path_buf() };
+    let mut server = Server { child, url: url.clone(), dir: dir.to_path_buf() };
     let anon = reqwest::Client::builder().danger_accept_invalid_certs(true).build()?;
     for _ in 0..20_000 {
+        if let Some(status) = server.child.try_wait()? {
+            // The log is in the caller's temporary directory, gone once it returns: quote it.
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+            bail!("kustos {subcommand} exited ({status}) before it was ready:\n{}", tail.join("\n"));
+        }
         if let Ok(r) = anon.get(format!("{url}/readyz")).send().await {
             if r.status().is_success() {
                 return Ok((server, t0.elapsed()));
