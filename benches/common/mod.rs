@@ -2,6 +2,10 @@
 //! process figures from /proc, and percentiles.
 #![allow(dead_code)]
 
+pub mod apf;
+pub mod lease;
+pub mod storm;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -48,9 +52,15 @@ pub async fn start(subcommand: &str, dir: &Path, extra: &[&str]) -> Result<(Serv
         .spawn()
         .context("spawning kustos")?;
     let url = format!("https://127.0.0.1:{port}");
-    let server = Server { child, url: url.clone(), dir: dir.to_path_buf() };
+    let mut server = Server { child, url: url.clone(), dir: dir.to_path_buf() };
     let anon = reqwest::Client::builder().danger_accept_invalid_certs(true).build()?;
     for _ in 0..20_000 {
+        if let Some(status) = server.child.try_wait()? {
+            // The log is in the caller's temporary directory, gone once it returns: quote it.
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+            bail!("kustos {subcommand} exited ({status}) before it was ready:\n{}", tail.join("\n"));
+        }
         if let Ok(r) = anon.get(format!("{url}/readyz")).send().await {
             if r.status().is_success() {
                 return Ok((server, t0.elapsed()));
@@ -88,6 +98,31 @@ pub fn admin_client(dir: &Path) -> Result<reqwest::Client> {
         .add_root_certificate(reqwest::Certificate::from_pem(&ca_pem(dir)?)?)
         .identity(reqwest::Identity::from_pem(&pem)?)
         .pool_max_idle_per_host(256)
+        .build()?)
+}
+
+/// An HTTPS client with a client certificate for `name` in `groups`, issued from the cluster
+/// CA in `dir/pki` (the bench runs on the server's machine, as a controller's kubeconfig would
+/// be made there).
+pub fn user_client(dir: &Path, name: &str, groups: &[&str]) -> Result<reqwest::Client> {
+    let pki = dir.join("pki");
+    let ca_crt = std::fs::read_to_string(pki.join("ca.crt")).context("reading pki/ca.crt")?;
+    let ca_key = std::fs::read_to_string(pki.join("ca.key")).context("reading pki/ca.key")?;
+    let ca = kustos_ca::Ca::from_pem(&ca_crt, &ca_key)?;
+    let params = kustos_ca::IssueParams::client(
+        name,
+        groups.iter().map(|g| g.to_string()).collect(),
+        chrono::Duration::hours(2),
+    );
+    let issued = ca.issue(params, chrono::Utc::now())?;
+    let mut pem = issued.key_pem.context("the issued certificate has no generated key")?.into_bytes();
+    pem.push(b'\n');
+    pem.extend_from_slice(issued.cert_pem.as_bytes());
+    Ok(reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(ca_crt.as_bytes())?)
+        .identity(reqwest::Identity::from_pem(&pem)?)
         .build()?)
 }
 
