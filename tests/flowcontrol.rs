@@ -62,11 +62,14 @@ fn view_binding(s: &Server, users: &[&str]) {
     s.kubectl_ok(&args);
 }
 
-/// Wait (bounded) until the dispatcher classifies `user`'s requests by the schema `fs_uid`.
-async fn await_classified(s: &Server, client: &reqwest::Client, fs_uid: &str) {
+const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
+
+/// Wait (bounded) until the dispatcher classifies the client's GETs of `path` by the schema
+/// `fs_uid`.
+async fn await_classified(s: &Server, client: &reqwest::Client, path: &str, fs_uid: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let r = send(client.get(format!("{}/api/v1/namespaces/default/configmaps", s.url))).await;
+        let r = send(client.get(format!("{}{path}", s.url))).await;
         if r.header("x-kubernetes-pf-flowschema-uid").as_deref() == Some(fs_uid) {
             return;
         }
@@ -89,7 +92,7 @@ async fn a_flooding_user_is_rejected_while_others_are_served() {
     let alice = client_for(&s, &issue_user(&s, "alice", &[]));
     let kcm = client_for(&s, &issue_user(&s, "system:kube-controller-manager", &[]));
     let admin = s.http();
-    await_classified(&s, &flood, &flood_fs).await;
+    await_classified(&s, &flood, CONFIGMAPS, &flood_fs).await;
 
     let (exempt_fs, exempt_pl) = (uid_of(&s, &format!("{FS}/exempt")).await, uid_of(&s, &format!("{PL}/exempt")).await);
     let (default_fs, default_pl) =
@@ -229,7 +232,7 @@ async fn precedence_decides_and_debug_dumps_answer() {
     let low = create(&s, FS, schema("apf-prec-100", 100)).await;
     let bob = client_for(&s, &issue_user(&s, "bob", &[]));
     let low_uid = low["metadata"]["uid"].as_str().unwrap_or_default().to_string();
-    await_classified(&s, &bob, &low_uid).await;
+    await_classified(&s, &bob, CONFIGMAPS, &low_uid).await;
     let r = send(bob.get(format!("{}/api/v1/namespaces/default/configmaps", s.url))).await;
     r.expect_code(200, "bob's list");
     assert_eq!(r.header("x-kubernetes-pf-flowschema-uid"), Some(low_uid.clone()), "precedence 100 beats 200");
@@ -247,6 +250,26 @@ async fn precedence_decides_and_debug_dumps_answer() {
         probe.header("x-kubernetes-pf-prioritylevel-uid"),
         Some(uid_of(&s, &format!("{PL}/exempt")).await),
         "probes are exempt"
+    );
+
+    // A request no other schema matches lands in catch-all: hand global-default to its users
+    // and make it match nobody.
+    let url = format!("{}{FS}/global-default", s.url);
+    let mut gd = send(admin.get(&url)).await.body;
+    gd["metadata"]["annotations"]["apf.kubernetes.io/autoupdate-spec"] = json!("false");
+    gd["spec"]["rules"] = json!([{"subjects": [{"kind": "User", "user": {"name": "nobody"}}],
+        "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}]}]);
+    send(admin.put(&url).json(&gd)).await.expect_code(200, "narrowing global-default");
+    let catch_all_fs = uid_of(&s, &format!("{FS}/catch-all")).await;
+    let secrets = "/api/v1/namespaces/default/secrets";
+    await_classified(&s, &bob, secrets, &catch_all_fs).await;
+    let r = send(bob.get(format!("{}{secrets}", s.url))).await;
+    assert_eq!(r.code, 403, "bob may not read secrets (classified before authorization): {}", r.text);
+    assert_eq!(r.header("x-kubernetes-pf-flowschema-uid"), Some(catch_all_fs), "unmatched → catch-all schema");
+    assert_eq!(
+        r.header("x-kubernetes-pf-prioritylevel-uid"),
+        Some(uid_of(&s, &format!("{PL}/catch-all")).await),
+        "unmatched → catch-all level"
     );
 
     let cases = [

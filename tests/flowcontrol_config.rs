@@ -96,6 +96,10 @@ async fn kubectl_lists_the_default_configuration_with_upstream_columns() {
         assert_eq!(&r[1..4], [level, precedence, dm], "flowschema {name}: {r:?}");
         assert_eq!(r[5], "False", "flowschema {name}: MissingPL: {r:?}");
     }
+    let order: Vec<&str> =
+        fs[1..].iter().map(|r| r[0].as_str()).filter(|n| want_fs.iter().any(|w| w.0 == *n)).collect();
+    let want_order: Vec<&str> = want_fs.iter().map(|w| w.0).collect();
+    assert_eq!(order, want_order, "flowschema rows in matching order (precedence, then name)");
 
     let pl = table(&s, "prioritylevelconfigurations");
     assert_eq!(

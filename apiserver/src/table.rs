@@ -88,7 +88,9 @@ pub fn partial_object_metadata(obj: &Value) -> Value {
 /// A Table of `objs` with the given list metadata.
 pub fn table(def: &ResourceDef, objs: &[Value], include: IncludeObject, list_meta: Value, with_columns: bool) -> Value {
     let now = chrono::Utc::now();
-    let rows: Vec<Value> = objs.iter().map(|o| row(def, o, include, now)).collect();
+    let mut ordered: Vec<&Value> = objs.iter().collect();
+    def.strategy.order_table_rows(&mut ordered);
+    let rows: Vec<Value> = ordered.into_iter().map(|o| row(def, o, include, now)).collect();
     let mut t = json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",

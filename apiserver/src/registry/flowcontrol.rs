@@ -677,6 +677,15 @@ impl Strategy for FlowSchemaStrategy {
         true
     }
 
+    /// Upstream's printer lists FlowSchemas in matching order: precedence, then name.
+    fn order_table_rows(&self, objs: &mut Vec<&Value>) {
+        let key = |o: &Value| {
+            let precedence = get_at(o, &["spec", "matchingPrecedence"]).and_then(Value::as_i64).unwrap_or(1000);
+            (precedence, str_at(o, &["metadata", "name"]).unwrap_or("").to_string())
+        };
+        objs.sort_by_cached_key(|o| key(o));
+    }
+
     fn columns(&self) -> Vec<Column> {
         vec![
             col("PriorityLevel", "`name` is the name of the priority level configuration being referenced Required.", 0),

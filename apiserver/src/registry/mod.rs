@@ -103,6 +103,9 @@ pub trait Strategy: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Put a Table's rows in the order upstream's printer shows them (default: as listed).
+    fn order_table_rows(&self, _objs: &mut Vec<&Value>) {}
+
     /// One row's cells for the columns of `columns()` (Name excluded: the caller adds it).
     /// `now` is for ages.
     fn cells(&self, _obj: &Value, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
