@@ -1390,6 +1390,48 @@ pub async fn delete_collection(c: &Call<'_>, body: &Bytes, content_type: &str) -
     Ok(Reply::ok(body))
 }
 
+/// The apiserver's own identity, for the writes it makes itself (default objects).
+pub fn apiserver_user() -> UserInfo {
+    UserInfo {
+        name: "system:apiserver".into(),
+        groups: vec![crate::authz::MASTERS_GROUP.into(), crate::authn::AUTHENTICATED_GROUP.into()],
+        ..Default::default()
+    }
+}
+
+/// One write (`create`, `update`, or else `delete`) through the REST handlers as the
+/// apiserver itself: the same defaults, validation and admission as a client's write.
+pub async fn write_as_apiserver(
+    state: &Arc<AppState>,
+    def: &ResourceDef,
+    verb: &str,
+    namespace: &str,
+    name: &str,
+    subresource: &str,
+    body: &Value,
+) -> Result<()> {
+    let user = apiserver_user();
+    let info = RequestInfo {
+        is_resource_request: true,
+        verb: verb.into(),
+        api_prefix: if def.group.is_empty() { "api".into() } else { "apis".into() },
+        api_group: def.group.into(),
+        api_version: def.version.into(),
+        resource: def.resource.into(),
+        subresource: subresource.into(),
+        namespace: namespace.into(),
+        name: if verb == "create" { String::new() } else { name.into() },
+        ..Default::default()
+    };
+    let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
+    let bytes = Bytes::from(body.to_string());
+    match verb {
+        "create" => create(&call, &bytes, "application/json").await.map(|_| ()),
+        "update" => update(&call, &bytes, "application/json").await.map(|_| ()),
+        _ => delete(&call, &bytes, "application/json").await.map(|_| ()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,9 @@
 //! and padded into columns (upstream writes them through Go's tabwriter: minimum width 8,
 //! one space of padding).
 
-use super::dispatcher::FlowControl;
+use std::sync::Arc;
+
+use super::dispatcher::{FlowControl, Level};
 
 /// Align rows: every cell but a row's last is followed by `,` and padded to its column's
 /// width (at least 8, one space after the widest).
@@ -38,6 +40,21 @@ fn s(v: impl ToString) -> String {
     v.to_string()
 }
 
+/// The levels in effect, by name.
+fn levels_by_name(fc: &FlowControl) -> Vec<Arc<Level>> {
+    let active = fc.active();
+    let mut levels: Vec<Arc<Level>> = active.levels.values().cloned().collect();
+    levels.sort_by(|a, b| a.name.cmp(&b.name));
+    levels
+}
+
+/// A row of the level's name and `<none>` in every other column (levels without queues).
+fn none_row(name: &str, columns: usize) -> Vec<String> {
+    let mut r = vec![name.to_string()];
+    r.extend(std::iter::repeat_n(s("<none>"), columns - 1));
+    r
+}
+
 pub fn priority_levels(fc: &FlowControl) -> String {
     let headers = [
         "PriorityLevelName",
@@ -52,17 +69,10 @@ pub fn priority_levels(fc: &FlowControl) -> String {
         "CancelledRequests",
     ];
     let mut rows = vec![headers.iter().map(s).collect::<Vec<_>>()];
-    let active = fc.active();
-    let mut names: Vec<&String> = active.levels.keys().collect();
-    names.sort();
-    for name in names {
-        let st = active.levels[name].lock();
+    for level in levels_by_name(fc) {
+        let (name, st) = (&level.name, level.lock());
         let row = match &st.queues {
-            None => {
-                let mut r = vec![name.clone()];
-                r.extend(std::iter::repeat_n(s("<none>"), headers.len() - 1));
-                r
-            }
+            None => none_row(name, headers.len()),
             Some(q) => {
                 let active_queues = q.queues().iter().filter(|v| v.waiting > 0).count();
                 vec![
@@ -97,17 +107,10 @@ pub fn queues(fc: &FlowControl) -> String {
         "TotalWorkSum",
     ];
     let mut rows = vec![headers.iter().map(s).collect::<Vec<_>>()];
-    let active = fc.active();
-    let mut names: Vec<&String> = active.levels.keys().collect();
-    names.sort();
-    for name in names {
-        let st = active.levels[name].lock();
+    for level in levels_by_name(fc) {
+        let (name, st) = (&level.name, level.lock());
         match &st.queues {
-            None => {
-                let mut r = vec![name.clone()];
-                r.extend(std::iter::repeat_n(s("<none>"), headers.len() - 1));
-                rows.push(r);
-            }
+            None => rows.push(none_row(name, headers.len())),
             Some(q) => {
                 for v in q.queues() {
                     rows.push(vec![
@@ -144,11 +147,8 @@ pub fn requests(fc: &FlowControl, details: bool) -> String {
         headers.extend(["UserName", "Verb", "APIPath", "Namespace", "Name", "APIVersion", "Resource", "SubResource"]);
     }
     let mut rows = vec![headers.iter().map(s).collect::<Vec<_>>()];
-    let active = fc.active();
-    let mut names: Vec<&String> = active.levels.keys().collect();
-    names.sort();
-    for name in names {
-        let st = active.levels[name].lock();
+    for level in levels_by_name(fc) {
+        let (name, st) = (&level.name, level.lock());
         let Some(q) = &st.queues else { continue };
         let mut waiting: Vec<_> = q.requests().into_iter().filter(|r| r.position.is_some()).collect();
         waiting.sort_by_key(|r| (r.queue, r.position));

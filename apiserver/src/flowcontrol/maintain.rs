@@ -26,17 +26,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::bootstrap::{self, AUTO_UPDATE_ANNOTATION};
-use crate::authn::UserInfo;
 use crate::error::ApiError;
 use crate::registry::flowcontrol::{default_flow_schema, default_priority_level, semantic_form, GROUP};
 use crate::registry::ResourceDef;
-use crate::request_info::RequestInfo;
-use crate::rest::{Call, Params};
 use crate::AppState;
 
 /// How often a pass runs without any change (upstream: every minute).
@@ -214,14 +210,6 @@ fn to_defaults<T: serde::Serialize>(kind: ConfigKind, objs: Vec<T>) -> anyhow::R
     objs.into_iter().map(|o| Ok(DefaultObj { kind, object: serde_json::to_value(o)? })).collect()
 }
 
-fn apiserver_user() -> UserInfo {
-    UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authz::MASTERS_GROUP.into(), crate::authn::AUTHENTICATED_GROUP.into()],
-        ..Default::default()
-    }
-}
-
 fn find_def(state: &AppState, kind: ConfigKind) -> anyhow::Result<&ResourceDef> {
     state
         .registry
@@ -238,25 +226,7 @@ async fn write(
     subresource: &str,
     body: &Value,
 ) -> Result<(), ApiError> {
-    let user = apiserver_user();
-    let info = RequestInfo {
-        is_resource_request: true,
-        verb: verb.into(),
-        api_prefix: "apis".into(),
-        api_group: def.group.into(),
-        api_version: def.version.into(),
-        resource: def.resource.into(),
-        subresource: subresource.into(),
-        name: if verb == "create" { String::new() } else { name.into() },
-        ..Default::default()
-    };
-    let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
-    let bytes = Bytes::from(body.to_string());
-    match verb {
-        "create" => crate::rest::create(&call, &bytes, "application/json").await.map(|_| ()),
-        "update" => crate::rest::update(&call, &bytes, "application/json").await.map(|_| ()),
-        _ => crate::rest::delete(&call, &bytes, "application/json").await.map(|_| ()),
-    }
+    crate::rest::write_as_apiserver(state, def, verb, "", name, subresource, body).await
 }
 
 async fn read(state: &AppState, def: &ResourceDef, name: &str) -> anyhow::Result<Option<Value>> {

@@ -20,7 +20,6 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use k8s_openapi::api::rbac::v1::{
     AggregationRule, ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
 };
@@ -31,11 +30,8 @@ use serde_json::{json, Value};
 
 use super::defaults::{default_policy, PolicyOptions};
 use super::rules::covers;
-use crate::authn::UserInfo;
 use crate::error::ApiError;
 use crate::registry::ResourceDef;
-use crate::request_info::RequestInfo;
-use crate::rest::{Call, Params};
 use crate::AppState;
 
 /// Annotation by which an object opts out of reconciliation (value `"false"`).
@@ -332,31 +328,8 @@ pub fn reconcile_binding<T: Binding>(existing: Option<&T>, expected: &T, remove_
 /// How often one object is retried when it changes under us.
 const ATTEMPTS: usize = 5;
 
-fn apiserver_user() -> UserInfo {
-    UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authz::MASTERS_GROUP.into(), crate::authn::AUTHENTICATED_GROUP.into()],
-        ..Default::default()
-    }
-}
-
 fn find_def<'a>(state: &'a AppState, group: &str, resource: &str) -> anyhow::Result<&'a ResourceDef> {
     state.registry.find(group, "v1", resource).ok_or_else(|| anyhow::anyhow!("{resource} are not registered"))
-}
-
-/// The REST call context for one write as the apiserver itself.
-fn request(def: &ResourceDef, verb: &str, namespace: &str, name: &str) -> RequestInfo {
-    RequestInfo {
-        is_resource_request: true,
-        verb: verb.into(),
-        api_prefix: if def.group.is_empty() { "api".into() } else { "apis".into() },
-        api_group: def.group.into(),
-        api_version: def.version.into(),
-        resource: def.resource.into(),
-        namespace: namespace.into(),
-        name: name.into(),
-        ..Default::default()
-    }
 }
 
 async fn write(
@@ -367,15 +340,7 @@ async fn write(
     name: &str,
     body: Value,
 ) -> Result<(), ApiError> {
-    let user = apiserver_user();
-    let info = request(def, verb, namespace, if verb == "create" { "" } else { name });
-    let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
-    let bytes = Bytes::from(body.to_string());
-    match verb {
-        "create" => crate::rest::create(&call, &bytes, "application/json").await.map(|_| ()),
-        "update" => crate::rest::update(&call, &bytes, "application/json").await.map(|_| ()),
-        _ => crate::rest::delete(&call, &bytes, "application/json").await.map(|_| ()),
-    }
+    crate::rest::write_as_apiserver(state, def, verb, namespace, name, "", &body).await
 }
 
 /// The stored object (with its resourceVersion), if any.
