@@ -7,15 +7,22 @@
 //! and `usage-bootstrap-authentication` is `"true"`. An invalid extra group rejects the token
 //! as a whole. A bootstrap token names no audience of its own: it is good for the apiserver's
 //! audiences only.
+//!
+//! The Secrets are read from a cache that a watch on `kube-system/bootstrap-token-*` keeps
+//! current (as upstream reads them from an informer): a storm of kubelets on one token costs
+//! no storage read per request, before flow control has had a say. A token the cache does not
+//! know (just created, or not a token at all) is looked up in storage.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Secret;
 
 use crate::authn::{TokenAuthenticator, TokenResult, UserInfo};
-use crate::storage::Storage;
+use crate::storage::{EventKind, ListOptions, Storage};
 
 pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
 pub const SECRET_NAME_PREFIX: &str = "bootstrap-token-";
@@ -120,12 +127,82 @@ pub fn audiences(api_audiences: &[String], requested: &[String]) -> Option<Vec<S
     (!both.is_empty()).then_some(both)
 }
 
-/// The authenticator: reads the Secret from the store on every use.
+/// The authenticator.
 pub struct BootstrapTokenAuthenticator {
     storage: Arc<dyn Storage>,
     /// The `secrets` resource, whose `key()` places the Secret in the store.
     secrets: crate::registry::ResourceDef,
     api_audiences: Vec<String>,
+    cache: Arc<TokenCache>,
+}
+
+/// The bootstrap-token Secrets by storage key, as stored (None until the first list is in).
+#[derive(Default)]
+struct TokenCache {
+    secrets: RwLock<Option<HashMap<String, Arc<Vec<u8>>>>>,
+}
+
+impl TokenCache {
+    fn get(&self, key: &str) -> Option<Arc<Vec<u8>>> {
+        self.secrets.read().unwrap_or_else(|e| e.into_inner()).as_ref()?.get(key).cloned()
+    }
+
+    fn replace(&self, all: HashMap<String, Arc<Vec<u8>>>) {
+        *self.secrets.write().unwrap_or_else(|e| e.into_inner()) = Some(all);
+    }
+
+    fn apply(&self, kind: EventKind, key: String, value: Vec<u8>) {
+        let mut guard = self.secrets.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(map) = guard.as_mut() {
+            match kind {
+                EventKind::Deleted => map.remove(&key),
+                EventKind::Created | EventKind::Updated => map.insert(key, Arc::new(value)),
+            };
+        }
+    }
+
+    /// Stop answering from the cache (the watch broke; storage answers until the next list).
+    fn clear(&self) {
+        *self.secrets.write().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+}
+
+/// Fill the cache and keep it current: list, then watch from the list's revision; on any
+/// failure (e.g. the revision was compacted), stop using the cache, wait, and start again.
+/// Ends when the cache has no other owner left.
+async fn follow(storage: Arc<dyn Storage>, prefix: String, cache: std::sync::Weak<TokenCache>) {
+    use futures::StreamExt as _;
+    loop {
+        let Some(c) = cache.upgrade() else { return };
+        let listed = storage.list(&prefix, ListOptions::default()).await;
+        let watched = match listed {
+            Ok(page) => {
+                c.replace(page.items.into_iter().map(|kv| (kv.key, Arc::new(kv.value))).collect());
+                storage.watch(&prefix, page.rev).await
+            }
+            Err(e) => Err(e),
+        };
+        drop(c);
+        match watched {
+            Ok(mut events) => {
+                while let Some(ev) = events.next().await {
+                    let Some(c) = cache.upgrade() else { return };
+                    match ev {
+                        Ok(ev) => c.apply(ev.kind, ev.key, ev.value),
+                        Err(e) => {
+                            tracing::debug!(error = %e, "bootstrap-token cache: watch ended; listing again");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "bootstrap-token cache: listing the token Secrets"),
+        }
+        if let Some(c) = cache.upgrade() {
+            c.clear();
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
 }
 
 impl BootstrapTokenAuthenticator {
@@ -136,7 +213,10 @@ impl BootstrapTokenAuthenticator {
         api_audiences: Vec<String>,
     ) -> anyhow::Result<Self> {
         let def = registry.find("", "v1", "secrets").ok_or_else(|| anyhow::anyhow!("secrets are not registered"))?;
-        Ok(BootstrapTokenAuthenticator { storage, secrets: def.clone(), api_audiences })
+        let cache = Arc::new(TokenCache::default());
+        let prefix = def.key(Some(NAMESPACE), SECRET_NAME_PREFIX);
+        tokio::spawn(follow(storage.clone(), prefix, Arc::downgrade(&cache)));
+        Ok(BootstrapTokenAuthenticator { storage, secrets: def.clone(), api_audiences, cache })
     }
 }
 
@@ -147,17 +227,20 @@ impl TokenAuthenticator for BootstrapTokenAuthenticator {
         let Some(auds) = audiences(&self.api_audiences, requested) else {
             return TokenResult::Invalid(format!("bootstrap token {id}: not valid for the requested audiences"));
         };
-        let kv = match self.storage.get(&self.secrets.key(Some(NAMESPACE), &format!("{SECRET_NAME_PREFIX}{id}"))).await
-        {
-            Ok(Some(kv)) => kv,
-            Ok(None) => {
-                return TokenResult::Invalid(format!(
-                    "no secret of name {NAMESPACE}/{SECRET_NAME_PREFIX}{id} to match bootstrap bearer token"
-                ))
-            }
-            Err(e) => return TokenResult::Invalid(format!("bootstrap token {id}: reading its secret: {e}")),
+        let key = self.secrets.key(Some(NAMESPACE), &format!("{SECRET_NAME_PREFIX}{id}"));
+        let stored = match self.cache.get(&key) {
+            Some(value) => value,
+            None => match self.storage.get(&key).await {
+                Ok(Some(kv)) => Arc::new(kv.value),
+                Ok(None) => {
+                    return TokenResult::Invalid(format!(
+                        "no secret of name {NAMESPACE}/{SECRET_NAME_PREFIX}{id} to match bootstrap bearer token"
+                    ))
+                }
+                Err(e) => return TokenResult::Invalid(format!("bootstrap token {id}: reading its secret: {e}")),
+            },
         };
-        let secret: Secret = match serde_json::from_slice(&kv.value) {
+        let secret: Secret = match serde_json::from_slice(&stored) {
             Ok(s) => s,
             Err(e) => return TokenResult::Invalid(format!("bootstrap token {id}: unreadable secret: {e}")),
         };
@@ -428,5 +511,57 @@ mod tests {
         for token in ["not-a-bootstrap-token", "ABCDEF.0123456789abcdef", "abc.def", "eyJ.eyJ.sig"] {
             assert_eq!(a.authenticate_token(token, &api).await, TokenResult::NotMine, "{token}");
         }
+    }
+
+    /// The cache fills from storage and follows changes to a token's Secret: a new secret
+    /// part, then deletion, stop the old token.
+    #[tokio::test]
+    async fn the_cache_follows_changes_to_the_secret() {
+        let store: Arc<dyn Storage> = Arc::new(crate::storage::sqlite::SqliteStorage::open_in_memory().unwrap());
+        let reg = crate::registry::Registry::builtin();
+        let def = reg.find("", "v1", "secrets").unwrap();
+        let key = def.key(Some("kube-system"), "bootstrap-token-abcdef");
+        let rev = store.create(&key, serde_json::to_vec(&secret(|_| {})).unwrap()).await.unwrap();
+        let a = BootstrapTokenAuthenticator::for_registry(store.clone(), &reg, vec!["api".into()]).unwrap();
+        let api = vec!["api".to_string()];
+        let ok = |r: &TokenResult| matches!(r, TokenResult::Authenticated { .. });
+        // Bounded polls: the cache is filled and updated by a watch, shortly after each change.
+        let until = |want_ok: bool, token: &'static str| {
+            let (a, api) = (&a, api.clone());
+            async move {
+                for _ in 0..200 {
+                    if ok(&a.authenticate_token(token, &api).await) == want_ok {
+                        return true;
+                    }
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                false
+            }
+        };
+        assert!(until(true, "abcdef.0123456789abcdef").await, "the stored token authenticates");
+        for _ in 0..200 {
+            if a.cache.get(&key).is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(a.cache.get(&key).is_some(), "the cache holds the Secret after its first list");
+
+        let changed = secret(|s| {
+            s.data.as_mut().unwrap().insert(KEY_TOKEN_SECRET.into(), ByteString(b"fedcba9876543210".to_vec()));
+        });
+        let rev = store.update(&key, serde_json::to_vec(&changed).unwrap(), rev).await.unwrap();
+        assert!(until(false, "abcdef.0123456789abcdef").await, "the old secret part stops working");
+        assert!(ok(&a.authenticate_token("abcdef.fedcba9876543210", &api).await), "the new one works");
+
+        store.delete(&key, rev).await.unwrap();
+        assert!(until(false, "abcdef.fedcba9876543210").await, "a deleted token stops working");
+        for _ in 0..200 {
+            if a.cache.get(&key).is_none() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(a.cache.get(&key).is_none(), "the deleted Secret left the cache");
     }
 }

@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 
 use super::classify::{self, RequestDigest};
 use super::config::{Digest, LevelEntry, SchemaEntry};
+use super::dropped::DroppedRequests;
 use super::limits::{self, DemandTracker, LevelLimits, SeatDemand};
 use super::metrics::{ExecLabels, FlowLabels, LevelLabels, Metrics};
 use super::queueset::{Arrival, QueueSet, RejectReason, RequestId, Seats};
@@ -129,6 +130,8 @@ pub struct FlowControl {
     pub max_wait: Duration,
     /// Object counts per storage prefix, for LIST work estimates.
     object_counts: RwLock<HashMap<String, u64>>,
+    /// Rejections per priority level, for `Retry-After`.
+    dropped: Mutex<HashMap<String, DroppedRequests>>,
 }
 
 /// A request's right to execute; dropping it frees its seats and dispatches what now fits.
@@ -225,6 +228,7 @@ impl FlowControl {
             server_concurrency: server_concurrency.max(1),
             max_wait,
             object_counts: RwLock::new(HashMap::new()),
+            dropped: Mutex::new(HashMap::new()),
         })
     }
 
@@ -501,6 +505,14 @@ impl FlowControl {
             drop(st);
             self.publish_limits(level);
         }
+    }
+
+    /// Count a rejection by `level` at unix second `now`; the `Retry-After` to answer it with.
+    pub fn note_rejection(&self, level: &str, now: i64) -> i64 {
+        let mut dropped = self.dropped.lock().unwrap_or_else(|e| e.into_inner());
+        let d = dropped.entry(level.to_string()).or_default();
+        d.record(now);
+        d.retry_after(now)
     }
 
     /// The last known object count under a storage prefix.

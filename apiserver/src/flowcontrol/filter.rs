@@ -27,7 +27,8 @@ use crate::AppState;
 
 pub const FLOW_SCHEMA_UID: &str = "x-kubernetes-pf-flowschema-uid";
 pub const PRIORITY_LEVEL_UID: &str = "x-kubernetes-pf-prioritylevel-uid";
-/// Seconds a rejected client is asked to wait.
+/// Seconds a client rejected by the max-in-flight limits is asked to wait (with APF, the
+/// level's [`super::dropped::DroppedRequests`] decides).
 pub const RETRY_AFTER_SECONDS: u64 = 1;
 
 /// How the apiserver limits concurrent requests.
@@ -57,9 +58,9 @@ pub fn count_key(group: &str, resource: &str) -> String {
     format!("{group}/{resource}")
 }
 
-fn too_many_requests() -> Response {
+fn too_many_requests(retry_after: u64) -> Response {
     let mut r = ApiError::TooManyRequests("Too many requests, please try again later.".into()).into_response();
-    r.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+    r.headers_mut().insert(http::header::RETRY_AFTER, HeaderValue::from(retry_after));
     r
 }
 
@@ -123,7 +124,10 @@ async fn apf(fc: &Arc<FlowControl>, user: &UserInfo, info: &RequestInfo, req: Re
             drop(ticket);
             resp
         }
-        Err(_) => too_many_requests(),
+        Err(_) => {
+            let retry_after = fc.note_rejection(&c.level.name, chrono::Utc::now().timestamp());
+            too_many_requests(u64::try_from(retry_after).unwrap_or(RETRY_AFTER_SECONDS))
+        }
     };
     for (name, value) in [(FLOW_SCHEMA_UID, &c.schema_uid), (PRIORITY_LEVEL_UID, &c.level_uid)] {
         if let Ok(v) = HeaderValue::from_str(value) {
@@ -139,7 +143,7 @@ async fn max_in_flight(m: &MaxInFlight, user: &UserInfo, info: &RequestInfo, req
     }
     let (sem, kind) = if mutating(&info.verb) { (&m.mutating, "mutating") } else { (&m.read_only, "readOnly") };
     let Some(sem) = sem else { return next.run(req).await };
-    let Ok(permit) = sem.clone().try_acquire_owned() else { return too_many_requests() };
+    let Ok(permit) = sem.clone().try_acquire_owned() else { return too_many_requests(RETRY_AFTER_SECONDS) };
     let gauge = m.metrics.inflight.get_or_create(&KindLabels { request_kind: kind.into() }).clone();
     gauge.inc();
     let resp = next.run(req).await;

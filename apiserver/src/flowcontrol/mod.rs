@@ -21,6 +21,7 @@ pub mod classify;
 pub mod config;
 pub mod debug;
 pub mod dispatcher;
+pub mod dropped;
 pub mod estimate;
 pub mod filter;
 pub mod limits;
