@@ -206,7 +206,8 @@ async fn follow(storage: Arc<dyn Storage>, prefix: String, cache: std::sync::Wea
 }
 
 impl BootstrapTokenAuthenticator {
-    /// Secrets keyed as the registry's `secrets` resource keys them.
+    /// Secrets keyed as the registry's `secrets` resource keys them. Starts the task that
+    /// fills the cache, so it must be called within a Tokio runtime.
     pub fn for_registry(
         storage: Arc<dyn Storage>,
         registry: &crate::registry::Registry,

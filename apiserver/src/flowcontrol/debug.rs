@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use super::dispatcher::{FlowControl, Level};
+use super::queueset::ESTIMATED_SERVICE_DURATION;
 
 /// Align rows: every cell but a row's last is followed by `,` and padded to its column's
 /// width (at least 8, one space after the widest).
@@ -122,7 +123,8 @@ pub fn queues(fc: &FlowControl) -> String {
                         format!("{:.8}ss", v.next_dispatch_r),
                         s(v.waiting_seats),
                         s(v.waiting_seats),
-                        format!("{:.8}ss", f64::from(v.waiting_seats)),
+                        // Work of the waiting requests: seats × the estimated service time.
+                        format!("{:.8}ss", f64::from(v.waiting_seats) * ESTIMATED_SERVICE_DURATION.as_secs_f64()),
                     ]);
                 }
             }

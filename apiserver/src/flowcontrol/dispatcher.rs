@@ -380,7 +380,7 @@ impl FlowControl {
         c: &Classified,
         seats: Seats,
         watch: bool,
-        details: RequestDetails,
+        details: impl FnOnce() -> RequestDetails,
     ) -> Result<Ticket, RejectReason> {
         let labels = c.labels();
         if c.exempt {
@@ -402,7 +402,7 @@ impl FlowControl {
             arrived: SystemTime::now(),
             arrived_at: Instant::now(),
             seats,
-            details,
+            details: details(),
         };
         let (tx, rx) = oneshot::channel();
         {
@@ -573,15 +573,15 @@ mod tests {
         let masters = vec!["system:masters".to_string()];
         let c = fc.classify(&req("alice", &none)).expect("classified");
         assert_eq!((c.schema_uid.as_str(), c.level_uid.as_str(), c.exempt), ("fs-a", "pl-s", false), "limited flow");
-        let t1 = fc.admit(&c, 1, false, RequestDetails::default()).await.expect("first seat");
-        let t2 = fc.admit(&c, 1, false, RequestDetails::default()).await.expect("second seat");
-        let third = fc.admit(&c, 1, false, RequestDetails::default()).await;
+        let t1 = fc.admit(&c, 1, false, RequestDetails::default).await.expect("first seat");
+        let t2 = fc.admit(&c, 1, false, RequestDetails::default).await.expect("second seat");
+        let third = fc.admit(&c, 1, false, RequestDetails::default).await;
         assert_eq!(third.err(), Some(RejectReason::ConcurrencyLimit), "no third seat under Reject");
         let e = fc.classify(&req("root", &masters)).expect("classified");
         assert!(e.exempt, "system:masters is exempt");
-        let _exempt = fc.admit(&e, 1, false, RequestDetails::default()).await.expect("exempt always runs");
+        let _exempt = fc.admit(&e, 1, false, RequestDetails::default).await.expect("exempt always runs");
         drop(t1);
-        let t3 = fc.admit(&c, 1, false, RequestDetails::default()).await.expect("a seat after a release");
+        let t3 = fc.admit(&c, 1, false, RequestDetails::default).await.expect("a seat after a release");
         drop((t2, t3));
         let text = fc.metrics.encode();
         assert!(
@@ -597,9 +597,9 @@ mod tests {
             "queuing": {"queues": 4, "handSize": 2, "queueLengthLimit": 5}}})));
         let none: Vec<String> = Vec::new();
         let c = fc.classify(&req("alice", &none)).expect("classified");
-        let t1 = fc.admit(&c, 1, false, RequestDetails::default()).await.expect("first seat");
+        let t1 = fc.admit(&c, 1, false, RequestDetails::default).await.expect("first seat");
         let (fc2, c2) = (fc.clone(), c.clone());
-        let waiter = tokio::spawn(async move { fc2.admit(&c2, 1, false, RequestDetails::default()).await.map(drop) });
+        let waiter = tokio::spawn(async move { fc2.admit(&c2, 1, false, RequestDetails::default).await.map(drop) });
         // Let the waiter queue, then free the seat.
         for _ in 0..100 {
             if c.level.lock().queues.as_ref().map(QueueSet::waiting) == Some(1) {
@@ -609,8 +609,8 @@ mod tests {
         }
         drop(t1);
         assert!(waiter.await.expect("joined").is_ok(), "queued request dispatched");
-        let _hold = fc.admit(&c, 1, false, RequestDetails::default()).await.expect("seat");
-        let timed_out = fc.admit(&c, 1, false, RequestDetails::default()).await;
+        let _hold = fc.admit(&c, 1, false, RequestDetails::default).await.expect("seat");
+        let timed_out = fc.admit(&c, 1, false, RequestDetails::default).await;
         assert_eq!(timed_out.err(), Some(RejectReason::TimeOut), "a request nobody dispatches times out");
         assert_eq!(c.level.lock().queues.as_ref().map(QueueSet::waiting), Some(0), "timed-out request left its queue");
     }

@@ -103,7 +103,8 @@ async fn apf(fc: &Arc<FlowControl>, user: &UserInfo, info: &RequestInfo, req: Re
     } else {
         1
     };
-    let details = RequestDetails {
+    // Only requests that may wait are shown in the debug dumps: built for those alone.
+    let details = || RequestDetails {
         user: user.name.clone(),
         verb: info.verb.clone(),
         path: info.path.clone(),

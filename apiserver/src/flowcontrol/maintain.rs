@@ -357,10 +357,10 @@ async fn pass(state: &Arc<AppState>) {
     }
 }
 
-type Changes = futures::stream::BoxStream<'static, crate::storage::Result<crate::storage::Event>>;
+pub(super) type Changes = futures::stream::BoxStream<'static, crate::storage::Result<crate::storage::Event>>;
 
 /// One stream of the changes to FlowSchemas and priority levels after `rev`.
-async fn watch_changes(state: &AppState, rev: crate::storage::Rev) -> anyhow::Result<Changes> {
+pub(super) async fn watch_changes(state: &AppState, rev: crate::storage::Rev) -> anyhow::Result<Changes> {
     let fs = state.storage.watch(&find_def(state, ConfigKind::FlowSchema)?.prefix(), rev).await?;
     let pl = state.storage.watch(&find_def(state, ConfigKind::PriorityLevel)?.prefix(), rev).await?;
     Ok(futures::stream::select(fs, pl).boxed())

@@ -111,9 +111,7 @@ pub fn spawn(state: Arc<AppState>, fc: Arc<FlowControl>) {
 async fn follow(state: &AppState, fc: &FlowControl) -> anyhow::Result<()> {
     let mut rev = load(state, fc).await?;
     loop {
-        let a = state.storage.watch(&prefix("prioritylevelconfigurations"), rev).await?;
-        let b = state.storage.watch(&prefix("flowschemas"), rev).await?;
-        let mut events = futures::stream::select(a, b);
+        let mut events = maintain::watch_changes(state, rev).await?;
         match events.next().await {
             None => return Ok(()),
             Some(Err(e)) => return Err(e.into()),
