@@ -17,6 +17,9 @@ use crate::{parse_duration, SigningArgs};
 /// Prometheus reach a Pod on its IP), port 8080 as controller-runtime's managers use.
 pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "0.0.0.0:8080";
 
+/// The default of `--leader-elect-resource-name`.
+pub const DEFAULT_LEASE_NAME: &str = "kustos-controller-manager";
+
 /// The CA bundle a Pod's service account trusts for the apiserver.
 const IN_CLUSTER_CA: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
 
@@ -47,7 +50,7 @@ pub struct ControllerManagerArgs {
     #[arg(long, default_value = "kube-system")]
     leader_elect_resource_namespace: String,
     /// Name of the leader-election Lease.
-    #[arg(long, default_value = "kustos-controller-manager")]
+    #[arg(long, default_value = DEFAULT_LEASE_NAME)]
     leader_elect_resource_name: String,
     /// Where to serve /healthz, /readyz and /metrics over plain HTTP (port 0 picks a free
     /// one; the address is printed on stdout).

@@ -107,8 +107,60 @@ struct ServerArgs {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
+    /// Where objects live: `sqlite` (DATA_DIR/kustos.db, one server) or `etcd`
+    /// (--etcd-servers; several apiservers may share it).
+    #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "etcd"])]
+    storage: String,
+    /// etcd endpoints for --storage etcd (comma-separated http:// or https:// URLs).
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    #[command(flatten)]
+    etcd: EtcdArgs,
     #[command(flatten)]
     signing: SigningArgs,
+}
+
+impl ServerArgs {
+    /// The storage settings, checked.
+    fn storage(&self) -> anyhow::Result<kustos_apiserver::StorageConfig> {
+        match self.storage.as_str() {
+            "etcd" => Ok(kustos_apiserver::StorageConfig::Etcd(self.etcd.config(self.etcd_servers.clone())?)),
+            _ if !self.etcd_servers.is_empty() => anyhow::bail!("--etcd-servers needs --storage etcd"),
+            _ => Ok(kustos_apiserver::StorageConfig::Sqlite),
+        }
+    }
+}
+
+/// How to reach etcd, besides the servers (shared by `server`, `apiserver` and
+/// `storage migrate`); the flag names are kube-apiserver's.
+#[derive(Args, Clone)]
+struct EtcdArgs {
+    /// Where the cluster's keys live in etcd.
+    #[arg(long, default_value = "/registry")]
+    etcd_prefix: String,
+    /// CA bundle that verifies etcd's serving certificate (https:// servers).
+    #[arg(long)]
+    etcd_cafile: Option<PathBuf>,
+    /// Client certificate for etcd.
+    #[arg(long)]
+    etcd_certfile: Option<PathBuf>,
+    /// Key of --etcd-certfile.
+    #[arg(long)]
+    etcd_keyfile: Option<PathBuf>,
+}
+
+impl EtcdArgs {
+    fn config(&self, servers: Vec<String>) -> anyhow::Result<kustos_apiserver::storage::etcd::EtcdConfig> {
+        let cfg = kustos_apiserver::storage::etcd::EtcdConfig {
+            servers: servers.into_iter().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            prefix: self.etcd_prefix.clone(),
+            ca_file: self.etcd_cafile.clone(),
+            cert_file: self.etcd_certfile.clone(),
+            key_file: self.etcd_keyfile.clone(),
+        };
+        cfg.validate().map_err(anyhow::Error::msg)?;
+        Ok(cfg)
+    }
 }
 
 /// kube-controller-manager's CSR signing flags (`csrsigning`). In `server`, without any of
@@ -269,7 +321,9 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     if signs && args.signing.config(None)?.any_set() {
         kustos_controllers::csr_signer::check(&csr_signing).map_err(anyhow::Error::msg)?;
     }
+    let storage = args.storage()?;
     let mut cfg = kustos_apiserver::Config::new(args.data_dir.clone());
+    cfg.storage = storage.clone();
     cfg.bind_address = args.bind_address;
     cfg.enable_bootstrap_token_auth = args.enable_bootstrap_token_auth;
     cfg.secure_port = args.secure_port;
@@ -302,7 +356,10 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
             }
         }
         let client = in_process_client(&running).context("building the controllers' client")?;
-        let clients: kustos_controllers::ClientFor = std::sync::Arc::new(move |_| client.clone());
+        let clients: kustos_controllers::ClientFor = {
+            let client = client.clone();
+            std::sync::Arc::new(move |_| client.clone())
+        };
         let config = kustos_controllers::Config {
             controllers,
             root_ca_file: Some(running.pki.dir.join("ca.crt")),
@@ -314,9 +371,21 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
             csr_signing,
             ..Default::default()
         };
-        Some(tokio::spawn(kustos_controllers::run(clients, config, async move {
+        let stop = async move {
             let _ = stop_rx.await;
-        })))
+        };
+        Some(match storage {
+            // Other servers may run on the same etcd: elect one to run the controllers, on
+            // the Lease `kustos controller-manager` uses.
+            kustos_apiserver::StorageConfig::Etcd(_) => {
+                let le = in_process_election();
+                let leases = kube::Api::namespaced(client, &le.namespace);
+                let metrics = config.metrics.clone();
+                let lead = move |stop| kustos_controllers::run(clients.clone(), config.clone(), stop);
+                tokio::spawn(kustos_controllers::leader_election::run(leases, le, metrics, lead, stop))
+            }
+            kustos_apiserver::StorageConfig::Sqlite => tokio::spawn(kustos_controllers::run(clients, config, stop)),
+        })
     } else {
         None
     };
@@ -328,6 +397,19 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     }
     running.stop().await;
     Ok(())
+}
+
+/// Leader election of `kustos server`'s controllers when several servers share etcd:
+/// kube-controller-manager's timings, on the Lease `kustos controller-manager` takes.
+fn in_process_election() -> kustos_controllers::leader_election::Config {
+    kustos_controllers::leader_election::Config {
+        namespace: "kube-system".into(),
+        name: controller_manager::DEFAULT_LEASE_NAME.into(),
+        identity: kustos_controllers::leader_election::identity(),
+        lease_duration: std::time::Duration::from_secs(15),
+        renew_deadline: std::time::Duration::from_secs(10),
+        retry_period: std::time::Duration::from_secs(2),
+    }
 }
 
 /// The in-process controllers' client: the apiserver's own handler stack called in memory

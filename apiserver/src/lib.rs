@@ -411,6 +411,17 @@ pub struct Config {
     pub max_requests_inflight: u32,
     /// `--max-mutating-requests-inflight`.
     pub max_mutating_requests_inflight: u32,
+    /// Where the objects live (`--storage`).
+    pub storage: StorageConfig,
+}
+
+/// `--storage`: the embedded SQLite store in the data dir, or etcd.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum StorageConfig {
+    /// `DATA_DIR/kustos.db`.
+    #[default]
+    Sqlite,
+    Etcd(storage::etcd::EtcdConfig),
 }
 
 impl Config {
@@ -433,6 +444,7 @@ impl Config {
             enable_priority_and_fairness: true,
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
+            storage: StorageConfig::Sqlite,
         }
     }
 }
@@ -499,6 +511,31 @@ fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
+/// Open the configured store and start its compactor.
+async fn open_storage(cfg: &Config) -> anyhow::Result<Arc<dyn Storage>> {
+    Ok(match &cfg.storage {
+        StorageConfig::Sqlite => {
+            let store = Arc::new(storage::sqlite::SqliteStorage::open(&cfg.data_dir.join("kustos.db"))?);
+            storage::sqlite::SqliteStorage::spawn_compactor_every(
+                store.clone(),
+                cfg.history_revisions,
+                cfg.compaction_interval,
+            );
+            store
+        }
+        StorageConfig::Etcd(etcd) => {
+            let store = Arc::new(storage::etcd::EtcdStorage::connect(etcd).await?);
+            tracing::info!(servers = %etcd.servers.join(","), prefix = %etcd.prefix, "storing objects in etcd");
+            storage::etcd::EtcdStorage::spawn_compactor_every(
+                store.clone(),
+                cfg.history_revisions,
+                cfg.compaction_interval,
+            );
+            store
+        }
+    })
+}
+
 /// Start the apiserver: PKI, store, bootstrap objects, admin kubeconfig, HTTPS listener.
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     std::fs::create_dir_all(&cfg.data_dir)?;
@@ -508,15 +545,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let addr = listener.local_addr()?;
     let host = if cfg.bind_address.is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { cfg.bind_address };
     let server_address = SocketAddr::new(host, addr.port()).to_string();
-    let store = storage::sqlite::SqliteStorage::open(&cfg.data_dir.join("kustos.db"))?;
-    let store = Arc::new(store);
-    storage::sqlite::SqliteStorage::spawn_compactor_every(
-        store.clone(),
-        cfg.history_revisions,
-        cfg.compaction_interval,
-    );
+    let store = open_storage(&cfg).await?;
     // Every writer uses the wrapped store, so RBAC writes are seen by the next request.
     let (store, rbac_cache) = rbac::cache::install(store);
+    if matches!(cfg.storage, StorageConfig::Etcd(_)) {
+        // Other apiservers write RBAC objects too.
+        rbac::cache::spawn_follower(&rbac_cache);
+    }
     let sa_tokens = Arc::new(serviceaccount::ServiceAccountTokens::load(&cfg, &pki, &server_address)?);
     let sa_authn = serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?;
     let api_audiences = sa_tokens.api_audiences().to_vec();

@@ -226,6 +226,8 @@ pub fn map_storage_error(def: &ResourceDef, name: &str, e: storage::Error) -> Ap
             ApiError::Timeout { message: "Too large resource version".into(), retry_after: Some(1) }
         }
         storage::Error::Backend(m) => ApiError::internal(m),
+        storage::Error::Unavailable(m) => ApiError::ServiceUnavailable(m),
+        storage::Error::Timeout(m) => ApiError::Timeout { message: m, retry_after: Some(1) },
     }
 }
 

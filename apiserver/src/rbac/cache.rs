@@ -110,6 +110,40 @@ pub fn install(store: Arc<dyn Storage>) -> (Arc<dyn Storage>, Arc<RbacCache>) {
     (wrapped, cache)
 }
 
+/// Keep the cache current with RBAC writes made by other apiservers on the same store (etcd):
+/// every change a watch of the RBAC prefix delivers makes the loaded snapshot stale. Writes
+/// through this process already do that as they return; this covers the rest, a moment after
+/// they happen. A broken watch also makes the snapshot stale, and is re-opened.
+pub fn spawn_follower(cache: &Arc<RbacCache>) -> tokio::task::JoinHandle<()> {
+    let weak = Arc::downgrade(cache);
+    tokio::spawn(async move {
+        use futures::StreamExt as _;
+        loop {
+            let Some(cache) = weak.upgrade() else { return };
+            let (store, generation) = (cache.store.clone(), cache.generation.clone());
+            drop(cache);
+            let from = store.current_rev();
+            match store.watch(&rbac_prefix(), from).await {
+                Ok(mut events) => {
+                    // Changes before the watch started may have been missed.
+                    generation.fetch_add(1, Ordering::SeqCst);
+                    while let Some(ev) = events.next().await {
+                        generation.fetch_add(1, Ordering::SeqCst);
+                        if ev.is_err() || weak.strong_count() == 0 {
+                            break;
+                        }
+                    }
+                }
+                Err(e) => tracing::debug!(error = %e, "RBAC cache: watch not open yet"),
+            }
+            if weak.strong_count() == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        }
+    })
+}
+
 /// The loaded RBAC objects, reloaded when a write made them stale.
 pub struct RbacCache {
     store: Arc<dyn Storage>,

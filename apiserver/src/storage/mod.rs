@@ -12,6 +12,7 @@
 //! Keys look like `/registry/<group>/<resource>/<namespace>/<name>` (cluster-scoped kinds
 //! omit the namespace segment); prefixes end with `/`.
 
+pub mod etcd;
 pub mod sqlite;
 
 use async_trait::async_trait;
@@ -78,6 +79,12 @@ pub enum Error {
     FutureRevision { requested: Rev, current: Rev },
     #[error("storage backend: {0}")]
     Backend(String),
+    /// The backend cannot be reached (etcd down): the request may succeed later.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The backend did not answer in time; the request's outcome is unknown.
+    #[error("{0}")]
+    Timeout(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,924 @@
+//! The [`Storage`] trait on etcd v3, for several apiservers on one cluster state.
+//!
+//! - A key `/registry/<rest>` lives at `<prefix>/<rest>` in etcd (`--etcd-prefix`, default
+//!   `/registry`); values are stored as they are.
+//! - The revision is etcd's: a resourceVersion is the key's `mod_revision`, and a list reads at
+//!   one etcd revision.
+//! - create, update and delete are transactions comparing `create_revision` and
+//!   `mod_revision`, so optimistic concurrency holds across every apiserver on the same etcd.
+//! - Watches: one etcd watch per process, on the whole prefix, feeds a window of recent events
+//!   in memory. A watch starting inside that window is served from it and then from the live
+//!   feed; an older one, or one that falls behind, gets an etcd watch of its own from its
+//!   revision. After an outage the feed resumes where it stopped, so watches continue.
+//! - History: the compactor compacts etcd like the SQLite backend compacts its history (keep
+//!   `--history-revisions`), and reads or watches older than the compaction are `Compacted`.
+//! - Every unary call is bounded by [`REQUEST_TIMEOUT`]; an unreachable etcd is
+//!   `Unavailable` (503), a slow one `Timeout` (504).
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, GetResponse, KvClient, Txn, TxnOp,
+    TxnOpResponse, WatchOptions, WatchStream,
+};
+use futures::stream::{self, BoxStream, StreamExt};
+use tokio::sync::broadcast;
+
+use super::{Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
+
+/// The prefix every trait key starts with.
+const TRAIT_ROOT: &str = "/registry";
+/// Longest wait for one etcd request before the caller gets a 504.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Keys read per range request when a list pages through a prefix.
+const RANGE_CHUNK: usize = 1000;
+/// Recent events kept in memory for watches that start a little in the past.
+const WINDOW_EVENTS: usize = 4096;
+/// Live events buffered per watcher before it is moved to an etcd watch of its own.
+const BROADCAST_CAPACITY: usize = 4096;
+/// Live events buffered per single-key watcher.
+const KEY_CAPACITY: usize = 64;
+/// Largest gRPC message accepted from etcd (a range page or a batch of watch events).
+const MAX_MESSAGE: usize = 64 << 20;
+/// Pause between attempts to re-open the process's etcd watch after it broke.
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// How to reach etcd (`--etcd-*` flags).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// `--etcd-servers`: `http://host:port` or `https://host:port`.
+    pub servers: Vec<String>,
+    /// `--etcd-prefix`: where the cluster's keys live in etcd.
+    pub prefix: String,
+    /// `--etcd-cafile`: CA bundle that verifies etcd's serving certificate.
+    pub ca_file: Option<PathBuf>,
+    /// `--etcd-certfile` / `--etcd-keyfile`: client certificate for etcd.
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
+}
+
+impl EtcdConfig {
+    pub fn new(servers: Vec<String>) -> Self {
+        EtcdConfig { servers, prefix: TRAIT_ROOT.into(), ca_file: None, cert_file: None, key_file: None }
+    }
+
+    /// Check the settings without connecting: servers given and well-formed, prefix absolute,
+    /// TLS files only with https and cert and key together.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.servers.is_empty() {
+            return Err("--etcd-servers is required with --storage etcd".into());
+        }
+        for s in &self.servers {
+            let rest = s.strip_prefix("http://").or_else(|| s.strip_prefix("https://"));
+            match rest {
+                Some(hostport) if !hostport.is_empty() && !hostport.contains('/') => {}
+                _ => return Err(format!("--etcd-servers: {s:?} is not http://HOST:PORT or https://HOST:PORT")),
+            }
+        }
+        let tls = self.servers.iter().filter(|s| s.starts_with("https://")).count();
+        if tls != 0 && tls != self.servers.len() {
+            return Err("--etcd-servers: use https for every server or for none".into());
+        }
+        let files = self.ca_file.is_some() || self.cert_file.is_some() || self.key_file.is_some();
+        if files && tls == 0 {
+            return Err("--etcd-cafile, --etcd-certfile and --etcd-keyfile need https:// --etcd-servers".into());
+        }
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err("--etcd-certfile and --etcd-keyfile go together".into());
+        }
+        if !self.prefix.starts_with('/') {
+            return Err(format!("--etcd-prefix {:?} must start with /", self.prefix));
+        }
+        Ok(())
+    }
+
+    fn connect_options(&self) -> std::result::Result<ConnectOptions, String> {
+        let mut opts = ConnectOptions::new()
+            .with_connect_timeout(Duration::from_secs(5))
+            .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
+            .with_keep_alive_while_idle(true);
+        if self.servers.iter().any(|s| s.starts_with("https://")) {
+            let read =
+                |flag: &str, p: &PathBuf| std::fs::read(p).map_err(|e| format!("reading {flag} {}: {e}", p.display()));
+            let mut tls = etcd_client::TlsOptions::new();
+            if let Some(ca) = &self.ca_file {
+                tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read("--etcd-cafile", ca)?));
+            }
+            if let (Some(cert), Some(key)) = (&self.cert_file, &self.key_file) {
+                tls = tls.identity(etcd_client::Identity::from_pem(
+                    read("--etcd-certfile", cert)?,
+                    read("--etcd-keyfile", key)?,
+                ));
+            }
+            opts = opts.with_tls(tls);
+        }
+        Ok(opts)
+    }
+}
+
+/// Maps trait keys (`/registry/...`) to etcd keys under the configured prefix and back.
+#[derive(Debug, Clone)]
+struct Keys {
+    /// The prefix without its trailing `/`.
+    root: String,
+}
+
+impl Keys {
+    fn new(prefix: &str) -> Self {
+        Keys { root: prefix.trim_end_matches('/').to_string() }
+    }
+
+    fn to_etcd(&self, key: &str) -> Result<Vec<u8>> {
+        let rest = key
+            .strip_prefix(TRAIT_ROOT)
+            .filter(|r| r.is_empty() || r.starts_with('/'))
+            .ok_or_else(|| Error::Backend(format!("key {key:?} is outside {TRAIT_ROOT}")))?;
+        Ok(format!("{}{rest}", self.root).into_bytes())
+    }
+
+    fn from_etcd(&self, key: &[u8]) -> Option<String> {
+        let key = std::str::from_utf8(key).ok()?;
+        let rest = key.strip_prefix(&self.root)?;
+        (rest.is_empty() || rest.starts_with('/')).then(|| format!("{TRAIT_ROOT}{rest}"))
+    }
+
+    /// Every etcd key of the cluster.
+    fn all(&self) -> Vec<u8> {
+        format!("{}/", self.root).into_bytes()
+    }
+}
+
+/// The first key after every key that starts with `prefix` (etcd's range end for a prefix).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // All 0xff: to the end of the keyspace.
+    vec![0]
+}
+
+fn rev_of(r: i64) -> Rev {
+    Rev::try_from(r).unwrap_or(0)
+}
+
+fn etcd_rev(r: Rev) -> i64 {
+    i64::try_from(r).unwrap_or(i64::MAX)
+}
+
+/// What an etcd error means to the apiserver.
+fn map_err(e: etcd_client::Error) -> Error {
+    use etcd_client::Error as E;
+    match e {
+        E::GRpcStatus(s) => {
+            let msg = s.message().to_string();
+            match s.code() {
+                tonic::Code::Unavailable | tonic::Code::Cancelled | tonic::Code::Aborted => {
+                    Error::Unavailable(format!("etcd is unavailable: {msg}"))
+                }
+                tonic::Code::DeadlineExceeded => Error::Timeout(format!("etcd did not answer in time: {msg}")),
+                _ => Error::Backend(format!("etcd: {msg}")),
+            }
+        }
+        E::TransportError(t) => Error::Unavailable(format!("etcd is unreachable: {t}")),
+        E::IoError(io) => Error::Unavailable(format!("etcd is unreachable: {io}")),
+        other => Error::Backend(format!("etcd: {other}")),
+    }
+}
+
+/// The message etcd gives for reads below its compaction revision.
+fn is_compacted(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("required revision has been compacted"))
+}
+
+fn is_future(e: &etcd_client::Error) -> bool {
+    matches!(e, etcd_client::Error::GRpcStatus(s) if s.message().contains("future revision"))
+}
+
+/// Run one etcd call, bounded by [`REQUEST_TIMEOUT`].
+async fn bounded<T>(
+    what: &str,
+    f: impl std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+) -> std::result::Result<T, EtcdCallError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, f).await {
+        Ok(r) => r.map_err(EtcdCallError::Etcd),
+        Err(_) => Err(EtcdCallError::TimedOut(format!("etcd did not answer {what} within {REQUEST_TIMEOUT:?}"))),
+    }
+}
+
+enum EtcdCallError {
+    Etcd(etcd_client::Error),
+    TimedOut(String),
+}
+
+impl From<EtcdCallError> for Error {
+    fn from(e: EtcdCallError) -> Self {
+        match e {
+            EtcdCallError::Etcd(e) => map_err(e),
+            EtcdCallError::TimedOut(m) => Error::Timeout(m),
+        }
+    }
+}
+
+/// The shared part of the store: the client, revisions, and the event window.
+struct Inner {
+    client: Client,
+    keys: Keys,
+    /// Newest revision seen in any response or event.
+    rev: AtomicU64,
+    /// Oldest readable revision, as far as this process knows (its own compactions, and
+    /// compactions reported by etcd).
+    compacted: AtomicU64,
+    window: Mutex<Window>,
+}
+
+/// Recent events and the live feeds, behind one lock so that a new watcher takes the past
+/// from the window and the future from a channel without a gap or a repeat.
+struct Window {
+    events: VecDeque<Arc<Event>>,
+    /// Every event with revision > `start` and ≤ `pos` is in `events`.
+    start: Rev,
+    /// The feed has delivered every event with revision ≤ `pos`.
+    pos: Rev,
+    all: broadcast::Sender<Arc<Event>>,
+    by_key: HashMap<String, broadcast::Sender<Arc<Event>>>,
+}
+
+impl Window {
+    fn new(pos: Rev) -> Self {
+        Window {
+            events: VecDeque::new(),
+            start: pos,
+            pos,
+            all: broadcast::channel(BROADCAST_CAPACITY).0,
+            by_key: HashMap::new(),
+        }
+    }
+
+    fn push(&mut self, ev: Event) {
+        let ev = Arc::new(ev);
+        self.pos = self.pos.max(ev.rev);
+        if let Some(tx) = self.by_key.get(&ev.key) {
+            let _ = tx.send(ev.clone());
+        }
+        let _ = self.all.send(ev.clone());
+        self.events.push_back(ev);
+        while self.events.len() > WINDOW_EVENTS {
+            if let Some(old) = self.events.pop_front() {
+                self.start = old.rev;
+            }
+        }
+    }
+
+    /// The feed could not continue from `pos` (history compacted while it was away): every
+    /// watcher fed so far is ended (they see `Compacted` and start over), and the window
+    /// restarts at `pos`.
+    fn reset(&mut self, pos: Rev) {
+        *self = Window::new(pos);
+    }
+}
+
+impl Inner {
+    fn kv(&self) -> KvClient {
+        self.client.kv_client().max_decoding_message_size(MAX_MESSAGE)
+    }
+
+    fn saw(&self, rev: i64) {
+        self.rev.fetch_max(rev_of(rev), Ordering::SeqCst);
+    }
+
+    fn saw_header(&self, h: Option<&etcd_client::ResponseHeader>) -> Rev {
+        let r = h.map(|h| h.revision()).unwrap_or(0);
+        self.saw(r);
+        rev_of(r)
+    }
+
+    fn compacted_error(&self, requested: Rev) -> Error {
+        let compacted = self.compacted.load(Ordering::SeqCst).max(requested.saturating_add(1));
+        Error::Compacted { requested, compacted }
+    }
+
+    fn key_value(&self, kv: &etcd_client::KeyValue) -> Option<KeyValue> {
+        Some(KeyValue {
+            key: self.keys.from_etcd(kv.key())?,
+            value: kv.value().to_vec(),
+            create_rev: rev_of(kv.create_revision()),
+            mod_rev: rev_of(kv.mod_revision()),
+        })
+    }
+
+    /// One range request; `at` None reads the newest revision.
+    async fn range(&self, key: Vec<u8>, opts: GetOptions, at: Option<Rev>) -> Result<GetResponse> {
+        let opts = match at {
+            Some(r) => opts.with_revision(etcd_rev(r)),
+            None => opts,
+        };
+        match bounded("a read", self.kv().get(key, Some(opts))).await {
+            Ok(resp) => {
+                self.saw_header(resp.header());
+                Ok(resp)
+            }
+            Err(EtcdCallError::Etcd(e)) if is_compacted(&e) => Err(self.compacted_error(at.unwrap_or(0))),
+            Err(EtcdCallError::Etcd(e)) if is_future(&e) => {
+                Err(Error::FutureRevision { requested: at.unwrap_or(0), current: self.rev.load(Ordering::SeqCst) })
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A transaction that writes `then` when `when` holds, else reads the key (to say why).
+    async fn txn(&self, key: &[u8], when: Vec<Compare>, then: TxnOp) -> Result<std::result::Result<Rev, Option<Rev>>> {
+        let txn = Txn::new().when(when).and_then(vec![then]).or_else(vec![TxnOp::get(key.to_vec(), None)]);
+        let resp = bounded("a write", self.kv().txn(txn)).await?;
+        let rev = self.saw_header(resp.header());
+        if resp.succeeded() {
+            return Ok(Ok(rev));
+        }
+        let current = resp.op_responses().into_iter().find_map(|op| match op {
+            TxnOpResponse::Get(g) => Some(g.kvs().first().map(|kv| rev_of(kv.mod_revision()))),
+            _ => None,
+        });
+        Ok(Err(current.flatten()))
+    }
+
+    /// Turn an etcd watch event into the trait's event (None for keys outside the cluster).
+    fn event(&self, ev: &etcd_client::Event) -> Option<Event> {
+        let kv = ev.kv()?;
+        let key = self.keys.from_etcd(kv.key())?;
+        let rev = rev_of(kv.mod_revision());
+        let prev = ev.prev_kv().map(|p| p.value().to_vec());
+        Some(match ev.event_type() {
+            EventType::Put if kv.create_revision() == kv.mod_revision() => {
+                Event { kind: EventKind::Created, rev, key, value: kv.value().to_vec(), prev_value: None }
+            }
+            EventType::Put => {
+                Event { kind: EventKind::Updated, rev, key, value: kv.value().to_vec(), prev_value: prev }
+            }
+            EventType::Delete => {
+                let last = prev.unwrap_or_default();
+                Event { kind: EventKind::Deleted, rev, key, value: last.clone(), prev_value: Some(last) }
+            }
+        })
+    }
+
+    /// Open an etcd watch of `[key, end)` from revision `after + 1`.
+    async fn open_watch(&self, key: Vec<u8>, end: Option<Vec<u8>>, after: Rev) -> Result<WatchStream> {
+        let mut opts = WatchOptions::new().with_start_revision(etcd_rev(after.saturating_add(1))).with_prev_key();
+        if let Some(end) = end {
+            opts = opts.with_range(end);
+        }
+        let mut client = self.client.watch_client().max_decoding_message_size(MAX_MESSAGE);
+        Ok(bounded("a watch", client.watch(key, Some(opts))).await?)
+    }
+}
+
+/// etcd as the apiserver's store.
+pub struct EtcdStorage {
+    inner: Arc<Inner>,
+    feed: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for EtcdStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStorage")
+            .field("prefix", &self.inner.keys.root)
+            .field("rev", &self.inner.rev.load(Ordering::SeqCst))
+            .finish()
+    }
+}
+
+impl Drop for EtcdStorage {
+    fn drop(&mut self) {
+        self.feed.abort();
+    }
+}
+
+impl EtcdStorage {
+    /// Connect, check that etcd answers (one read), and start the event feed. Must run inside
+    /// a Tokio runtime.
+    pub async fn connect(cfg: &EtcdConfig) -> Result<EtcdStorage> {
+        cfg.validate().map_err(Error::Backend)?;
+        let opts = cfg.connect_options().map_err(Error::Backend)?;
+        let client = bounded("the connection", Client::connect(&cfg.servers, Some(opts))).await?;
+        let keys = Keys::new(&cfg.prefix);
+        let inner = Arc::new(Inner {
+            client,
+            keys,
+            rev: AtomicU64::new(0),
+            compacted: AtomicU64::new(0),
+            window: Mutex::new(Window::new(0)),
+        });
+        let all = inner.keys.all();
+        let first = inner.range(all.clone(), GetOptions::new().with_prefix().with_count_only(), None).await.map_err(
+            |e| match e {
+                Error::Unavailable(m) | Error::Timeout(m) => {
+                    Error::Unavailable(format!("{m} (--etcd-servers {})", cfg.servers.join(",")))
+                }
+                other => other,
+            },
+        )?;
+        let pos = inner.saw_header(first.header());
+        *lock(&inner.window) = Window::new(pos);
+        let feed = tokio::spawn(run_feed(Arc::downgrade(&inner), pos));
+        Ok(EtcdStorage { inner, feed })
+    }
+
+    /// Compact etcd every `every`, keeping the newest `keep_revisions` revisions (as the
+    /// SQLite backend keeps its history). Each apiserver runs one; a compaction another one
+    /// already did is not an error.
+    pub fn spawn_compactor_every(
+        store: Arc<Self>,
+        keep_revisions: u64,
+        every: Duration,
+    ) -> tokio::task::JoinHandle<()> {
+        let weak = Arc::downgrade(&store);
+        drop(store);
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                let Some(store) = weak.upgrade() else { return };
+                let target = store.current_rev().saturating_sub(keep_revisions);
+                if target > store.compacted_rev() {
+                    if let Err(e) = store.compact(target).await {
+                        tracing::warn!(error = %e, target, "etcd compaction failed");
+                    }
+                }
+            }
+        })
+    }
+
+    /// A watch served from the window and the live feed, or None when `after` is older than
+    /// the window (the caller then opens an etcd watch).
+    fn subscribe(&self, scope: &Scope, after: Rev) -> Option<WatchState> {
+        let mut w = lock(&self.inner.window);
+        if after < w.start {
+            return None;
+        }
+        let backlog: VecDeque<Event> =
+            w.events.iter().filter(|e| e.rev > after && scope.matches(&e.key)).map(|e| Event::clone(e)).collect();
+        let (rx, guard) = match scope {
+            Scope::Prefix(_) => (w.all.subscribe(), None),
+            Scope::Key(k) => {
+                let tx = w.by_key.entry(k.clone()).or_insert_with(|| broadcast::channel(KEY_CAPACITY).0);
+                (tx.subscribe(), Some(KeyGuard { inner: Arc::downgrade(&self.inner), key: k.clone() }))
+            }
+        };
+        let pos = after.max(w.pos);
+        Some(WatchState {
+            inner: self.inner.clone(),
+            scope: scope.clone(),
+            pos,
+            backlog,
+            source: Source::Live(rx),
+            _guard: guard,
+            done: false,
+        })
+    }
+
+    async fn watch_scope(&self, scope: Scope, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
+        let compacted = self.compacted_rev();
+        if after_rev < compacted {
+            return Err(Error::Compacted { requested: after_rev, compacted });
+        }
+        let state = match self.subscribe(&scope, after_rev) {
+            Some(s) => s,
+            None => {
+                let (key, end) = scope.etcd_range(&self.inner.keys)?;
+                let ws = self.inner.open_watch(key, end, after_rev).await?;
+                WatchState {
+                    inner: self.inner.clone(),
+                    scope,
+                    pos: after_rev,
+                    backlog: VecDeque::new(),
+                    source: Source::Etcd(Box::new(ws)),
+                    _guard: None,
+                    done: false,
+                }
+            }
+        };
+        Ok(stream::unfold(state, watch_step).boxed())
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The process's one etcd watch: every change under the prefix, into the window. Re-opened
+/// after any break, from where it stopped.
+async fn run_feed(inner: Weak<Inner>, mut pos: Rev) {
+    let mut pause = RETRY_MIN;
+    loop {
+        let Some(store) = inner.upgrade() else { return };
+        let all = store.keys.all();
+        let opened = store.open_watch(all.clone(), Some(prefix_end(&all)), pos).await;
+        drop(store);
+        let mut ws = match opened {
+            Ok(ws) => ws,
+            Err(e) => {
+                tracing::debug!(error = %e, "etcd watch: not open yet");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(RETRY_MAX);
+                continue;
+            }
+        };
+        loop {
+            let msg = ws.message().await;
+            let Some(store) = inner.upgrade() else { return };
+            match msg {
+                Ok(Some(resp)) => {
+                    pause = RETRY_MIN;
+                    if resp.canceled() {
+                        let compacted = rev_of(resp.compact_revision());
+                        if compacted > 0 {
+                            // History the window needed is gone: start over at the current
+                            // revision; the watchers fed so far end with Compacted.
+                            store.compacted.fetch_max(compacted, Ordering::SeqCst);
+                            let now = store
+                                .range(store.keys.all(), GetOptions::new().with_prefix().with_count_only(), None)
+                                .await
+                                .map(|r| rev_of(r.header().map(|h| h.revision()).unwrap_or(0)));
+                            if let Ok(now) = now {
+                                tracing::warn!(
+                                    from = pos,
+                                    compacted,
+                                    now,
+                                    "etcd history was compacted while the watch was away; watchers restart"
+                                );
+                                lock(&store.window).reset(now);
+                                pos = now;
+                            }
+                        } else {
+                            tracing::warn!(reason = resp.cancel_reason(), "etcd cancelled the watch; re-opening");
+                        }
+                        break;
+                    }
+                    if let Some(h) = resp.header() {
+                        store.saw(h.revision());
+                    }
+                    let events: Vec<Event> = resp.events().iter().filter_map(|e| store.event(e)).collect();
+                    if !events.is_empty() {
+                        let mut w = lock(&store.window);
+                        for ev in events {
+                            pos = pos.max(ev.rev);
+                            store.saw(etcd_rev(ev.rev));
+                            w.push(ev);
+                        }
+                    }
+                }
+                Ok(None) => {
+                    tracing::warn!("etcd closed the watch; re-opening");
+                    break;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "etcd watch broke; re-opening");
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_MAX);
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Scope {
+    Prefix(String),
+    Key(String),
+}
+
+impl Scope {
+    fn matches(&self, key: &str) -> bool {
+        match self {
+            Scope::Prefix(p) => key.starts_with(p.as_str()),
+            Scope::Key(k) => key == k,
+        }
+    }
+
+    fn etcd_range(&self, keys: &Keys) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+        Ok(match self {
+            Scope::Prefix(p) => {
+                let k = keys.to_etcd(p)?;
+                let end = prefix_end(&k);
+                (k, Some(end))
+            }
+            Scope::Key(k) => (keys.to_etcd(k)?, None),
+        })
+    }
+}
+
+/// Removes a key's channel when its last watcher goes.
+struct KeyGuard {
+    inner: Weak<Inner>,
+    key: String,
+}
+
+impl Drop for KeyGuard {
+    fn drop(&mut self) {
+        let Some(inner) = self.inner.upgrade() else { return };
+        let mut w = lock(&inner.window);
+        // The receiver of this watcher is dropped before the guard (field order).
+        if w.by_key.get(&self.key).is_some_and(|tx| tx.receiver_count() == 0) {
+            w.by_key.remove(&self.key);
+        }
+    }
+}
+
+enum Source {
+    Live(broadcast::Receiver<Arc<Event>>),
+    Etcd(Box<WatchStream>),
+}
+
+struct WatchState {
+    inner: Arc<Inner>,
+    scope: Scope,
+    /// Every change with revision ≤ pos has been handled.
+    pos: Rev,
+    backlog: VecDeque<Event>,
+    source: Source,
+    _guard: Option<KeyGuard>,
+    done: bool,
+}
+
+impl WatchState {
+    fn fail(mut self, e: Error) -> Option<(Result<Event>, WatchState)> {
+        self.done = true;
+        Some((Err(e), self))
+    }
+}
+
+async fn watch_step(mut st: WatchState) -> Option<(Result<Event>, WatchState)> {
+    loop {
+        if st.done {
+            return None;
+        }
+        if let Some(ev) = st.backlog.pop_front() {
+            st.pos = st.pos.max(ev.rev);
+            return Some((Ok(ev), st));
+        }
+        match &mut st.source {
+            Source::Live(rx) => match rx.recv().await {
+                Ok(ev) => {
+                    if ev.rev <= st.pos {
+                        continue;
+                    }
+                    st.pos = ev.rev;
+                    if st.scope.matches(&ev.key) {
+                        return Some((Ok(Event::clone(&ev)), st));
+                    }
+                }
+                // Fell behind the live feed: continue on an etcd watch of its own from the
+                // last revision handled.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    let (key, end) = match st.scope.etcd_range(&st.inner.keys) {
+                        Ok(r) => r,
+                        Err(e) => return st.fail(e),
+                    };
+                    match st.inner.open_watch(key, end, st.pos).await {
+                        Ok(ws) => {
+                            st.source = Source::Etcd(Box::new(ws));
+                            st._guard = None;
+                        }
+                        Err(e) => return st.fail(e),
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => {
+                    let e = st.inner.compacted_error(st.pos);
+                    return st.fail(e);
+                }
+            },
+            Source::Etcd(ws) => match ws.message().await {
+                Ok(Some(resp)) => {
+                    if resp.canceled() {
+                        let compacted = rev_of(resp.compact_revision());
+                        let e = if compacted > 0 {
+                            st.inner.compacted.fetch_max(compacted, Ordering::SeqCst);
+                            Error::Compacted { requested: st.pos, compacted }
+                        } else {
+                            Error::Unavailable(format!("etcd cancelled the watch: {}", resp.cancel_reason()))
+                        };
+                        return st.fail(e);
+                    }
+                    let pos = st.pos;
+                    let events = resp.events().iter().filter_map(|e| st.inner.event(e)).filter(|e| e.rev > pos);
+                    st.backlog.extend(events);
+                }
+                Ok(None) => return st.fail(Error::Unavailable("etcd closed the watch".into())),
+                Err(e) => return st.fail(map_err(e)),
+            },
+        }
+    }
+}
+
+#[async_trait]
+impl Storage for EtcdStorage {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        Ok(self.get_at(key, None).await?.0)
+    }
+
+    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
+        let inner = &self.inner;
+        let start_key = inner.keys.to_etcd(prefix)?;
+        let end = prefix_end(&start_key);
+        let mut from = match &opts.start_after {
+            // The first key after `start_after`.
+            Some(k) => {
+                let mut k = inner.keys.to_etcd(k)?;
+                k.push(0);
+                k.max(start_key)
+            }
+            None => start_key,
+        };
+        let want = opts.limit.filter(|l| *l > 0);
+        let mut at = opts.at_rev;
+        let mut items = Vec::new();
+        loop {
+            let chunk = want.map(|w| w - items.len()).unwrap_or(RANGE_CHUNK).min(RANGE_CHUNK);
+            let o = GetOptions::new().with_range(end.clone()).with_limit(i64::try_from(chunk).unwrap_or(i64::MAX));
+            let resp = inner.range(from.clone(), o, at).await?;
+            let read_at = at.unwrap_or_else(|| rev_of(resp.header().map(|h| h.revision()).unwrap_or(0)));
+            at = Some(read_at);
+            let kvs = resp.kvs();
+            let total = u64::try_from(resp.count()).unwrap_or(0);
+            items.extend(kvs.iter().filter_map(|kv| inner.key_value(kv)));
+            let last = kvs.last().map(|kv| kv.key().to_vec());
+            let got = kvs.len() as u64;
+            let full = want.is_some_and(|w| items.len() >= w);
+            match last {
+                Some(last) if total > got && !full => {
+                    from = last;
+                    from.push(0);
+                }
+                _ => {
+                    let remaining = total.saturating_sub(got);
+                    return Ok(ListResult { items, rev: read_at, remaining });
+                }
+            }
+        }
+    }
+
+    async fn count(&self, prefix: &str) -> Result<u64> {
+        let key = self.inner.keys.to_etcd(prefix)?;
+        let end = prefix_end(&key);
+        let resp = self.inner.range(key, GetOptions::new().with_range(end).with_count_only(), None).await?;
+        Ok(u64::try_from(resp.count()).unwrap_or(0))
+    }
+
+    async fn create(&self, key: &str, value: Vec<u8>) -> Result<Rev> {
+        let k = self.inner.keys.to_etcd(key)?;
+        let when = vec![Compare::create_revision(k.clone(), CompareOp::Equal, 0)];
+        match self.inner.txn(&k, when, TxnOp::put(k.clone(), value, None)).await? {
+            Ok(rev) => Ok(rev),
+            Err(_) => Err(Error::AlreadyExists(key.to_string())),
+        }
+    }
+
+    async fn update(&self, key: &str, value: Vec<u8>, expected_rev: Rev) -> Result<Rev> {
+        let k = self.inner.keys.to_etcd(key)?;
+        let when = vec![
+            Compare::create_revision(k.clone(), CompareOp::Greater, 0),
+            Compare::mod_revision(k.clone(), CompareOp::Equal, etcd_rev(expected_rev)),
+        ];
+        match self.inner.txn(&k, when, TxnOp::put(k.clone(), value, None)).await? {
+            Ok(rev) => Ok(rev),
+            Err(None) => Err(Error::NotFound(key.to_string())),
+            Err(Some(current_rev)) => Err(Error::Conflict { key: key.to_string(), current_rev }),
+        }
+    }
+
+    async fn delete(&self, key: &str, expected_rev: Rev) -> Result<Rev> {
+        let k = self.inner.keys.to_etcd(key)?;
+        let when = vec![
+            Compare::create_revision(k.clone(), CompareOp::Greater, 0),
+            Compare::mod_revision(k.clone(), CompareOp::Equal, etcd_rev(expected_rev)),
+        ];
+        match self.inner.txn(&k, when, TxnOp::delete(k.clone(), None)).await? {
+            Ok(rev) => Ok(rev),
+            Err(None) => Err(Error::NotFound(key.to_string())),
+            Err(Some(current_rev)) => Err(Error::Conflict { key: key.to_string(), current_rev }),
+        }
+    }
+
+    async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> Result<(Option<KeyValue>, Rev)> {
+        if let Some(at) = at_rev {
+            let compacted = self.compacted_rev();
+            if at < compacted {
+                return Err(Error::Compacted { requested: at, compacted });
+            }
+        }
+        let k = self.inner.keys.to_etcd(key)?;
+        let resp = self.inner.range(k, GetOptions::new(), at_rev).await?;
+        let read_at = at_rev.unwrap_or_else(|| rev_of(resp.header().map(|h| h.revision()).unwrap_or(0)));
+        Ok((resp.kvs().first().and_then(|kv| self.inner.key_value(kv)), read_at))
+    }
+
+    async fn watch(&self, prefix: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
+        self.watch_scope(Scope::Prefix(prefix.to_string()), after_rev).await
+    }
+
+    async fn watch_key(&self, key: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
+        self.watch_scope(Scope::Key(key.to_string()), after_rev).await
+    }
+
+    fn current_rev(&self) -> Rev {
+        self.inner.rev.load(Ordering::SeqCst)
+    }
+
+    fn compacted_rev(&self) -> Rev {
+        self.inner.compacted.load(Ordering::SeqCst)
+    }
+
+    async fn compact(&self, rev: Rev) -> Result<()> {
+        let mut client = self.inner.client.clone();
+        match bounded("a compaction", client.compact(etcd_rev(rev), None)).await {
+            Ok(_) => {}
+            // Another apiserver compacted at least this far already.
+            Err(EtcdCallError::Etcd(e)) if is_compacted(&e) => {}
+            Err(e) => return Err(e.into()),
+        }
+        self.inner.compacted.fetch_max(rev, Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_map_under_the_prefix_and_back() {
+        // name, prefix, trait key, etcd key
+        let cases: &[(&str, &str, &str, &str)] = &[
+            ("default prefix", "/registry", "/registry/core/pods/a", "/registry/core/pods/a"),
+            ("trailing slash", "/registry/", "/registry/core/pods/a", "/registry/core/pods/a"),
+            ("own prefix", "/kustos/one", "/registry/core/pods/a", "/kustos/one/core/pods/a"),
+            ("a whole prefix", "/k", "/registry/", "/k/"),
+        ];
+        for (name, prefix, key, etcd) in cases {
+            let keys = Keys::new(prefix);
+            let mapped = keys.to_etcd(key).unwrap_or_default();
+            assert_eq!(String::from_utf8_lossy(&mapped), *etcd, "{name}");
+            assert_eq!(keys.from_etcd(etcd.as_bytes()).as_deref(), Some(*key), "{name}: back");
+        }
+        let keys = Keys::new("/k");
+        assert!(keys.to_etcd("/other/x").is_err(), "a key outside /registry is refused");
+        assert!(keys.to_etcd("/registryx/a").is_err(), "a look-alike root is refused");
+        assert_eq!(keys.from_etcd(b"/kx/a"), None, "a neighbour prefix is not ours");
+    }
+
+    #[test]
+    fn prefix_ends() {
+        let cases: &[(&str, &[u8], &[u8])] =
+            &[("plain", b"/a/", b"/a0"), ("carries over 0xff", b"/a\xff", b"/b"), ("all 0xff", b"\xff\xff", b"\x00")];
+        for (name, prefix, end) in cases {
+            assert_eq!(prefix_end(prefix), end.to_vec(), "{name}");
+        }
+    }
+
+    #[test]
+    fn settings_are_checked() {
+        let cfg = |servers: &[&str], f: fn(&mut EtcdConfig)| {
+            let mut c = EtcdConfig::new(servers.iter().map(|s| s.to_string()).collect());
+            f(&mut c);
+            c.validate()
+        };
+        // name, result, error fragment ("" = valid)
+        let cases: Vec<(&str, std::result::Result<(), String>, &str)> = vec![
+            ("one http server", cfg(&["http://127.0.0.1:2379"], |_| {}), ""),
+            (
+                "two https with files",
+                cfg(&["https://a:2379", "https://b:2379"], |c| {
+                    c.ca_file = Some("ca".into());
+                    c.cert_file = Some("c".into());
+                    c.key_file = Some("k".into());
+                }),
+                "",
+            ),
+            ("none", cfg(&[], |_| {}), "--etcd-servers is required"),
+            ("no scheme", cfg(&["127.0.0.1:2379"], |_| {}), "is not http://HOST:PORT"),
+            ("a path", cfg(&["http://a:1/x"], |_| {}), "is not http://HOST:PORT"),
+            ("mixed schemes", cfg(&["http://a:1", "https://b:1"], |_| {}), "every server or for none"),
+            ("tls files on http", cfg(&["http://a:1"], |c| c.ca_file = Some("ca".into())), "need https://"),
+            ("cert without key", cfg(&["https://a:1"], |c| c.cert_file = Some("c".into())), "go together"),
+            ("relative prefix", cfg(&["http://a:1"], |c| c.prefix = "registry".into()), "must start with /"),
+        ];
+        for (name, got, want) in cases {
+            match (got, want) {
+                (Ok(()), "") => {}
+                (Err(e), w) if !w.is_empty() => assert!(e.contains(w), "{name}: {e}"),
+                (got, _) => panic!("{name}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+}
