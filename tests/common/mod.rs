@@ -2,6 +2,20 @@
 //! in a temporary directory and hands out kubectl, kube-rs and raw HTTPS clients for it.
 //!
 //! Every wait here is bounded in count and time; nothing asserts on wall-clock timings.
+//!
+//! Storage backend, from the environment (`scripts/test.sh` runs the suites once per backend):
+//! - `KUSTOS_TEST_STORAGE`: `sqlite` (the default when unset) or `etcd`; anything else fails
+//!   every test that starts a server.
+//! - `KUSTOS_TEST_ETCD_SERVERS`: with `etcd`, the `--etcd-servers` of every server started
+//!   here (e.g. `http://127.0.0.1:2379`); required then. Tests that need etcd on either
+//!   backend read it through [`etcd_servers`].
+//!
+//! With `etcd`, each [`Server`] gets `--storage etcd --etcd-servers ... --etcd-prefix
+//! /kustos-e2e/<unique>`, its own cluster on the shared etcd; the prefix is kept across
+//! [`Server::restart`] like the data dir. A test that passes `--storage` itself pins its
+//! backend and gets nothing added. etcd compacts its whole keyspace, every prefix at once:
+//! a test that makes its server compact (a small `--history-revisions`) must have `compact`
+//! in its name, so that the etcd pass runs it alone (`.config/nextest.toml`).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
@@ -38,6 +52,11 @@ pub struct Server {
     subcommand: &'static str,
     /// Number of the current run (0 for the first start), used to name log files.
     runs: u32,
+    /// With the etcd backend, where this server's objects live in etcd (`--etcd-prefix`);
+    /// `None` on SQLite or when the test chose the storage itself.
+    pub etcd_prefix: Option<String>,
+    /// The storage flags the harness adds (empty on SQLite), the same on every run.
+    storage_args: Vec<String>,
 }
 
 static SHARED: Mutex<Weak<Server>> = Mutex::new(Weak::new());
@@ -80,6 +99,91 @@ fn binary() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_kustos"))
 }
 
+/// The storage backend the suites run against: `"sqlite"` or `"etcd"`, from
+/// `KUSTOS_TEST_STORAGE` (see the top of this file). Panics on any other value, and on
+/// `etcd` without `KUSTOS_TEST_ETCD_SERVERS`: a misconfigured run must not pass quietly on
+/// the wrong backend.
+pub fn storage_backend() -> &'static str {
+    storage_env().0
+}
+
+/// `KUSTOS_TEST_ETCD_SERVERS`, for tests that need etcd whatever the backend of the run
+/// (`scripts/test.sh` sets it on every pass). Panics when it is unset.
+pub fn etcd_servers() -> &'static str {
+    static SERVERS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SERVERS.get_or_init(|| match std::env::var("KUSTOS_TEST_ETCD_SERVERS") {
+        Ok(s) if !s.trim().is_empty() => s,
+        _ => panic!(
+            "this test needs etcd: set KUSTOS_TEST_ETCD_SERVERS (e.g. http://127.0.0.1:2379) or run \
+             `bash scripts/test.sh`, which starts one"
+        ),
+    })
+}
+
+/// `KUSTOS_TEST_STORAGE` and `KUSTOS_TEST_ETCD_SERVERS`, checked once.
+fn storage_env() -> &'static (&'static str, Option<String>) {
+    static ENV: std::sync::OnceLock<(&'static str, Option<String>)> = std::sync::OnceLock::new();
+    ENV.get_or_init(|| {
+        let storage = std::env::var("KUSTOS_TEST_STORAGE").ok();
+        let servers = std::env::var("KUSTOS_TEST_ETCD_SERVERS").ok().filter(|s| !s.trim().is_empty());
+        match decide_storage(storage.as_deref(), servers) {
+            Ok(v) => v,
+            Err(e) => panic!("{e}"),
+        }
+    })
+}
+
+/// The backend and etcd servers for the values of `KUSTOS_TEST_STORAGE` and
+/// `KUSTOS_TEST_ETCD_SERVERS` (an empty one counts as unset).
+pub fn decide_storage(
+    storage: Option<&str>,
+    etcd_servers: Option<String>,
+) -> Result<(&'static str, Option<String>), String> {
+    match storage {
+        None | Some("sqlite") => Ok(("sqlite", None)),
+        Some("etcd") => match etcd_servers {
+            Some(servers) => Ok(("etcd", Some(servers))),
+            None => Err("KUSTOS_TEST_STORAGE=etcd needs KUSTOS_TEST_ETCD_SERVERS (e.g. http://127.0.0.1:2379, \
+                         the etcd the servers store their objects in); `bash scripts/test.sh` starts one"
+                .to_string()),
+        },
+        Some(other) => Err(format!("KUSTOS_TEST_STORAGE={other:?}: expected sqlite or etcd (or unset for sqlite)")),
+    }
+}
+
+/// The storage flags to add to a server started with `args` on `backend` (as
+/// [`decide_storage`] answers), with `prefix` as its etcd prefix: none when the test chose
+/// `--storage` itself or the backend is SQLite.
+pub fn storage_flags(args: &[String], backend: &(&str, Option<String>), prefix: &str) -> Vec<String> {
+    if args.iter().any(|a| a == "--storage" || a.starts_with("--storage=")) {
+        return Vec::new();
+    }
+    match backend {
+        ("etcd", Some(servers)) => ["--storage", "etcd", "--etcd-servers", servers, "--etcd-prefix", prefix]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// [`storage_flags`] for this run's backend, with a fresh prefix, and that prefix when the
+/// flags use it.
+fn storage_args(args: &[String]) -> (Vec<String>, Option<String>) {
+    let prefix = unique_etcd_prefix();
+    let flags = storage_flags(args, storage_env(), &prefix);
+    let used = flags.iter().any(|f| f == "--etcd-prefix");
+    (flags, used.then_some(prefix))
+}
+
+/// `/kustos-e2e/<pid>-<ns since the epoch>-<n>`: unique across every test process of a run
+/// on the one etcd (a pid alone may come back during a run).
+fn unique_etcd_prefix() -> String {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    format!("/kustos-e2e/{}-{nanos}-{n}", std::process::id())
+}
+
 impl Server {
     /// `kustos server --data-dir D --secure-port 0` in a fresh temporary directory.
     pub fn start() -> Server {
@@ -106,7 +210,9 @@ impl Server {
         let tmp = tempfile::Builder::new().prefix("kustos-e2e-").tempdir().expect("creating a temporary directory");
         let data_dir = tmp.path().join("data");
         let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let (child, addr, kubeconfig) = spawn(subcommand, tmp.path(), &data_dir, &extra_args, 0);
+        let (storage_args, etcd_prefix) = storage_args(&extra_args);
+        let all_args: Vec<String> = storage_args.iter().chain(&extra_args).cloned().collect();
+        let (child, addr, kubeconfig) = spawn(subcommand, tmp.path(), &data_dir, &all_args, 0);
         Server {
             url: format!("https://{addr}"),
             addr,
@@ -117,6 +223,8 @@ impl Server {
             extra_args,
             subcommand,
             runs: 0,
+            etcd_prefix,
+            storage_args,
         }
     }
 
@@ -167,13 +275,13 @@ impl Server {
         terminate_child(&self.child, within, "kustos", || tail(&self.stderr_log(self.runs), 4000))
     }
 
-    /// Start the server again on the same data dir (on a new free port). Any running
-    /// instance is killed first.
+    /// Start the server again on the same data dir (and etcd prefix), on a new free port.
+    /// Any running instance is killed first.
     pub fn restart(&mut self) {
         self.kill9();
         self.runs += 1;
-        let (child, addr, kubeconfig) =
-            spawn(self.subcommand, self.tmp.path(), &self.data_dir, &self.extra_args, self.runs);
+        let all_args: Vec<String> = self.storage_args.iter().chain(&self.extra_args).cloned().collect();
+        let (child, addr, kubeconfig) = spawn(self.subcommand, self.tmp.path(), &self.data_dir, &all_args, self.runs);
         *self.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
         self.url = format!("https://{addr}");
         self.addr = addr;
