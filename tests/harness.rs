@@ -5,10 +5,13 @@ mod common;
 
 use common::{decide_storage, storage_flags};
 
+/// A backend and its etcd servers, or a piece of the error message.
+type Want = Result<(&'static str, Option<String>), &'static str>;
+
 #[test]
 fn the_backend_follows_kustos_test_storage() {
     let servers = || Some("http://127.0.0.1:2379".to_string());
-    let cases: Vec<(&str, Option<&str>, Option<String>, Result<(&str, Option<String>), &str>)> = vec![
+    let cases: Vec<(&str, Option<&str>, Option<String>, Want)> = vec![
         ("unset is sqlite", None, None, Ok(("sqlite", None))),
         ("sqlite", Some("sqlite"), None, Ok(("sqlite", None))),
         ("sqlite ignores etcd servers", Some("sqlite"), servers(), Ok(("sqlite", None))),

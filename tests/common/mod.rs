@@ -213,7 +213,7 @@ impl Server {
         let (storage_args, etcd_prefix) = storage_args(&extra_args);
         let all_args: Vec<String> = storage_args.iter().chain(&extra_args).cloned().collect();
         let (child, addr, kubeconfig) = spawn(subcommand, tmp.path(), &data_dir, &all_args, 0);
-        Server {
+        let server = Server {
             url: format!("https://{addr}"),
             addr,
             kubeconfig,
@@ -225,7 +225,13 @@ impl Server {
             runs: 0,
             etcd_prefix,
             storage_args,
+        };
+        if server.etcd_prefix.is_some() {
+            // Started on etcd: nothing may have opened the SQLite store instead.
+            let db = server.data_dir.join("kustos.db");
+            assert!(!db.exists(), "the server was given --storage etcd but created {}", db.display());
         }
+        server
     }
 
     /// The directory holding the data dir, logs and kubectl's cache.
