@@ -2,7 +2,10 @@
 #   docker build -t kustos:0.1.0 .
 FROM rust:1.89-bookworm AS build
 WORKDIR /src
-# The bundled SQLite needs a C compiler, which the image has.
+# The bundled SQLite needs a C compiler, which the image has; the etcd client's gRPC code is
+# generated with protoc.
+RUN apt-get update && apt-get install -y --no-install-recommends protobuf-compiler \
+    && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN cargo build --release --locked --bin kustos \
     && install -D -m 0755 target/release/kustos /out/kustos

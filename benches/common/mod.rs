@@ -1,9 +1,11 @@
 //! What the benchmarks share: starting the real binary on a free port, the admin client,
-//! process figures from /proc, and percentiles.
+//! process figures from /proc, percentiles and Markdown tables.
 #![allow(dead_code)]
 
 pub mod apf;
+pub mod etcd;
 pub mod lease;
+pub mod load;
 pub mod storm;
 
 use std::path::{Path, PathBuf};
@@ -173,5 +175,40 @@ pub async fn read_ok(r: reqwest::Result<reqwest::Response>, want: u16) -> bool {
             r.bytes().await.is_ok() && ok
         }
         Err(_) => false,
+    }
+}
+
+/// A Markdown table: the header, a separator, then one line per row (a row shorter than the
+/// header is padded with empty cells); `|` in a cell is escaped.
+pub fn markdown_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let line = |cells: Vec<String>| format!("| {} |\n", cells.join(" | "));
+    let mut out = line(header.iter().map(|h| h.replace('|', "\\|")).collect());
+    out.push_str(&line(header.iter().map(|_| "---".to_string()).collect()));
+    for row in rows {
+        let cells = (0..header.len()).map(|i| row.get(i).map(|c| c.replace('|', "\\|")).unwrap_or_default());
+        out.push_str(&line(cells.collect()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    fn row(cells: &[&str]) -> Vec<String> {
+        cells.iter().map(|c| c.to_string()).collect()
+    }
+
+    #[test]
+    fn markdown_table_pads_and_escapes() {
+        use super::markdown_table;
+        let cases: &[(&str, Vec<Vec<String>>, &str)] = &[
+            ("no rows", vec![], "| a | b |\n| --- | --- |\n"),
+            ("full rows", vec![row(&["1", "2"]), row(&["3", "4"])], "| a | b |\n| --- | --- |\n| 1 | 2 |\n| 3 | 4 |\n"),
+            ("a short row is padded", vec![row(&["**section**"])], "| a | b |\n| --- | --- |\n| **section** |  |\n"),
+            ("a pipe is escaped", vec![row(&["x|y", "z"])], "| a | b |\n| --- | --- |\n| x\\|y | z |\n"),
+            ("extra cells are dropped", vec![row(&["1", "2", "3"])], "| a | b |\n| --- | --- |\n| 1 | 2 |\n"),
+        ];
+        for (name, rows, want) in cases {
+            assert_eq!(markdown_table(&["a", "b"], rows), *want, "{name}");
+        }
     }
 }

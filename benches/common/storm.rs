@@ -11,17 +11,21 @@
 //! Every request that is answered 429 with a `Retry-After` of whole seconds is sent again after
 //! that many seconds, as client-go does (at most [`MAX_RETRIES_PER_STEP`] times per step); the
 //! retries are counted. Any other failure fails the node's flow.
+//!
+//! [`bench`] runs the whole benchmark against a `kustos server` it starts (used by
+//! `bootstrap_storm` and `storage_backends`); `apf_storm` drives [`run`] itself.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use base64::Engine as _;
 use futures::StreamExt as _;
 use serde_json::{json, Value};
 
-use super::{ms, pct};
+use super::{admin_client, ca_pem, cpu_time, env_u64, ms, pct, peak_rss_kib, rss_kib, start};
 
 const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 
@@ -402,6 +406,105 @@ impl Summary {
     pub fn error_rows(&self) -> Vec<(String, String)> {
         self.errors.iter().map(|(e, count)| (format!("error ({count}x)"), e.replace('|', "\\|"))).collect()
     }
+}
+
+/// Sizes of one bootstrap-storm run.
+#[derive(Debug, Clone)]
+pub struct StormConfig {
+    pub nodes: u64,
+    /// Kubelets in flight at most.
+    pub concurrency: usize,
+    /// Longest the storm may take.
+    pub timeout: Duration,
+}
+
+impl StormConfig {
+    /// From BENCH_NODES (default `default_nodes`), BENCH_CONCURRENCY (default all at once) and
+    /// BENCH_TIMEOUT_SECS (default 300).
+    pub fn from_env(default_nodes: u64) -> Self {
+        let nodes = env_u64("BENCH_NODES", default_nodes);
+        StormConfig {
+            nodes,
+            concurrency: env_u64("BENCH_CONCURRENCY", nodes).max(1) as usize,
+            timeout: Duration::from_secs(env_u64("BENCH_TIMEOUT_SECS", 300)),
+        }
+    }
+}
+
+/// What one storm against a server of its own measured.
+pub struct StormFigures {
+    pub config: StormConfig,
+    pub summary: Summary,
+    /// The server's CPU time during the storm.
+    pub server_cpu: Duration,
+    pub rss_kib: u64,
+    pub peak_rss_kib: u64,
+    /// The store process's (etcd's) CPU time during the storm and its RSS after it, when one
+    /// was given.
+    pub store_cpu: Option<Duration>,
+    pub store_rss_kib: Option<u64>,
+}
+
+impl StormFigures {
+    /// Server CPU time per node.
+    pub fn cpu_per_node(&self) -> Duration {
+        self.server_cpu / self.config.nodes.max(1) as u32
+    }
+
+    /// The `bootstrap_storm` benchmark's table rows, (measurement, result).
+    pub fn rows(&self) -> Vec<(String, String)> {
+        let c = &self.config;
+        let mut rows = vec![("nodes (concurrency)".to_string(), format!("{} ({})", c.nodes, c.concurrency))];
+        rows.extend(self.summary.rows().into_iter().chain(self.summary.error_rows()));
+        rows.push((
+            "server CPU time during the storm (per node)".into(),
+            format!("{} ({})", secs(self.server_cpu), ms(self.cpu_per_node())),
+        ));
+        rows.push((
+            "server RSS after / peak".into(),
+            format!("{:.1} MiB / {:.1} MiB", self.rss_kib as f64 / 1024.0, self.peak_rss_kib as f64 / 1024.0),
+        ));
+        rows
+    }
+}
+
+/// The bootstrap storm against `kustos server --data-dir DIR/data <extra>` (its log in
+/// `DIR/server.log`): one bootstrap token, keys and CSRs made before the clock starts, the
+/// server's CPU time and memory read from /proc; `store_pid` is a process whose CPU time during
+/// the storm, and RSS after it, are reported too (etcd). Failed flows are in the summary, not
+/// an error.
+pub async fn bench(config: StormConfig, dir: &Path, extra: &[&str], store_pid: Option<u32>) -> Result<StormFigures> {
+    let n = config.nodes;
+    let (server, _) = start("server", &dir.join("data"), extra).await?;
+    let pid = server.child.id();
+    let admin = admin_client(&server.dir)?;
+    let token: Arc<str> = create_bootstrap_token(&admin, &server.url).await?.into();
+    let ca = reqwest::Certificate::from_pem(&ca_pem(&server.dir)?)?;
+    let prep_start = Instant::now();
+    let nodes = prepare(n)?;
+    eprintln!("prepared {n} keys and CSRs in {:.2?}", prep_start.elapsed());
+    // Let start-up work (controllers' first lists, default policy) settle.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let url: Arc<str> = server.url.clone().into();
+    let cpu_before = cpu_time(pid).context("reading the server's CPU time")?;
+    let store_before = store_pid.and_then(cpu_time);
+    let (results, wall) = run(url, ca, token, nodes, config.concurrency, config.timeout).await?;
+    let server_cpu = cpu_time(pid).unwrap_or_default().saturating_sub(cpu_before);
+    let store_cpu = store_pid.and_then(|p| Some(cpu_time(p)?.saturating_sub(store_before?)));
+    let store_rss_kib = store_pid.and_then(rss_kib);
+    let rss = rss_kib(pid).unwrap_or(0);
+    let peak = peak_rss_kib(pid).unwrap_or(0);
+    drop(server);
+    Ok(StormFigures {
+        config,
+        summary: Summary::of(results, wall),
+        server_cpu,
+        rss_kib: rss,
+        peak_rss_kib: peak,
+        store_cpu,
+        store_rss_kib,
+    })
 }
 
 pub fn secs(d: Duration) -> String {

@@ -134,7 +134,7 @@ impl Keys {
         Keys { root: prefix.trim_end_matches('/').to_string() }
     }
 
-    fn to_etcd(&self, key: &str) -> Result<Vec<u8>> {
+    fn etcd_key(&self, key: &str) -> Result<Vec<u8>> {
         let rest = key
             .strip_prefix(TRAIT_ROOT)
             .filter(|r| r.is_empty() || r.starts_with('/'))
@@ -142,7 +142,7 @@ impl Keys {
         Ok(format!("{}{rest}", self.root).into_bytes())
     }
 
-    fn from_etcd(&self, key: &[u8]) -> Option<String> {
+    fn trait_key(&self, key: &[u8]) -> Option<String> {
         let key = std::str::from_utf8(key).ok()?;
         let rest = key.strip_prefix(&self.root)?;
         (rest.is_empty() || rest.starts_with('/')).then(|| format!("{TRAIT_ROOT}{rest}"))
@@ -309,7 +309,7 @@ impl Inner {
 
     fn key_value(&self, kv: &etcd_client::KeyValue) -> Option<KeyValue> {
         Some(KeyValue {
-            key: self.keys.from_etcd(kv.key())?,
+            key: self.keys.trait_key(kv.key())?,
             value: kv.value().to_vec(),
             create_rev: rev_of(kv.create_revision()),
             mod_rev: rev_of(kv.mod_revision()),
@@ -353,7 +353,7 @@ impl Inner {
     /// Turn an etcd watch event into the trait's event (None for keys outside the cluster).
     fn event(&self, ev: &etcd_client::Event) -> Option<Event> {
         let kv = ev.kv()?;
-        let key = self.keys.from_etcd(kv.key())?;
+        let key = self.keys.trait_key(kv.key())?;
         let rev = rev_of(kv.mod_revision());
         let prev = ev.prev_kv().map(|p| p.value().to_vec());
         Some(match ev.event_type() {
@@ -609,11 +609,11 @@ impl Scope {
     fn etcd_range(&self, keys: &Keys) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
         Ok(match self {
             Scope::Prefix(p) => {
-                let k = keys.to_etcd(p)?;
+                let k = keys.etcd_key(p)?;
                 let end = prefix_end(&k);
                 (k, Some(end))
             }
-            Scope::Key(k) => (keys.to_etcd(k)?, None),
+            Scope::Key(k) => (keys.etcd_key(k)?, None),
         })
     }
 }
@@ -729,12 +729,12 @@ impl Storage for EtcdStorage {
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
         let inner = &self.inner;
-        let start_key = inner.keys.to_etcd(prefix)?;
+        let start_key = inner.keys.etcd_key(prefix)?;
         let end = prefix_end(&start_key);
         let mut from = match &opts.start_after {
             // The first key after `start_after`.
             Some(k) => {
-                let mut k = inner.keys.to_etcd(k)?;
+                let mut k = inner.keys.etcd_key(k)?;
                 k.push(0);
                 k.max(start_key)
             }
@@ -769,14 +769,14 @@ impl Storage for EtcdStorage {
     }
 
     async fn count(&self, prefix: &str) -> Result<u64> {
-        let key = self.inner.keys.to_etcd(prefix)?;
+        let key = self.inner.keys.etcd_key(prefix)?;
         let end = prefix_end(&key);
         let resp = self.inner.range(key, GetOptions::new().with_range(end).with_count_only(), None).await?;
         Ok(u64::try_from(resp.count()).unwrap_or(0))
     }
 
     async fn create(&self, key: &str, value: Vec<u8>) -> Result<Rev> {
-        let k = self.inner.keys.to_etcd(key)?;
+        let k = self.inner.keys.etcd_key(key)?;
         let when = vec![Compare::create_revision(k.clone(), CompareOp::Equal, 0)];
         match self.inner.txn(&k, when, TxnOp::put(k.clone(), value, None)).await? {
             Ok(rev) => Ok(rev),
@@ -785,7 +785,7 @@ impl Storage for EtcdStorage {
     }
 
     async fn update(&self, key: &str, value: Vec<u8>, expected_rev: Rev) -> Result<Rev> {
-        let k = self.inner.keys.to_etcd(key)?;
+        let k = self.inner.keys.etcd_key(key)?;
         let when = vec![
             Compare::create_revision(k.clone(), CompareOp::Greater, 0),
             Compare::mod_revision(k.clone(), CompareOp::Equal, etcd_rev(expected_rev)),
@@ -798,7 +798,7 @@ impl Storage for EtcdStorage {
     }
 
     async fn delete(&self, key: &str, expected_rev: Rev) -> Result<Rev> {
-        let k = self.inner.keys.to_etcd(key)?;
+        let k = self.inner.keys.etcd_key(key)?;
         let when = vec![
             Compare::create_revision(k.clone(), CompareOp::Greater, 0),
             Compare::mod_revision(k.clone(), CompareOp::Equal, etcd_rev(expected_rev)),
@@ -817,7 +817,7 @@ impl Storage for EtcdStorage {
                 return Err(Error::Compacted { requested: at, compacted });
             }
         }
-        let k = self.inner.keys.to_etcd(key)?;
+        let k = self.inner.keys.etcd_key(key)?;
         let resp = self.inner.range(k, GetOptions::new(), at_rev).await?;
         let read_at = at_rev.unwrap_or_else(|| rev_of(resp.header().map(|h| h.revision()).unwrap_or(0)));
         Ok((resp.kvs().first().and_then(|kv| self.inner.key_value(kv)), read_at))
@@ -867,14 +867,14 @@ mod tests {
         ];
         for (name, prefix, key, etcd) in cases {
             let keys = Keys::new(prefix);
-            let mapped = keys.to_etcd(key).unwrap_or_default();
+            let mapped = keys.etcd_key(key).unwrap_or_default();
             assert_eq!(String::from_utf8_lossy(&mapped), *etcd, "{name}");
-            assert_eq!(keys.from_etcd(etcd.as_bytes()).as_deref(), Some(*key), "{name}: back");
+            assert_eq!(keys.trait_key(etcd.as_bytes()).as_deref(), Some(*key), "{name}: back");
         }
         let keys = Keys::new("/k");
-        assert!(keys.to_etcd("/other/x").is_err(), "a key outside /registry is refused");
-        assert!(keys.to_etcd("/registryx/a").is_err(), "a look-alike root is refused");
-        assert_eq!(keys.from_etcd(b"/kx/a"), None, "a neighbour prefix is not ours");
+        assert!(keys.etcd_key("/other/x").is_err(), "a key outside /registry is refused");
+        assert!(keys.etcd_key("/registryx/a").is_err(), "a look-alike root is refused");
+        assert_eq!(keys.trait_key(b"/kx/a"), None, "a neighbour prefix is not ours");
     }
 
     #[test]
