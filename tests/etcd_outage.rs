@@ -33,12 +33,17 @@ struct Written {
     failures: Vec<Reply>,
 }
 
-/// The reply is the 503 or 504 Status of a request etcd could not serve.
-fn assert_unavailable(r: &Reply, what: &str) {
+/// The reply is the 503 or 504 Status of a request etcd could not serve; `logs` explain
+/// anything else.
+fn assert_unavailable(r: &Reply, what: &str, logs: impl Fn() -> String) {
     match r.code {
         503 => assert_status(r, 503, Some("ServiceUnavailable"), what),
         504 => assert_status(r, 504, Some("Timeout"), what),
-        other => panic!("{what}: expected a 503 or 504 Status while etcd is down, got HTTP {other}: {}", r.text),
+        other => panic!(
+            "{what}: expected a 503 or 504 Status while etcd is down, got HTTP {other}: {}\nserver log:\n{}",
+            r.text,
+            logs()
+        ),
     }
 }
 
@@ -134,9 +139,9 @@ async fn acknowledged_writes_survive_an_etcd_outage_and_the_apiserver_recovers_w
     etcd.stop();
     let probe = send(http.post(cms(&s.url, &ns)).json(&configmap("probe-down", json!({})))).await;
     written.lock().unwrap_or_else(|e| e.into_inner()).unknown.insert("probe-down".into());
-    assert_unavailable(&probe, "a create while etcd is down");
+    assert_unavailable(&probe, "a create while etcd is down", logs);
     let read = send(http.get(cms(&s.url, &ns))).await;
-    assert_unavailable(&read, "a list while etcd is down");
+    assert_unavailable(&read, "a list while etcd is down", logs);
     let readyz = wait_readyz(&s, "etcd down", |code, body| code != 200 && body.contains("[-]etcd failed")).await;
     assert!(readyz.contains("readyz check failed"), "/readyz?verbose while etcd is down:\n{readyz}");
     wait_written(&written, "a failed write", logs, |w| !w.failures.is_empty()).await;
@@ -154,7 +159,7 @@ async fn acknowledged_writes_survive_an_etcd_outage_and_the_apiserver_recovers_w
 
     let w = std::mem::take(&mut *written.lock().unwrap_or_else(|e| e.into_inner()));
     for r in &w.failures {
-        assert_unavailable(r, "a create of the writer during the outage");
+        assert_unavailable(r, "a create of the writer during the outage", logs);
     }
 
     // Every acknowledged ConfigMap is there, with the uid it was acknowledged with.

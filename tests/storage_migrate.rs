@@ -66,11 +66,11 @@ async fn contents(store: &dyn Storage) -> BTreeMap<String, Vec<u8>> {
     page.items.into_iter().map(|kv| (kv.key, kv.value)).collect()
 }
 
-fn sqlite_contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+async fn sqlite_contents(dir: &Path) -> BTreeMap<String, Vec<u8>> {
     let db = dir.join("kustos.db");
     assert!(db.is_file(), "{} exists", db.display());
     let store = SqliteStorage::open(&db).expect("opening the SQLite store");
-    futures::executor::block_on(contents(&store))
+    contents(&store).await
 }
 
 /// A client CSR for `user`, PEM.
@@ -102,7 +102,8 @@ fn migrate(args: &[&str]) -> (Option<i32>, String, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn objects_created_on_sqlite_are_served_identically_from_etcd_after_migrate() {
     // A standalone server on SQLite, with a mix of objects.
-    let s = Server::start();
+    // SQLite named explicitly: this is the store migrated from, whatever the suite runs on.
+    let s = Server::start_with(&["--storage", "sqlite"]);
     let (a, b) = (unique("mig-a"), unique("mig-b"));
     let csr = unique("mig-csr");
     let manifest = json!({"apiVersion": "v1", "kind": "List", "items": [
@@ -166,7 +167,7 @@ async fn objects_created_on_sqlite_are_served_identically_from_etcd_after_migrat
     }
     let status = s.terminate(WAIT);
     assert!(status.success(), "kustos server exits 0 on SIGTERM: {status}\n{}", s.stderr_tail());
-    let stored = sqlite_contents(&s.data_dir);
+    let stored = sqlite_contents(&s.data_dir).await;
 
     // Into etcd; the same again is refused; --force writes anyway.
     let etcd = Etcd::start();
@@ -254,7 +255,7 @@ async fn objects_created_on_sqlite_are_served_identically_from_etcd_after_migrat
         format!("copied {} objects from {to} (prefix /registry) to {back_spec}\n", now_in_etcd.len()),
         "migrate back"
     );
-    assert_eq!(sqlite_contents(&back), now_in_etcd, "SQLite holds etcd's keys and values, byte for byte");
+    assert_eq!(sqlite_contents(&back).await, now_in_etcd, "SQLite holds etcd's keys and values, byte for byte");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
