@@ -24,6 +24,19 @@ pub struct Etcd {
     peer_port: u16,
     /// Starts so far (names the log files).
     runs: u32,
+    /// Serve clients over TLS, requiring client certificates from this CA.
+    tls: Option<Tls>,
+    /// Where `/health` is served over plain HTTP (the client port, or with TLS a port of its own).
+    health_port: u16,
+}
+
+/// PEM files of an etcd that serves clients over TLS only.
+#[derive(Debug, Clone)]
+pub struct Tls {
+    /// The CA that signed `cert` and that client certificates must chain to.
+    pub ca_file: PathBuf,
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
 }
 
 /// The etcd binary: `/usr/bin/etcd`, else `etcd` on PATH; panics when there is none.
@@ -51,12 +64,22 @@ fn free_port() -> u16 {
 impl Etcd {
     /// Start a fresh etcd and wait (bounded) until it is healthy.
     pub fn start() -> Etcd {
+        Etcd::start_with(None)
+    }
+
+    /// Like [`Etcd::start`], serving clients over TLS only (client certificates required).
+    pub fn start_tls(tls: Tls) -> Etcd {
+        Etcd::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<Tls>) -> Etcd {
         let tmp = tempfile::Builder::new().prefix("kustos-etcd-").tempdir().expect("creating a temporary directory");
-        let mut etcd = Etcd { tmp, child: None, client_port: 0, peer_port: 0, runs: 0 };
+        let mut etcd = Etcd { tmp, child: None, client_port: 0, peer_port: 0, runs: 0, tls, health_port: 0 };
         for attempt in 1..=START_ATTEMPTS {
             etcd.client_port = free_port();
             etcd.peer_port = free_port();
-            if etcd.client_port == etcd.peer_port {
+            etcd.health_port = if etcd.tls.is_some() { free_port() } else { etcd.client_port };
+            if etcd.client_port == etcd.peer_port || (etcd.tls.is_some() && etcd.health_port == etcd.client_port) {
                 continue;
             }
             match etcd.launch() {
@@ -72,9 +95,10 @@ impl Etcd {
         panic!("etcd did not start in {START_ATTEMPTS} attempts\nlog tail:\n{}", etcd.log_tail())
     }
 
-    /// `http://127.0.0.1:PORT`, for `--etcd-servers`.
+    /// `http://127.0.0.1:PORT` (`https://` with TLS), for `--etcd-servers`.
     pub fn client_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// `--storage etcd --etcd-servers <client_url>`, for a kustos server on this etcd.
@@ -122,7 +146,15 @@ impl Etcd {
         let log = std::fs::File::create(self.log(self.runs)).expect("creating the etcd log");
         let client = self.client_url();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let child = Command::new(binary())
+        let mut cmd = Command::new(binary());
+        if let Some(tls) = &self.tls {
+            cmd.arg(format!("--cert-file={}", tls.cert_file.display()))
+                .arg(format!("--key-file={}", tls.key_file.display()))
+                .arg(format!("--trusted-ca-file={}", tls.ca_file.display()))
+                .arg("--client-cert-auth")
+                .arg(format!("--listen-metrics-urls=http://127.0.0.1:{}", self.health_port));
+        }
+        let child = cmd
             .arg("--name=kustos-test")
             .arg(format!("--data-dir={}", self.data_dir().display()))
             .arg(format!("--listen-client-urls={client}"))
@@ -145,7 +177,7 @@ impl Etcd {
                 self.child = None;
                 return Err(format!("etcd exited with {status}"));
             }
-            if healthy(self.client_port) {
+            if healthy(self.health_port) {
                 return Ok(());
             }
             if Instant::now() > deadline {
