@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod controller_manager;
 mod kubeconfig_cmd;
+mod storage_cmd;
 mod token;
 mod token_rotate;
 
@@ -34,6 +35,8 @@ enum Command {
     Token(token::TokenCommand),
     /// Write kubeconfig files for clients of the cluster.
     Kubeconfig(kubeconfig_cmd::KubeconfigCommand),
+    /// Move the cluster state between storage backends.
+    Storage(storage_cmd::StorageCommand),
 }
 
 #[derive(Args, Clone)]
@@ -449,6 +452,7 @@ fn main() {
             Command::ControllerManager(a) => controller_manager::run(a).await,
             Command::Token(t) => token::run(t).await,
             Command::Kubeconfig(k) => kubeconfig_cmd::run(k),
+            Command::Storage(s) => storage_cmd::run(s).await,
         }
     });
     if let Err(e) = result {

@@ -18,6 +18,8 @@
 //! in its name, so that the etcd pass runs it alone (`.config/nextest.toml`).
 #![allow(dead_code)]
 
+pub mod etcd;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -958,5 +960,28 @@ fn terminate_child(
             panic!("{what} did not exit within {within:?} after SIGTERM; stderr tail:\n{}", logs());
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+impl Server {
+    /// `kustos <subcommand> --data-dir <data_dir> --secure-port 0 <args>` on a data dir that
+    /// already exists: one whose `pki/` was copied from another server's (several apiservers
+    /// on one etcd), or one a stopped server used. Logs and kubectl's cache go to a temporary
+    /// directory of its own; `data_dir` is left in place on drop.
+    pub fn launch_in(subcommand: &'static str, data_dir: &Path, args: &[&str]) -> Server {
+        let tmp = tempfile::Builder::new().prefix("kustos-e2e-").tempdir().expect("creating a temporary directory");
+        let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let (child, addr, kubeconfig) = spawn(subcommand, tmp.path(), data_dir, &extra_args, 0);
+        Server {
+            url: format!("https://{addr}"),
+            addr,
+            kubeconfig,
+            data_dir: data_dir.to_path_buf(),
+            child: Mutex::new(Some(child)),
+            tmp,
+            extra_args,
+            subcommand,
+            runs: 0,
+        }
     }
 }

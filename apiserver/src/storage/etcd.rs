@@ -186,6 +186,10 @@ fn map_err(e: etcd_client::Error) -> Error {
                     Error::Unavailable(format!("etcd is unavailable: {msg}"))
                 }
                 tonic::Code::DeadlineExceeded => Error::Timeout(format!("etcd did not answer in time: {msg}")),
+                // The connection broke during the call (etcd went away mid-request).
+                tonic::Code::Unknown if std::error::Error::source(&s).is_some() || msg.contains("transport error") => {
+                    Error::Unavailable(format!("lost the connection to etcd: {msg}"))
+                }
                 _ => Error::Backend(format!("etcd: {msg}")),
             }
         }

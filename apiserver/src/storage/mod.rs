@@ -13,6 +13,7 @@
 //! omit the namespace segment); prefixes end with `/`.
 
 pub mod etcd;
+pub mod migrate;
 pub mod sqlite;
 
 use async_trait::async_trait;

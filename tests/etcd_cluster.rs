@@ -1,0 +1,407 @@
+//! Several kustos processes on one etcd (a fixture etcd of each test's own; no environment
+//! variable needed):
+//! - two `kustos apiserver` (same prefix, shared `pki/`): a watch on one sees a write made
+//!   through the other; optimistic concurrency holds across them (a stale update through one
+//!   is a 409 after an update through the other, and concurrent read-modify-write loops
+//!   through both lose nothing); a kubelet-client CSR created through one is approved and
+//!   signed by a `kustos controller-manager` talking to the other;
+//! - two `kustos server`: exactly one holds the Lease kube-system/kustos-controller-manager
+//!   and runs the controllers, and every CSR is signed once.
+//!
+//! Every wait is bounded; nothing asserts on how long anything took.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::etcd::Etcd;
+use common::{assert_status, configmap, send, token_user, unique, ControllerManager, Server, WatchLines};
+use futures::StreamExt as _;
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::ByteString;
+use kube::api::{ObjectMeta, PostParams};
+use kube::runtime::{watcher, WatchStreamExt as _};
+use kube::Api;
+use serde_json::{json, Value};
+
+const KUBELET_CLIENT: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+/// Bound for each wait on a watch, the controllers or the election.
+const WAIT: Duration = Duration::from_secs(60);
+/// The Lease `kustos server` elects its controllers' leader on.
+const SERVER_LEASE: &str = "kustos-controller-manager";
+
+fn args(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// A data dir for another server beside `first`, holding a copy of `first`'s `pki/` (same
+/// CA and service-account keys), inside `first`'s work dir.
+fn peer_data_dir(first: &Server) -> PathBuf {
+    let dir = first.work_dir().join(unique("peer-data"));
+    let pki = dir.join("pki");
+    std::fs::create_dir_all(&pki).expect("creating the peer's pki dir");
+    for entry in std::fs::read_dir(first.data_dir.join("pki")).expect("reading the first server's pki dir") {
+        let entry = entry.expect("a pki dir entry");
+        if entry.file_type().expect("a file type").is_file() {
+            // std::fs::copy keeps the permission bits (keys stay 0600).
+            std::fs::copy(entry.path(), pki.join(entry.file_name())).expect("copying a pki file");
+        }
+    }
+    dir
+}
+
+/// Two `kustos <subcommand>` on `etcd`, the second with a copy of the first's PKI.
+fn two_on(etcd: &Etcd, subcommand: &'static str, extra: &[&str]) -> (Server, Server) {
+    let mut flags = etcd.server_args();
+    flags.extend(extra.iter().map(|s| s.to_string()));
+    let first = match subcommand {
+        "server" => Server::start_with(&args(&flags)),
+        _ => Server::apiserver_with(&args(&flags)),
+    };
+    let second = Server::launch_in(subcommand, &peer_data_dir(&first), &args(&flags));
+    (first, second)
+}
+
+fn cms(url: &str, ns: &str) -> String {
+    format!("{url}/api/v1/namespaces/{ns}/configmaps")
+}
+
+fn rv(obj: &Value) -> String {
+    obj["metadata"]["resourceVersion"].as_str().unwrap_or_else(|| panic!("no resourceVersion in {obj}")).to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_through_one_apiserver_reaches_a_watch_on_the_other_and_no_update_is_lost() {
+    let etcd = Etcd::start();
+    let (a, b) = two_on(&etcd, "apiserver", &[]);
+    let (ha, hb) = (a.http(), b.http());
+    let ns = a.create_namespace("cluster").await;
+
+    // A watch on B, from B's list.
+    let list = send(hb.get(cms(&b.url, &ns))).await;
+    list.expect_code(200, "listing ConfigMaps through B");
+    let from = rv(&list.body);
+    let mut w = WatchLines::open(hb.get(cms(&b.url, &ns)).query(&[
+        ("watch", "1"),
+        ("resourceVersion", from.as_str()),
+        ("timeoutSeconds", "300"),
+    ]))
+    .await;
+    assert_eq!(w.code, 200, "opening the watch on B");
+
+    // Created through A: B's watch delivers it, same uid and resourceVersion.
+    let created = send(ha.post(cms(&a.url, &ns)).json(&configmap("shared", json!({"v": "0"})))).await;
+    created.expect_code(201, "creating a ConfigMap through A");
+    let ev = w.next_non_bookmark(WAIT).await.expect("the watch on B ended before the create");
+    assert_eq!(ev["type"], "ADDED", "B's watch event for A's create: {ev}");
+    assert_eq!(ev["object"]["metadata"]["uid"], created.body["metadata"]["uid"], "uid seen on B: {ev}");
+    assert_eq!(rv(&ev["object"]), rv(&created.body), "resourceVersion seen on B: {ev}");
+
+    // Both read the same revision; A updates; B's update from the old revision is a 409.
+    let path = |url: &str| format!("{}/shared", cms(url, &ns));
+    let read_a = send(ha.get(path(&a.url))).await;
+    let read_b = send(hb.get(path(&b.url))).await;
+    read_a.expect_code(200, "GET through A");
+    read_b.expect_code(200, "GET through B");
+    assert_eq!(rv(&read_a.body), rv(&read_b.body), "both servers read the same revision");
+    let mut via_a = read_a.body.clone();
+    via_a["data"]["v"] = json!("a");
+    let updated = send(ha.put(path(&a.url)).json(&via_a)).await;
+    updated.expect_code(200, "update through A");
+    let mut via_b = read_b.body.clone();
+    via_b["data"]["v"] = json!("b");
+    let stale = send(hb.put(path(&b.url)).json(&via_b)).await;
+    assert_status(&stale, 409, Some("Conflict"), "update through B from the revision A replaced");
+    let now = send(hb.get(path(&b.url))).await;
+    now.expect_code(200, "GET through B after the conflict");
+    assert_eq!(now.body["data"], json!({"v": "a"}), "A's change is kept: {}", now.text);
+    assert_eq!(rv(&now.body), rv(&updated.body), "B serves A's revision");
+
+    // B's watch: A's update, then A's next one; B's refused write never shows.
+    let mut again = now.body.clone();
+    again["data"]["v"] = json!("a2");
+    send(ha.put(path(&a.url)).json(&again)).await.expect_code(200, "second update through A");
+    for want in ["a", "a2"] {
+        let ev = w.next_non_bookmark(WAIT).await.expect("the watch on B ended");
+        assert_eq!(ev["type"], "MODIFIED", "B's watch event for A's update to {want}: {ev}");
+        assert_eq!(ev["object"]["data"]["v"], want, "B's watch: A's updates in order, nothing else: {ev}");
+    }
+
+    // Read-modify-write loops through both servers at once, retrying on 409: every
+    // increment lands.
+    const PER_SERVER: u64 = 15;
+    let counter = configmap("counter", json!({"n": "0"}));
+    send(ha.post(cms(&a.url, &ns)).json(&counter)).await.expect_code(201, "creating the counter");
+    let increments = |http: reqwest::Client, url: String| async move {
+        let path = format!("{url}/counter");
+        let (mut done, mut conflicts) = (0, 0);
+        for _ in 0..(PER_SERVER * 50) {
+            if done == PER_SERVER {
+                break;
+            }
+            let cur = send(http.get(&path)).await;
+            cur.expect_code(200, "reading the counter");
+            let n: u64 = cur.body["data"]["n"].as_str().and_then(|n| n.parse().ok()).expect("a number");
+            let mut next = cur.body.clone();
+            next["data"]["n"] = json!((n + 1).to_string());
+            let put = send(http.put(&path).json(&next)).await;
+            match put.code {
+                200 => done += 1,
+                409 => conflicts += 1,
+                other => panic!("updating the counter: HTTP {other}: {}", put.text),
+            }
+        }
+        assert_eq!(done, PER_SERVER, "increments through {url} ({conflicts} conflicts on the way)");
+        conflicts
+    };
+    let (ca, cb) = tokio::join!(
+        tokio::spawn(increments(ha.clone(), cms(&a.url, &ns))),
+        tokio::spawn(increments(hb.clone(), cms(&b.url, &ns)))
+    );
+    let (ca, cb) = (ca.expect("A's loop"), cb.expect("B's loop"));
+    let fin = send(ha.get(format!("{}/counter", cms(&a.url, &ns)))).await;
+    assert_eq!(
+        fin.body["data"]["n"],
+        json!((2 * PER_SERVER).to_string()),
+        "no lost update ({ca} + {cb} conflicts retried): {}",
+        fin.text
+    );
+}
+
+/// A valid bootstrap token Secret in kube-system, created through `s`; the token.
+async fn bootstrap_token(s: &Server) -> String {
+    let digits: String = unique("").chars().filter(char::is_ascii_digit).collect();
+    let id = format!("e{:0>5}", &digits[digits.len().saturating_sub(5)..]);
+    let secret = "0123456789abcdef";
+    let data: BTreeMap<String, String> = [
+        ("token-id", id.as_str()),
+        ("token-secret", secret),
+        ("usage-bootstrap-authentication", "true"),
+        ("expiration", "2099-01-01T00:00:00Z"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let obj = Secret {
+        metadata: ObjectMeta { name: Some(format!("bootstrap-token-{id}")), ..Default::default() },
+        type_: Some("bootstrap.kubernetes.io/token".into()),
+        string_data: Some(data),
+        ..Default::default()
+    };
+    let secrets: Api<Secret> = Api::namespaced(s.kube_client().await, "kube-system");
+    secrets.create(&PostParams::default(), &obj).await.expect("creating the bootstrap token Secret");
+    format!("{id}.{secret}")
+}
+
+/// A kube-rs client for a kubeconfig file.
+async fn client_for(kubeconfig: &std::path::Path) -> kube::Client {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("reading a kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .expect("kube-rs accepts the kubeconfig");
+    kube::Client::try_from(cfg).expect("building a client")
+}
+
+/// As a kubelet does with its bootstrap token: a client CSR for `system:node:<node>`.
+async fn request_node_certificate(as_bootstrap: &kube::Client, name: &str, node: &str) {
+    let key = rcgen::KeyPair::generate().expect("key");
+    let mut params = rcgen::CertificateParams::default();
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
+    params.distinguished_name.push(rcgen::DnType::CommonName, format!("system:node:{node}"));
+    let pem = params.serialize_request(&key).expect("CSR").pem().expect("CSR PEM");
+    let csr = CertificateSigningRequest {
+        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+        spec: CertificateSigningRequestSpec {
+            request: ByteString(pem.into_bytes()),
+            signer_name: KUBELET_CLIENT.into(),
+            usages: Some(vec!["digital signature".into(), "client auth".into()]),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let api: Api<CertificateSigningRequest> = Api::all(as_bootstrap.clone());
+    api.create(&PostParams::default(), &csr).await.expect("creating the CSR as the bootstrap token");
+}
+
+/// Every distinct `status.certificate` each CSR was seen with, by a watch of all CSRs.
+type Seen = Arc<Mutex<BTreeMap<String, BTreeSet<Vec<u8>>>>>;
+
+fn watch_certificates(client: kube::Client) -> (Seen, tokio::task::JoinHandle<()>) {
+    let seen: Seen = Arc::default();
+    let task = tokio::spawn({
+        let seen = seen.clone();
+        async move {
+            let api: Api<CertificateSigningRequest> = Api::all(client);
+            let mut events =
+                std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff().applied_objects());
+            while let Some(ev) = events.next().await {
+                let Ok(csr) = ev else { continue };
+                let cert = csr.status.and_then(|s| s.certificate).map(|c| c.0).filter(|c| !c.is_empty());
+                if let (Some(name), Some(cert)) = (csr.metadata.name, cert) {
+                    seen.lock().unwrap_or_else(|e| e.into_inner()).entry(name).or_default().insert(cert);
+                }
+            }
+        }
+    });
+    (seen, task)
+}
+
+/// Waits (bounded) until the watch saw a certificate for `name`, then checks through
+/// `admin` that the CSR is Approved and holds that certificate. `logs` explain a timeout.
+async fn wait_signed(seen: &Seen, admin: &kube::Client, name: &str, logs: impl Fn() -> String) {
+    let start = Instant::now();
+    for _ in 0..600 {
+        let cert = seen.lock().unwrap_or_else(|e| e.into_inner()).get(name).and_then(|c| c.iter().next().cloned());
+        if let Some(cert) = cert {
+            let api: Api<CertificateSigningRequest> = Api::all(admin.clone());
+            let status = api.get(name).await.expect("reading the CSR").status.unwrap_or_default();
+            let conditions = status.conditions.unwrap_or_default();
+            assert!(
+                conditions.iter().any(|c| c.type_ == "Approved" && c.status == "True"),
+                "CSR {name} was signed without an Approved condition: {conditions:?}"
+            );
+            assert_eq!(status.certificate.map(|c| c.0), Some(cert.clone()), "CSR {name}: the certificate read back");
+            assert!(
+                String::from_utf8_lossy(&cert).starts_with("-----BEGIN CERTIFICATE-----"),
+                "CSR {name}: a PEM certificate"
+            );
+            return;
+        }
+        if start.elapsed() > WAIT {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("CSR {name} was not signed within {WAIT:?}; logs:\n{}", logs());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_csr_created_through_one_apiserver_is_signed_by_a_controller_manager_talking_to_the_other() {
+    let etcd = Etcd::start();
+    let (a, b) = two_on(&etcd, "apiserver", &[]);
+    let through_a = a.kube_client().await;
+    let (seen, watch) = watch_certificates(through_a.clone());
+
+    // The controller-manager knows only B: B's admin kubeconfig, the (shared) cluster CA.
+    let pki = b.data_dir.join("pki");
+    let lease = unique("kcm");
+    let cm_args = [
+        format!("--cluster-signing-cert-file={}", pki.join("ca.crt").display()),
+        format!("--cluster-signing-key-file={}", pki.join("ca.key").display()),
+        "--leader-elect-lease-duration=4s".into(),
+        "--leader-elect-renew-deadline=3s".into(),
+        "--leader-elect-retry-period=500ms".into(),
+        format!("--leader-elect-resource-name={lease}"),
+    ];
+    let cm = ControllerManager::start_with_kubeconfig(&b, &b.kubeconfig, &args(&cm_args));
+
+    // A kubelet with a bootstrap token asks A; the certificate shows through A.
+    let token = bootstrap_token(&a).await;
+    let boot = client_for(&token_user(&a, "kubelet-bootstrap", &token).kubeconfig).await;
+    let name = unique("node-csr");
+    request_node_certificate(&boot, &name, &unique("n")).await;
+    wait_signed(&seen, &through_a, &name, || {
+        format!("controller-manager:\n{}\n---- A:\n{}\n---- B:\n{}", cm.stderr_tail(), a.stderr_tail(), b.stderr_tail())
+    })
+    .await;
+    let signed = format!("kustos_csr_signed_total{{signer=\"{KUBELET_CLIENT}\"}}");
+    assert_eq!(cm.metric(&signed).await, Some(1.0), "the controller-manager on B signed it");
+    let leases: Api<Lease> = Api::namespaced(through_a, "kube-system");
+    let holder = leases.get(&lease).await.expect("the controller-manager's Lease, read through A");
+    assert!(
+        holder.spec.and_then(|s| s.holder_identity).is_some_and(|h| !h.is_empty()),
+        "the Lease the controller-manager took through B is held, seen through A"
+    );
+    watch.abort();
+}
+
+/// The JSON log records of a server's first run with `message`.
+fn log_records(s: &Server, message: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(s.work_dir().join("stderr-0.log")).expect("reading the server log");
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == message)
+        .collect()
+}
+
+/// The identity a server stands for election with, from its log.
+fn candidate(s: &Server) -> Option<String> {
+    let records = log_records(s, "attempting to acquire the leader lease");
+    records.first().and_then(|r| r["fields"]["identity"].as_str()).map(str::to_string)
+}
+
+fn acquired(s: &Server) -> usize {
+    log_records(s, "successfully acquired the lease; starting the controllers").len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn of_two_servers_on_one_etcd_one_runs_the_controllers_and_each_csr_is_signed_once() {
+    let etcd = Etcd::start();
+    let (s1, s2) = two_on(&etcd, "server", &["--log-format", "json"]);
+    let servers = [&s1, &s2];
+    let logs = || servers.iter().map(|s| s.stderr_tail()).collect::<Vec<_>>().join("\n----\n");
+
+    // Both stand for election; the Lease names one of them, and only that one leads.
+    let leases: Api<Lease> = Api::namespaced(s1.kube_client().await, "kube-system");
+    let start = Instant::now();
+    let (ids, holder) = loop {
+        let ids: Vec<Option<String>> = servers.iter().map(|s| candidate(s)).collect();
+        let holder = leases
+            .get_opt(SERVER_LEASE)
+            .await
+            .expect("reading the Lease")
+            .and_then(|l| l.spec)
+            .and_then(|s| s.holder_identity)
+            .filter(|h| !h.is_empty());
+        if let ([Some(i1), Some(i2)], Some(h)) = (ids.as_slice(), &holder) {
+            if servers.iter().map(|s| acquired(s)).sum::<usize>() >= 1 {
+                break ([i1.clone(), i2.clone()], h.clone());
+            }
+        }
+        assert!(
+            start.elapsed() < WAIT,
+            "no election within {WAIT:?} (candidates {ids:?}, holder {holder:?}):\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_ne!(ids[0], ids[1], "the servers stand with identities of their own");
+    let leader = ids
+        .iter()
+        .position(|i| *i == holder)
+        .unwrap_or_else(|| panic!("the Lease holder {holder:?} is neither server ({ids:?}):\n{}", logs()));
+    let standby = 1 - leader;
+
+    // Kubelets ask through either server; a watch through the standby sees each certificate.
+    let (seen, watch) = watch_certificates(servers[standby].kube_client().await);
+    let token = bootstrap_token(&s1).await;
+    let mut names = Vec::new();
+    for s in servers {
+        let boot = client_for(&token_user(s, "kubelet-bootstrap", &token).kubeconfig).await;
+        let name = unique("node-csr");
+        request_node_certificate(&boot, &name, &unique("n")).await;
+        wait_signed(&seen, &s.kube_client().await, &name, logs).await;
+        names.push(name);
+    }
+
+    // Each CSR's certificate was set once: one distinct value seen by the watch.
+    {
+        let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+        for name in &names {
+            assert_eq!(seen.get(name).map(BTreeSet::len), Some(1), "distinct certificates seen for {name}");
+        }
+    }
+    // Still one leader, the same: the standby never started its controllers.
+    assert_eq!(acquired(servers[leader]), 1, "the leader acquired the Lease once:\n{}", logs());
+    assert_eq!(acquired(servers[standby]), 0, "the standby never led:\n{}", logs());
+    let lease = leases.get(SERVER_LEASE).await.expect("the Lease").spec.unwrap_or_default();
+    assert_eq!(lease.holder_identity.as_deref(), Some(holder.as_str()), "the Lease's holder");
+    assert_eq!(lease.lease_transitions.unwrap_or(0), 0, "the Lease never changed hands");
+    watch.abort();
+}
