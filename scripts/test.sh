@@ -52,9 +52,9 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
-# One etcd for the whole run, on free loopback ports in a temporary directory; stopped and
-# removed on exit. Started before the first pass so that a machine where etcd cannot run
-# fails at once, and so tests that need etcd on any pass find it in KUSTOS_TEST_ETCD_SERVERS.
+# One etcd for the second pass, on free loopback ports in a temporary directory; stopped and
+# removed on exit. Started before anything else runs so that a machine where etcd cannot
+# run fails at once, not after the first pass.
 ETCD_DIR="$(mktemp -d -t kustos-etcd-XXXXXX)"
 ETCD_PID=""
 stop_etcd() {
@@ -129,7 +129,6 @@ if ! start_etcd; then
   exit 1
 fi
 echo "etcd $(etcd --version | sed -n 's/^etcd Version: //p') serving on $ETCD_URL (data in $ETCD_DIR)"
-export KUSTOS_TEST_ETCD_SERVERS="$ETCD_URL"
 
 failed=()
 step() { # step NAME COMMAND...: run it, remember a failure, carry on
@@ -148,15 +147,20 @@ echo "== every test, objects in SQLite"
 step "tests (sqlite)" env KUSTOS_TEST_STORAGE=sqlite cargo nextest run --workspace --locked --no-fail-fast
 
 # The second pass: the integration-test binaries of the kustos package, which start real
-# servers through tests/common. Left out because they never start a server, so the storage
-# cannot change what they check: manifests (YAML files and the CLI's flag parsing),
-# bench_support (the benchmarks' pure helpers) and harness (tests/common's own decisions).
-# The unit tests of every crate ran in the first pass; their storage tests pick their
-# backend themselves. The etcd profile (.config/nextest.toml) runs the tests that compact
-# history alone: etcd's compaction is global, not per prefix.
+# servers through tests/common. Left out, because the backend of the run cannot change what
+# they check:
+# - they never start a server: manifests (YAML files and the CLI's flag parsing),
+#   bench_support (the benchmarks' pure helpers), harness (tests/common's own decisions);
+# - they choose the storage of every server themselves (`--storage`) and start the etcds
+#   they need: etcd_cluster, etcd_outage, etcd_tls, storage_contract, storage_migrate.
+# The unit tests of every crate ran in the first pass. The etcd profile
+# (.config/nextest.toml) runs the tests that compact history alone: etcd's compaction is
+# global, not per prefix.
 echo "== end-to-end suites against etcd ($ETCD_URL, a prefix of its own per server)"
-step "end-to-end tests (etcd)" env KUSTOS_TEST_STORAGE=etcd cargo nextest run --profile etcd --workspace --locked --no-fail-fast \
-  -E 'package(kustos) & kind(test) - binary(manifests) - binary(bench_support) - binary(harness)'
+step "end-to-end tests (etcd)" env KUSTOS_TEST_STORAGE=etcd KUSTOS_TEST_ETCD_SERVERS="$ETCD_URL" \
+  cargo nextest run --profile etcd --workspace --locked --no-fail-fast -E 'package(kustos) & kind(test)
+    - binary(manifests) - binary(bench_support) - binary(harness)
+    - binary(etcd_cluster) - binary(etcd_outage) - binary(etcd_tls) - binary(storage_contract) - binary(storage_migrate)'
 
 if ((${#failed[@]})); then
   echo "FAILED: $(IFS=,; echo "${failed[*]}" | sed 's/,/, /g')" >&2

@@ -7,8 +7,8 @@
 //! - `KUSTOS_TEST_STORAGE`: `sqlite` (the default when unset) or `etcd`; anything else fails
 //!   every test that starts a server.
 //! - `KUSTOS_TEST_ETCD_SERVERS`: with `etcd`, the `--etcd-servers` of every server started
-//!   here (e.g. `http://127.0.0.1:2379`); required then. Tests that need etcd on either
-//!   backend read it through [`etcd_servers`].
+//!   here (e.g. `http://127.0.0.1:2379`); required then. (Tests of etcd itself start an
+//!   etcd of their own, [`etcd::Etcd`], and pin `--storage`.)
 //!
 //! With `etcd`, each [`Server`] gets `--storage etcd --etcd-servers ... --etcd-prefix
 //! /kustos-e2e/<unique>`, its own cluster on the shared etcd; the prefix is kept across
@@ -109,19 +109,6 @@ pub fn storage_backend() -> &'static str {
     storage_env().0
 }
 
-/// `KUSTOS_TEST_ETCD_SERVERS`, for tests that need etcd whatever the backend of the run
-/// (`scripts/test.sh` sets it on every pass). Panics when it is unset.
-pub fn etcd_servers() -> &'static str {
-    static SERVERS: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    SERVERS.get_or_init(|| match std::env::var("KUSTOS_TEST_ETCD_SERVERS") {
-        Ok(s) if !s.trim().is_empty() => s,
-        _ => panic!(
-            "this test needs etcd: set KUSTOS_TEST_ETCD_SERVERS (e.g. http://127.0.0.1:2379) or run \
-             `bash scripts/test.sh`, which starts one"
-        ),
-    })
-}
-
 /// `KUSTOS_TEST_STORAGE` and `KUSTOS_TEST_ETCD_SERVERS`, checked once.
 fn storage_env() -> &'static (&'static str, Option<String>) {
     static ENV: std::sync::OnceLock<(&'static str, Option<String>)> = std::sync::OnceLock::new();
@@ -211,6 +198,12 @@ impl Server {
     fn launch(subcommand: &'static str, args: &[&str]) -> Server {
         let tmp = tempfile::Builder::new().prefix("kustos-e2e-").tempdir().expect("creating a temporary directory");
         let data_dir = tmp.path().join("data");
+        Server::launch_at(subcommand, tmp, data_dir, args)
+    }
+
+    /// Start `kustos <subcommand>` on `data_dir`, with logs and kubectl's cache in `tmp`,
+    /// adding the storage flags of the run ([`storage_flags`]).
+    fn launch_at(subcommand: &'static str, tmp: tempfile::TempDir, data_dir: PathBuf, args: &[&str]) -> Server {
         let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let (storage_args, etcd_prefix) = storage_args(&extra_args);
         let all_args: Vec<String> = storage_args.iter().chain(&extra_args).cloned().collect();
@@ -967,21 +960,12 @@ impl Server {
     /// `kustos <subcommand> --data-dir <data_dir> --secure-port 0 <args>` on a data dir that
     /// already exists: one whose `pki/` was copied from another server's (several apiservers
     /// on one etcd), or one a stopped server used. Logs and kubectl's cache go to a temporary
-    /// directory of its own; `data_dir` is left in place on drop.
+    /// directory of its own; `data_dir` is left in place on drop. Without `--storage` in
+    /// `args`, the run's backend applies as for [`Server::start_with`]: on etcd that is a
+    /// fresh prefix, so to reach a stopped server's objects pass its storage flags (or use
+    /// [`Server::restart`]).
     pub fn launch_in(subcommand: &'static str, data_dir: &Path, args: &[&str]) -> Server {
         let tmp = tempfile::Builder::new().prefix("kustos-e2e-").tempdir().expect("creating a temporary directory");
-        let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let (child, addr, kubeconfig) = spawn(subcommand, tmp.path(), data_dir, &extra_args, 0);
-        Server {
-            url: format!("https://{addr}"),
-            addr,
-            kubeconfig,
-            data_dir: data_dir.to_path_buf(),
-            child: Mutex::new(Some(child)),
-            tmp,
-            extra_args,
-            subcommand,
-            runs: 0,
-        }
+        Server::launch_at(subcommand, tmp, data_dir.to_path_buf(), args)
     }
 }
