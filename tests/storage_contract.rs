@@ -12,6 +12,9 @@ use kustos_apiserver::storage::etcd::{EtcdConfig, EtcdStorage};
 use kustos_apiserver::storage::sqlite::SqliteStorage;
 use kustos_apiserver::storage::{Error, Event, EventKind, ListOptions, Storage};
 
+/// What a watch delivered: kind, revision, key, value, previous value.
+type Seen = (EventKind, u64, String, Vec<u8>, Option<Vec<u8>>);
+
 /// Bound for one event to arrive on a watch.
 const EVENT_WAIT: Duration = Duration::from_secs(10);
 
@@ -149,7 +152,7 @@ async fn watches_replay_then_follow() {
         s.create("/registry/core/configmaps/elsewhere/x", b"x".to_vec())
             .await
             .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let got: Vec<(EventKind, u64, String, Vec<u8>, Option<Vec<u8>>)> = {
+        let got: Vec<Seen> = {
             let mut v = Vec::new();
             for _ in 0..3 {
                 let e = next(name, &mut w).await;
