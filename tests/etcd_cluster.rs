@@ -12,24 +12,20 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
+use common::kubelet::{
+    bootstrap_token, client_for, request_node_certificate, watch_certificates, Seen, KUBELET_CLIENT,
+};
 use common::{assert_status, configmap, send, token_user, unique, ControllerManager, Server, WatchLines};
-use futures::StreamExt as _;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::ByteString;
-use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::Api;
 use serde_json::{json, Value};
 
-const KUBELET_CLIENT: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 /// Bound for each wait on a watch, the controllers or the election.
 const WAIT: Duration = Duration::from_secs(60);
 /// The Lease `kustos server` elects its controllers' leader on.
@@ -173,85 +169,6 @@ async fn a_write_through_one_apiserver_reaches_a_watch_on_the_other_and_no_updat
     );
 }
 
-/// A valid bootstrap token Secret in kube-system, created through `s`; the token.
-async fn bootstrap_token(s: &Server) -> String {
-    let digits: String = unique("").chars().filter(char::is_ascii_digit).collect();
-    let id = format!("e{:0>5}", &digits[digits.len().saturating_sub(5)..]);
-    let secret = "0123456789abcdef";
-    let data: BTreeMap<String, String> = [
-        ("token-id", id.as_str()),
-        ("token-secret", secret),
-        ("usage-bootstrap-authentication", "true"),
-        ("expiration", "2099-01-01T00:00:00Z"),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let obj = Secret {
-        metadata: ObjectMeta { name: Some(format!("bootstrap-token-{id}")), ..Default::default() },
-        type_: Some("bootstrap.kubernetes.io/token".into()),
-        string_data: Some(data),
-        ..Default::default()
-    };
-    let secrets: Api<Secret> = Api::namespaced(s.kube_client().await, "kube-system");
-    secrets.create(&PostParams::default(), &obj).await.expect("creating the bootstrap token Secret");
-    format!("{id}.{secret}")
-}
-
-/// A kube-rs client for a kubeconfig file.
-async fn client_for(kubeconfig: &std::path::Path) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("reading a kubeconfig");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .expect("kube-rs accepts the kubeconfig");
-    kube::Client::try_from(cfg).expect("building a client")
-}
-
-/// As a kubelet does with its bootstrap token: a client CSR for `system:node:<node>`.
-async fn request_node_certificate(as_bootstrap: &kube::Client, name: &str, node: &str) {
-    let key = rcgen::KeyPair::generate().expect("key");
-    let mut params = rcgen::CertificateParams::default();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
-    params.distinguished_name.push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    let pem = params.serialize_request(&key).expect("CSR").pem().expect("CSR PEM");
-    let csr = CertificateSigningRequest {
-        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-        spec: CertificateSigningRequestSpec {
-            request: ByteString(pem.into_bytes()),
-            signer_name: KUBELET_CLIENT.into(),
-            usages: Some(vec!["digital signature".into(), "client auth".into()]),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let api: Api<CertificateSigningRequest> = Api::all(as_bootstrap.clone());
-    api.create(&PostParams::default(), &csr).await.expect("creating the CSR as the bootstrap token");
-}
-
-/// Every distinct `status.certificate` each CSR was seen with, by a watch of all CSRs.
-type Seen = Arc<Mutex<BTreeMap<String, BTreeSet<Vec<u8>>>>>;
-
-fn watch_certificates(client: kube::Client) -> (Seen, tokio::task::JoinHandle<()>) {
-    let seen: Seen = Arc::default();
-    let task = tokio::spawn({
-        let seen = seen.clone();
-        async move {
-            let api: Api<CertificateSigningRequest> = Api::all(client);
-            let mut events =
-                std::pin::pin!(watcher(api, watcher::Config::default()).default_backoff().applied_objects());
-            while let Some(ev) = events.next().await {
-                let Ok(csr) = ev else { continue };
-                let cert = csr.status.and_then(|s| s.certificate).map(|c| c.0).filter(|c| !c.is_empty());
-                if let (Some(name), Some(cert)) = (csr.metadata.name, cert) {
-                    seen.lock().unwrap_or_else(|e| e.into_inner()).entry(name).or_default().insert(cert);
-                }
-            }
-        }
-    });
-    (seen, task)
-}
-
 /// Waits (bounded) until the watch saw a certificate for `name`, then checks through
 /// `admin` that the CSR is Approved and holds that certificate. `logs` explain a timeout.
 async fn wait_signed(seen: &Seen, admin: &kube::Client, name: &str, logs: impl Fn() -> String) {
@@ -302,7 +219,7 @@ async fn a_csr_created_through_one_apiserver_is_signed_by_a_controller_manager_t
     let cm = ControllerManager::start_with_kubeconfig(&b, &b.kubeconfig, &args(&cm_args));
 
     // A kubelet with a bootstrap token asks A; the certificate shows through A.
-    let token = bootstrap_token(&a).await;
+    let token = bootstrap_token(&a, 'e').await;
     let boot = client_for(&token_user(&a, "kubelet-bootstrap", &token).kubeconfig).await;
     let name = unique("node-csr");
     request_node_certificate(&boot, &name, &unique("n")).await;
@@ -380,7 +297,7 @@ async fn of_two_servers_on_one_etcd_one_runs_the_controllers_and_each_csr_is_sig
 
     // Kubelets ask through either server; a watch through the standby sees each certificate.
     let (seen, watch) = watch_certificates(servers[standby].kube_client().await);
-    let token = bootstrap_token(&s1).await;
+    let token = bootstrap_token(&s1, 'e').await;
     let mut names = Vec::new();
     for s in servers {
         let boot = client_for(&token_user(s, "kubelet-bootstrap", &token).kubeconfig).await;

@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod kubelet;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
