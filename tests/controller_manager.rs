@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::kubelet::{
-    bootstrap_token, client_for, request_node_certificate, watch_certificates, Seen, KUBELET_CLIENT,
+    bootstrap_token, client_for, replica_args, request_node_certificate, watch_certificates, Seen, KUBELET_CLIENT,
 };
 use common::{kustos, token_user, unique, ControllerManager, Server};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -22,19 +22,6 @@ use kube::Api;
 
 /// Bound for each wait on the controllers or the election.
 const WAIT: Duration = Duration::from_secs(60);
-
-/// Flags for a replica: the cluster CA signs, short leader-election times, a Lease of its own.
-fn replica_args(s: &Server, lease: &str) -> Vec<String> {
-    let pki = s.data_dir.join("pki");
-    vec![
-        format!("--cluster-signing-cert-file={}", pki.join("ca.crt").display()),
-        format!("--cluster-signing-key-file={}", pki.join("ca.key").display()),
-        "--leader-elect-lease-duration=4s".into(),
-        "--leader-elect-renew-deadline=3s".into(),
-        "--leader-elect-retry-period=500ms".into(),
-        format!("--leader-elect-resource-name={lease}"),
-    ]
-}
 
 fn start(s: &Server, args: &[String]) -> ControllerManager {
     ControllerManager::start(s, &args.iter().map(String::as_str).collect::<Vec<_>>())

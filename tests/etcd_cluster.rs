@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::etcd::Etcd;
 use common::kubelet::{
-    bootstrap_token, client_for, request_node_certificate, watch_certificates, Seen, KUBELET_CLIENT,
+    bootstrap_token, client_for, replica_args, request_node_certificate, watch_certificates, Seen, KUBELET_CLIENT,
 };
 use common::{assert_status, configmap, send, token_user, unique, ControllerManager, Server, WatchLines};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -206,16 +206,8 @@ async fn a_csr_created_through_one_apiserver_is_signed_by_a_controller_manager_t
     let (seen, watch) = watch_certificates(through_a.clone());
 
     // The controller-manager knows only B: B's admin kubeconfig, the (shared) cluster CA.
-    let pki = b.data_dir.join("pki");
     let lease = unique("kcm");
-    let cm_args = [
-        format!("--cluster-signing-cert-file={}", pki.join("ca.crt").display()),
-        format!("--cluster-signing-key-file={}", pki.join("ca.key").display()),
-        "--leader-elect-lease-duration=4s".into(),
-        "--leader-elect-renew-deadline=3s".into(),
-        "--leader-elect-retry-period=500ms".into(),
-        format!("--leader-elect-resource-name={lease}"),
-    ];
+    let cm_args = replica_args(&b, &lease);
     let cm = ControllerManager::start_with_kubeconfig(&b, &b.kubeconfig, &args(&cm_args));
 
     // A kubelet with a bootstrap token asks A; the certificate shows through A.

@@ -96,3 +96,16 @@ pub fn watch_certificates(client: kube::Client) -> (Seen, tokio::task::JoinHandl
     });
     (seen, task)
 }
+
+/// `kustos controller-manager` flags for a replica on `s`: the cluster CA signs, short leader-election times, a Lease of its own.
+pub fn replica_args(s: &Server, lease: &str) -> Vec<String> {
+    let pki = s.data_dir.join("pki");
+    vec![
+        format!("--cluster-signing-cert-file={}", pki.join("ca.crt").display()),
+        format!("--cluster-signing-key-file={}", pki.join("ca.key").display()),
+        "--leader-elect-lease-duration=4s".into(),
+        "--leader-elect-renew-deadline=3s".into(),
+        "--leader-elect-retry-period=500ms".into(),
+        format!("--leader-elect-resource-name={lease}"),
+    ]
+}
