@@ -4,7 +4,7 @@
 //!
 //! One run:
 //! 1. starts an etcd of its own (`etcd` on PATH, Debian's `etcd-server`; fails when it is
-//!    missing) on 127.0.0.1, free ports, a fresh data directory (benches/common/etcd.rs);
+//!    missing) on 127.0.0.1, free ports, a fresh data directory (tests/common/etcd.rs);
 //! 2. measures etcd's raw write rate with the `etcd-client` crate, tasks sharing one client,
 //!    1 KiB values under fresh keys, for BENCH_PUT_SECONDS each: a put at 1 and at 64 in
 //!    flight, and at 64 in flight the transaction kustos makes for a create (put if
@@ -218,9 +218,11 @@ async fn main() -> Result<()> {
         Ok(d)
     };
 
-    let etcd = common::etcd::start(&dir("etcd")?).await?;
-    eprintln!("etcd {} (pid {})", etcd.url, etcd.pid());
-    let client = etcd_client::Client::connect([etcd.url.as_str()], None).await.context("connecting to etcd")?;
+    let etcd = common::etcd::Etcd::start();
+    let url = etcd.client_url();
+    let etcd_pid = etcd.pid().context("etcd is not running")?;
+    eprintln!("etcd {url} (pid {etcd_pid})");
+    let client = etcd_client::Client::connect([url.as_str()], None).await.context("connecting to etcd")?;
     let mut puts = Vec::new();
     for (how, concurrency) in [(Write::Put, 1), (Write::Put, 64), (Write::CreateTxn, 64)] {
         let prefix = format!("/bench-put/{}", puts.len());
@@ -230,16 +232,16 @@ async fn main() -> Result<()> {
     }
     drop(client);
 
-    let etcd_args = |prefix: &'static str| ["--storage", "etcd", "--etcd-servers", &etcd.url, "--etcd-prefix", prefix];
+    let etcd_args = |prefix: &'static str| ["--storage", "etcd", "--etcd-servers", &url, "--etcd-prefix", prefix];
     eprintln!("load benchmark on SQLite");
     let load_sqlite = load::run(load_config.clone(), &dir("load-sqlite")?, &[], None).await?;
     eprintln!("load benchmark on etcd");
-    let load_etcd = load::run(load_config, &dir("load-etcd")?, &etcd_args("/load"), Some(etcd.pid())).await?;
+    let load_etcd = load::run(load_config, &dir("load-etcd")?, &etcd_args("/load"), Some(etcd_pid)).await?;
     eprintln!("bootstrap storm on SQLite");
     let storm_sqlite = storm::bench(storm_config.clone(), &dir("storm-sqlite")?, &[], None).await?;
     eprintln!("bootstrap storm on etcd");
     let storm_etcd =
-        storm::bench(storm_config.clone(), &dir("storm-etcd")?, &etcd_args("/storm"), Some(etcd.pid())).await?;
+        storm::bench(storm_config.clone(), &dir("storm-etcd")?, &etcd_args("/storm"), Some(etcd_pid)).await?;
 
     let mut rows = vec![vec!["**platform load** (`kustos apiserver`)".to_string()]];
     rows.extend(side_by_side(load_cells(&load_sqlite), load_cells(&load_etcd)));

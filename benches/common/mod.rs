@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 pub mod apf;
+// The tests' etcd fixture: one etcd on free loopback ports, killed on drop.
+#[path = "../../tests/common/etcd.rs"]
 pub mod etcd;
 pub mod lease;
 pub mod load;

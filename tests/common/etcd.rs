@@ -101,6 +101,11 @@ impl Etcd {
         format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
+    /// The etcd process's id (for CPU and memory figures).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
     /// `--storage etcd --etcd-servers <client_url>`, for a kustos server on this etcd.
     pub fn server_args(&self) -> Vec<String> {
         vec!["--storage".into(), "etcd".into(), "--etcd-servers".into(), self.client_url()]
