@@ -6,9 +6,10 @@
 //! signer produces), every part is base64url without padding, and the signature is
 //! HMAC-SHA256 over `<header>.<base64url(content)>`.
 //!
-//! The key is the caller's choice. kustos' bootstrap signer keys with the full token
-//! `<id>.<secret>`, as the bootstrap-token documentation specifies; upstream's own signer and
-//! kubeadm's discovery check pass only the secret part (the vectors below cover both).
+//! The key is the caller's choice. kustos' bootstrap signer keys with the token secret alone,
+//! as upstream's signer does and as every verifier that runs expects (kubeadm's discovery,
+//! cluster-bootstrap's `DetachedTokenIsValid`). The bootstrap-token reference page says "the
+//! full token `<id>.<secret>`"; the code that real clients run wins.
 //! Upstream pads keys shorter than 32 bytes with zero bytes; HMAC pads every key to its
 //! 64-byte block with zeros anyway, so the result is the same and no padding happens here.
 //!
@@ -72,7 +73,7 @@ mod tests {
                 "eyJhbGciOiJIUzI1NiIsImtpZCI6Impvc2h1YSJ9..7Ui1ALizW4jXphVUB7xUqC9vLYLL9RZeOFfVLoB7Tgk",
             ),
             (
-                "the full token as key (what kustos' bootstrap signer uses)",
+                "the full token as key (what no verifier accepts)",
                 CONTENT,
                 "joshua.my voice is my passcode",
                 "eyJhbGciOiJIUzI1NiIsImtpZCI6Impvc2h1YSJ9..jK5v1I-RC5HX2In2GV2O72WvNTwPZ0qUiERCC4cfkkI",

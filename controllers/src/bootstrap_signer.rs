@@ -46,9 +46,10 @@ pub fn decide(cluster_info: Option<&ConfigMap>, secrets: &[Secret], now: DateTim
     let mut wanted: BTreeMap<String, String> =
         data.iter().filter(|(k, _)| !k.starts_with(JWS_KEY_PREFIX)).map(|(k, v)| (k.clone(), v.clone())).collect();
     for token in secrets.iter().filter_map(|s| signing_token(s, now)) {
-        // Keyed by the full token `<id>.<secret>`, as the bootstrap-token documentation
-        // specifies (see kustos_ca::jws on upstream's implementation).
-        let sig = kustos_ca::jws::detached_signature(content.as_bytes(), token.id(), token.expose().as_bytes());
+        // Keyed by the token secret alone, as every verifier that runs does (kubeadm's
+        // discovery, cluster-bootstrap's DetachedTokenIsValid); the reference docs' "full
+        // token" does not match that code, and real clients run the code.
+        let sig = kustos_ca::jws::detached_signature(content.as_bytes(), token.id(), token.secret().as_bytes());
         wanted.insert(format!("{JWS_KEY_PREFIX}{}", token.id()), sig);
     }
     if wanted == data {
@@ -150,7 +151,7 @@ mod tests {
     }
 
     fn sig(id: &str, secret: &str) -> String {
-        kustos_ca::jws::detached_signature(KUBECONFIG.as_bytes(), id, format!("{id}.{secret}").as_bytes())
+        kustos_ca::jws::detached_signature(KUBECONFIG.as_bytes(), id, secret.as_bytes())
     }
 
     #[test]
@@ -213,7 +214,7 @@ mod tests {
                 Ok(Some(d(&[
                     (
                         &key("aaaaaa"),
-                        &kustos_ca::jws::detached_signature(b"apiVersion: v1\n", "aaaaaa", b"aaaaaa.0123456789abcdef"),
+                        &kustos_ca::jws::detached_signature(b"apiVersion: v1\n", "aaaaaa", b"0123456789abcdef"),
                     ),
                     (KUBECONFIG_KEY, "apiVersion: v1\n"),
                 ]))),
