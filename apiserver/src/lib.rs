@@ -23,7 +23,7 @@ pub mod client_ca;
 pub mod cluster_info;
 pub mod crd;
 pub mod discovery;
-mod dupcheck;
+pub mod dupcheck;
 pub mod error;
 pub mod flowcontrol;
 pub mod gc;

@@ -40,12 +40,86 @@ pub fn write_with_rv(out: &mut Vec<u8>, bytes: &[u8], rev: Rev) -> Result<(), Ap
 }
 
 /// Encode for the store (resourceVersion left out).
+///
+/// Every write goes through here, and here the limits of a stored object hold: at most
+/// [`MAX_OBJECT_BYTES`] (413 RequestEntityTooLarge) and at most [`MAX_OBJECT_DEPTH`] levels
+/// of nesting (400, as a body that deep is refused).
 pub fn to_stored(obj: &Value) -> Result<Vec<u8>, ApiError> {
+    to_stored_within(obj, MAX_OBJECT_BYTES)
+}
+
+/// [`to_stored`] for a new object: at most [`MAX_CREATE_OBJECT_BYTES`], leaving room for
+/// the status the server adds later (a CSR's approval and certificate) within
+/// [`MAX_OBJECT_BYTES`].
+pub fn to_stored_new(obj: &Value) -> Result<Vec<u8>, ApiError> {
+    to_stored_within(obj, MAX_CREATE_OBJECT_BYTES)
+}
+
+fn to_stored_within(obj: &Value, limit: usize) -> Result<Vec<u8>, ApiError> {
+    let depth = nesting_depth(obj);
+    if depth > MAX_OBJECT_DEPTH {
+        return Err(ApiError::BadRequest(format!(
+            "the object nests {depth} levels deep, more than the {MAX_OBJECT_DEPTH} a request body may"
+        )));
+    }
     let mut obj = obj.clone();
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
-    serde_json::to_vec(&obj).map_err(ApiError::internal)
+    let bytes = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
+    check_object_size(bytes.len(), limit)?;
+    Ok(bytes)
+}
+
+/// etcd's default `--max-request-bytes` (1.5 MiB): the largest write etcd accepts, and the
+/// reference for the size of a stored object on every backend.
+pub const ETCD_MAX_REQUEST_BYTES: usize = 1536 * 1024;
+
+/// The largest stored object (its JSON): etcd's request limit less room for the key and
+/// the transaction around the value, so that a write kustos accepts is one etcd accepts.
+pub const MAX_OBJECT_BYTES: usize = ETCD_MAX_REQUEST_BYTES - 4 * 1024;
+
+/// The largest object a create may store: [`MAX_OBJECT_BYTES`] less 64 KiB for what the
+/// server writes into it afterwards (conditions, an issued certificate), so that an object
+/// accepted at create never has a status write refused for its size.
+pub const MAX_CREATE_OBJECT_BYTES: usize = MAX_OBJECT_BYTES - 64 * 1024;
+
+const _: () = assert!(MAX_CREATE_OBJECT_BYTES < MAX_OBJECT_BYTES && MAX_OBJECT_BYTES < ETCD_MAX_REQUEST_BYTES);
+
+/// The deepest nesting of arrays and objects a stored object may have: what a JSON request
+/// body may have (serde_json's recursion limit of 128 reads 127 levels), so that every
+/// stored object reads back.
+pub const MAX_OBJECT_DEPTH: usize = 127;
+
+/// 413 RequestEntityTooLarge when `len` bytes exceed `limit`.
+pub fn check_object_size(len: usize, limit: usize) -> Result<(), ApiError> {
+    if len > limit {
+        return Err(ApiError::RequestEntityTooLarge(format!(
+            "Request entity too large: the object would be {len} bytes when stored, limit is {limit}"
+        )));
+    }
+    Ok(())
+}
+
+/// Levels of nesting of arrays and objects in `v` (a scalar is 0, `{}` and `[]` are 1),
+/// counted without recursion so that any depth is safe to measure.
+pub fn nesting_depth(v: &Value) -> usize {
+    let mut max = 0;
+    let mut stack: Vec<(&Value, usize)> = vec![(v, 0)];
+    while let Some((v, d)) = stack.pop() {
+        match v {
+            Value::Array(a) => {
+                max = max.max(d + 1);
+                stack.extend(a.iter().map(|x| (x, d + 1)));
+            }
+            Value::Object(m) => {
+                max = max.max(d + 1);
+                stack.extend(m.values().map(|x| (x, d + 1)));
+            }
+            _ => {}
+        }
+    }
+    max
 }
 
 pub fn set_rv(obj: &mut Value, rev: Rev) {
@@ -139,5 +213,58 @@ mod tests {
             assert_eq!(String::from_utf8_lossy(&fast), String::from_utf8_lossy(&slow), "{obj}");
         }
         assert!(write_with_rv(&mut Vec::new(), b"not json", 1).is_err());
+    }
+
+    fn nested(levels: usize) -> Value {
+        let mut v = json!("leaf");
+        for i in 0..levels {
+            v = if i % 2 == 0 { json!({"a": v}) } else { json!([v]) };
+        }
+        v
+    }
+
+    #[test]
+    fn nesting_depth_counts_containers() {
+        let cases = [
+            ("scalar", json!(1), 0),
+            ("empty object", json!({}), 1),
+            ("empty array", json!([]), 1),
+            ("flat", json!({"a": 1, "b": "x"}), 1),
+            ("deepest branch wins", json!({"a": [1], "b": {"c": {"d": []}}}), 4),
+            ("127", nested(127), 127),
+            ("500", nested(500), 500),
+        ];
+        for (name, v, want) in cases {
+            assert_eq!(nesting_depth(&v), want, "{name}");
+        }
+        // The deepest an object may be is exactly what a JSON body may be.
+        let at_limit = serde_json::to_string(&nested(MAX_OBJECT_DEPTH)).unwrap();
+        assert!(serde_json::from_str::<Value>(&at_limit).is_ok());
+        let over = serde_json::to_string(&nested(MAX_OBJECT_DEPTH + 1)).unwrap();
+        assert!(serde_json::from_str::<Value>(&over).is_err());
+    }
+
+    #[test]
+    fn stored_objects_are_bounded() {
+        let big = |n: usize| json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "x".repeat(n)}});
+        // The JSON around the value is this many bytes.
+        let frame = serde_json::to_vec(&big(0)).unwrap().len();
+        let cases: Vec<(&str, Value, bool, Option<u16>)> = vec![
+            ("small", big(10), false, None),
+            ("at the update limit", big(MAX_OBJECT_BYTES - frame), false, None),
+            ("one byte over the update limit", big(MAX_OBJECT_BYTES - frame + 1), false, Some(413)),
+            ("at the create limit", big(MAX_CREATE_OBJECT_BYTES - frame), true, None),
+            ("one byte over the create limit", big(MAX_CREATE_OBJECT_BYTES - frame + 1), true, Some(413)),
+            ("127 levels", json!({"metadata": {"name": "a"}, "x": nested(MAX_OBJECT_DEPTH - 1)}), false, None),
+            ("128 levels", json!({"metadata": {"name": "a"}, "x": nested(MAX_OBJECT_DEPTH)}), false, Some(400)),
+        ];
+        for (name, obj, create, want) in cases {
+            let got = if create { to_stored_new(&obj) } else { to_stored(&obj) };
+            match (got, want) {
+                (Ok(bytes), None) => assert!(bytes.len() <= MAX_OBJECT_BYTES, "{name}"),
+                (Err(e), Some(code)) => assert_eq!(e.code().as_u16(), code, "{name}: {e}"),
+                (got, want) => panic!("{name}: got {:?}, want {want:?}", got.map(|b| b.len())),
+            }
+        }
     }
 }

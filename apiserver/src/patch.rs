@@ -61,10 +61,24 @@ pub enum PatchError {
     /// 422 (reason Invalid): the patch is well-formed but cannot be applied.
     #[error("{0}")]
     Invalid(String),
+    /// 413 (reason RequestEntityTooLarge): more JSON-patch operations than allowed.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
-/// Upstream's limit on JSON-patch operations (it answers 413; here a `BadRequest`).
+/// Upstream's limit on JSON-patch operations (`maxJSONPatchOperations`; a 413).
 pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// Most bytes the `copy` operations of one JSON patch may add, counted as the JSON size of
+/// each copied value (evanphx/json-patch `AccumulatedCopySizeLimit`, which kube-apiserver
+/// sets from `JSONPatchMaxCopyBytes`, 3 MiB, the same as the request body limit).
+pub const MAX_JSON_PATCH_COPY_BYTES: usize = 3 * 1024 * 1024;
+
+/// How deep a document may get while a JSON patch is applied (an upper bound kept per
+/// operation, see [`json_patch`]): paths and moves can nest a document far deeper than any
+/// body may be, and values that deep overflow the stack when cloned, compared or dropped.
+/// The result must in the end be no deeper than [`crate::meta::MAX_OBJECT_DEPTH`].
+pub const MAX_JSON_PATCH_DEPTH: usize = 512;
 
 /// The message upstream's 422 for a failed JSON-patch operation carries
 /// (`NewGenericServerResponse(422, ...)`); the operation's own error is not shown.
@@ -140,7 +154,7 @@ pub fn apply_patch(
     pt: PatchType,
     merge_keys: &dyn MergeKeys,
 ) -> Result<Value, PatchError> {
-    match pt {
+    let patched = match pt {
         PatchType::Json => json_patch(original, patch_body),
         PatchType::Merge => merge_patch(original, patch_body),
         PatchType::StrategicMerge => {
@@ -150,7 +164,16 @@ pub fn apply_patch(
         PatchType::Apply => Err(PatchError::BadRequest(
             "apply patches (application/apply-patch+yaml) are handled by server-side apply".to_string(),
         )),
+    }?;
+    // A patched object must still be one a request body could carry.
+    let depth = crate::meta::nesting_depth(&patched);
+    if depth > crate::meta::MAX_OBJECT_DEPTH {
+        return Err(unprocessable(format!(
+            "the patched object nests {depth} levels deep, more than the {} allowed",
+            crate::meta::MAX_OBJECT_DEPTH
+        )));
     }
+    Ok(patched)
 }
 
 /// The body of an apply patch (YAML or JSON) as a JSON object.
@@ -203,22 +226,91 @@ pub fn json_patch(original: &Value, body: &[u8]) -> Result<Value, PatchError> {
         )));
     }
     if ops.len() > MAX_JSON_PATCH_OPERATIONS {
-        return Err(PatchError::BadRequest(format!(
+        return Err(PatchError::TooLarge(format!(
             "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
             ops.len()
         )));
     }
     let mut doc = original.clone();
+    let mut budget = PatchBudget::new(&doc);
     for (i, op) in ops.into_iter().enumerate() {
         let op: json_patch::PatchOperation =
             serde_json::from_value(op).map_err(|e| unprocessable(format!("operation {i}: {e}")))?;
         if test_null_on_missing_key(&doc, &op) {
             continue;
         }
+        budget.charge(&doc, &op).map_err(|e| unprocessable(format!("operation {i}: {e}")))?;
         json_patch::patch(&mut doc, std::slice::from_ref(&op))
             .map_err(|e| unprocessable(format!("operation {i}: {e}")))?;
     }
     Ok(doc)
+}
+
+/// What a JSON patch may still do: the bytes `copy` operations may add
+/// ([`MAX_JSON_PATCH_COPY_BYTES`]) and an upper bound of the document's depth (kept under
+/// [`MAX_JSON_PATCH_DEPTH`]). Checked before each operation is applied, so neither limit
+/// is ever exceeded in memory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PatchBudget {
+    copied: usize,
+    depth: usize,
+}
+
+impl PatchBudget {
+    pub fn new(doc: &Value) -> Self {
+        PatchBudget { copied: 0, depth: crate::meta::nesting_depth(doc) }
+    }
+
+    /// Accounts for `op` about to be applied to `doc`, or says which limit it would break.
+    pub fn charge(&mut self, doc: &Value, op: &json_patch::PatchOperation) -> Result<(), String> {
+        use json_patch::PatchOperation as Op;
+        let tokens = |p: &json_patch::jsonptr::Pointer| p.as_str().matches('/').count();
+        let reached = match op {
+            Op::Add(o) => tokens(&o.path) + crate::meta::nesting_depth(&o.value),
+            Op::Replace(o) => tokens(&o.path) + crate::meta::nesting_depth(&o.value),
+            Op::Copy(o) => {
+                // The value copied; when `from` cannot be resolved here the whole document
+                // stands in for it (an upper bound: the copy is part of it).
+                let from = doc.pointer(o.from.as_str()).unwrap_or(doc);
+                let size = json_size(from);
+                self.copied = self.copied.saturating_add(size);
+                if self.copied > MAX_JSON_PATCH_COPY_BYTES {
+                    return Err(format!(
+                        "Unable to complete the copy, the accumulated size increase of copy is {}, exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}",
+                        self.copied
+                    ));
+                }
+                tokens(&o.path) + crate::meta::nesting_depth(from)
+            }
+            // What moves sits `from`-deep in a document at most `depth` deep.
+            Op::Move(o) => (self.depth + tokens(&o.path)).saturating_sub(tokens(&o.from)),
+            Op::Remove(_) | Op::Test(_) => 0,
+        };
+        self.depth = self.depth.max(reached);
+        if self.depth > MAX_JSON_PATCH_DEPTH {
+            return Err(format!("the patched document could nest more than {MAX_JSON_PATCH_DEPTH} levels deep"));
+        }
+        Ok(())
+    }
+}
+
+/// The length of `v` as compact JSON, without building it.
+fn json_size(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    match serde_json::to_writer(&mut c, v) {
+        Ok(()) => c.0,
+        Err(_) => usize::MAX,
+    }
 }
 
 /// evanphx v4: `{"op":"test","value":null}` on an absent key of an existing object passes.
@@ -1218,7 +1310,10 @@ mod tests {
             assert_eq!(original, cm(), "case {name}: original untouched");
         }
         let many = format!("[{}]", vec![r#"{"op":"test","path":"/kind","value":"ConfigMap"}"#; 10_001].join(","));
-        check("too many ops", json_patch(&cm(), many.as_bytes()), &Want::Bad);
+        assert!(
+            matches!(json_patch(&cm(), many.as_bytes()), Err(PatchError::TooLarge(_))),
+            "too many ops: a 413 as upstream"
+        );
     }
 
     #[test]
@@ -1664,5 +1759,144 @@ mod tests {
             apply_patch(&json!({}), b"{}", PatchType::Apply, &DefaultMergeKeys),
             Err(PatchError::BadRequest(_))
         ));
+    }
+
+    fn lease() -> Value {
+        json!({
+            "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "n1", "namespace": "kube-node-lease", "labels": {"a": "b".repeat(200)}},
+            "spec": {"holderIdentity": "n1", "leaseDurationSeconds": 40}
+        })
+    }
+
+    /// `{"a": {"a": ... "leaf"}}`, `n` objects deep.
+    fn chain(n: usize) -> Value {
+        let mut v = json!("leaf");
+        for _ in 0..n {
+            v = json!({ "a": v });
+        }
+        v
+    }
+
+    fn copies(n: usize) -> String {
+        let ops: Vec<Value> =
+            (0..n).map(|i| json!({"op": "copy", "from": "/metadata", "path": format!("/spec/c{i}")})).collect();
+        serde_json::to_string(&ops).unwrap()
+    }
+
+    /// The "21 self-copies" attack: each copy doubles the document.
+    fn self_copies(n: usize) -> String {
+        let ops: Vec<Value> =
+            (0..n).map(|i| json!({"op": "copy", "from": "", "path": format!("/spec/x{i}")})).collect();
+        serde_json::to_string(&ops).unwrap()
+    }
+
+    #[test]
+    fn json_patch_limits() {
+        let too_many: Vec<Value> =
+            vec![json!({"op": "test", "path": "/kind", "value": "Lease"}); MAX_JSON_PATCH_OPERATIONS + 1];
+        // Each value is as deep as a body allows; together they nest past it.
+        let deep_add = json!([
+            {"op": "add", "path": "/spec/deep", "value": chain(120)},
+            {"op": "add", "path": format!("/spec/deep{}/x", "/a".repeat(119)), "value": chain(20)},
+        ])
+        .to_string();
+        let cases: Vec<(&str, Value, String, &str)> = vec![
+            ("a few copies", lease(), copies(3), "ok"),
+            ("21 self-copies (2 KB patch)", lease(), self_copies(21), "invalid"),
+            (
+                "copies past 3 MiB in total",
+                json!({"spec": {}, "metadata": {"x": "y".repeat(100_000)}}),
+                copies(40),
+                "invalid",
+            ),
+            ("10,000 operations", lease(), serde_json::to_string(&too_many[1..]).unwrap(), "ok"),
+            ("10,001 operations", lease(), serde_json::to_string(&too_many).unwrap(), "too large"),
+            ("a value nesting the object past 127 levels", lease(), deep_add, "invalid"),
+        ];
+        for (name, original, body, want) in cases {
+            let got = apply_patch(&original, body.as_bytes(), PatchType::Json, &DefaultMergeKeys);
+            match (want, &got) {
+                ("ok", Ok(_)) => {}
+                ("invalid", Err(PatchError::Invalid(m))) => assert_eq!(m, UNPROCESSABLE_MESSAGE, "{name}"),
+                ("too large", Err(PatchError::TooLarge(m))) => {
+                    assert!(m.contains("maximum operations"), "{name}: {m}")
+                }
+                _ => panic!("{name}: want {want}, got {:?}", got.map(|v| v.to_string().len())),
+            }
+        }
+    }
+
+    #[test]
+    fn patch_budget_bounds_copies_and_depth() {
+        let op = |v: Value| -> json_patch::PatchOperation { serde_json::from_value(v).unwrap() };
+        let doc = json!({"a": {"b": {}}, "big": "x".repeat(1_000_000), "deep": chain(100)});
+        let path_of = |n: usize| "/a".repeat(n);
+        // (name, operations in order, index of the first refused one)
+        let cases: Vec<(&str, Vec<json_patch::PatchOperation>, Option<usize>)> = vec![
+            ("no copies", vec![op(json!({"op": "remove", "path": "/big"}))], None),
+            (
+                "three 1 MB copies fit in 3 MiB",
+                (0..3).map(|i| op(json!({"op": "copy", "from": "/big", "path": format!("/c{i}")}))).collect(),
+                None,
+            ),
+            (
+                "the fourth does not",
+                (0..4).map(|i| op(json!({"op": "copy", "from": "/big", "path": format!("/c{i}")}))).collect(),
+                Some(3),
+            ),
+            (
+                "an unresolvable from counts the whole document",
+                (0..4).map(|i| op(json!({"op": "copy", "from": "/nope/-", "path": format!("/c{i}")}))).collect(),
+                Some(3),
+            ),
+            (
+                "adding a deep value at a deep path",
+                vec![op(json!({"op": "add", "path": format!("/deep{}/x", path_of(100)), "value": chain(100)}))],
+                None,
+            ),
+            (
+                "moves that deepen the document add up",
+                (0..6)
+                    .map(|_| op(json!({"op": "move", "from": "/deep", "path": format!("/deep{}", path_of(99))})))
+                    .collect(),
+                Some(4),
+            ),
+            (
+                "moves sideways do not",
+                (0..1000).map(|_| op(json!({"op": "move", "from": "/deep", "path": "/deep2"}))).collect(),
+                None,
+            ),
+            (
+                "copying a deep value to a deep path",
+                vec![op(json!({"op": "copy", "from": "/deep", "path": path_of(450)}))],
+                Some(0),
+            ),
+        ];
+        for (name, ops, want) in cases {
+            let mut b = PatchBudget::new(&doc);
+            let got = ops.iter().position(|o| b.charge(&doc, o).is_err());
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn merge_patches_stay_bounded() {
+        let deep_body = |n: usize| format!("{}1{}", "{\"a\":".repeat(n), "}".repeat(n));
+        let cases: Vec<(&str, PatchType, String, &str)> = vec![
+            ("merge patch 100 deep", PatchType::Merge, deep_body(100), "ok"),
+            ("merge patch beyond the parser's depth", PatchType::Merge, deep_body(10_000), "bad"),
+            ("strategic merge patch 100 deep", PatchType::StrategicMerge, deep_body(100), "ok"),
+            ("strategic merge patch beyond the parser's depth", PatchType::StrategicMerge, deep_body(10_000), "bad"),
+            ("JSON patch beyond the parser's depth", PatchType::Json, format!("[{}]", deep_body(10_000)), "bad"),
+        ];
+        for (name, pt, body, want) in cases {
+            let got = apply_patch(&lease(), body.as_bytes(), pt, &DefaultMergeKeys);
+            match (want, &got) {
+                ("ok", Ok(v)) => assert!(crate::meta::nesting_depth(v) <= crate::meta::MAX_OBJECT_DEPTH, "{name}"),
+                ("bad", Err(PatchError::BadRequest(_))) => {}
+                _ => panic!("{name}: want {want}, got {:?}", got.map(|v| v.to_string().len())),
+            }
+        }
     }
 }

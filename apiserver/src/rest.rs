@@ -11,6 +11,7 @@ use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde_json::{json, Map, Value};
 
 use crate::authn::UserInfo;
+use crate::dupcheck::{FieldPath, StrictErrors};
 use crate::error::{ApiError, FieldError, Result};
 use crate::meta;
 use crate::negotiate::Output;
@@ -156,13 +157,76 @@ pub fn send_bytes(
         (code, bytes).into_response()
     };
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
-    for w in warnings {
-        let text = format!("299 - \"{}\"", w.replace('"', "\\\""));
-        if let Ok(v) = HeaderValue::from_str(&text) {
-            resp.headers_mut().append(header::WARNING, v);
-        }
+    for v in warning_headers(warnings) {
+        resp.headers_mut().append(header::WARNING, v);
     }
     resp
+}
+
+/// Warning text kept per response, in characters, before items are truncated
+/// (k8s.io/apiserver `filters/warning.go` `truncateAtTotalRunes`).
+pub const WARNING_TOTAL_CHARS: usize = 4 * 1024;
+/// Characters an item keeps once the total is exceeded (`truncateItemRunes`).
+pub const WARNING_ITEM_CHARS: usize = 256;
+
+/// The `Warning` header values for `warnings`, bounded as upstream's warning recorder
+/// bounds them: empty and repeated texts dropped, and once the texts add up to more than
+/// [`WARNING_TOTAL_CHARS`] characters every item is cut to [`WARNING_ITEM_CHARS`] and
+/// items stop being added when the total is reached. A text that cannot be a header value
+/// (control characters) is left out.
+pub fn warning_headers(warnings: &[String]) -> Vec<HeaderValue> {
+    let cut = |t: &str| -> (String, usize) {
+        match t.char_indices().nth(WARNING_ITEM_CHARS) {
+            Some((i, _)) => (t[..i].to_string(), WARNING_ITEM_CHARS),
+            None => (t.to_string(), t.chars().count()),
+        }
+    };
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    let mut kept: Vec<&str> = Vec::new();
+    let mut out: Vec<HeaderValue> = Vec::new();
+    let mut written = 0usize;
+    let mut truncating = false;
+    for w in warnings {
+        if w.is_empty() {
+            continue;
+        }
+        if truncating && written >= WARNING_TOTAL_CHARS {
+            break;
+        }
+        if !seen.insert(w.as_str()) {
+            continue;
+        }
+        kept.push(w);
+        let (text, chars) = if truncating { cut(w) } else { (w.clone(), w.chars().count()) };
+        let Some(value) = warning_value(&text) else { continue };
+        if truncating || written + chars <= WARNING_TOTAL_CHARS {
+            written += chars;
+            out.push(value);
+            continue;
+        }
+        // Over the budget: start again with every item so far cut short.
+        truncating = true;
+        written = 0;
+        out.clear();
+        for k in &kept {
+            let (text, chars) = cut(k);
+            if let Some(v) = warning_value(&text) {
+                written += chars;
+                out.push(v);
+            }
+        }
+    }
+    out
+}
+
+/// `299 - "<text>"` with `\` and `"` escaped (apimachinery `NewWarningHeader`); `None` for
+/// text with control characters.
+fn warning_value(text: &str) -> Option<HeaderValue> {
+    if text.chars().any(char::is_control) {
+        return None;
+    }
+    let quoted = text.replace('\\', "\\\\").replace('"', "\\\"");
+    HeaderValue::from_bytes(format!("299 - \"{quoted}\"").as_bytes()).ok()
 }
 
 /// Everything a handler needs about the request.
@@ -627,22 +691,35 @@ pub fn check_type_meta(def: &ResourceDef, v: &Value) -> Result<()> {
     Ok(())
 }
 
-/// Paths present (non-null) in `input` but gone from `pruned`: unknown fields.
-fn unknown_fields(input: &Value, pruned: &Value, path: &str, out: &mut Vec<String>) {
+/// Paths present (non-null) in `input` but gone from `pruned`: unknown fields, as
+/// `unknown field "<path>"` reports added to `out` (which caps and dedups them).
+fn unknown_fields(input: &Value, pruned: &Value, path: &mut FieldPath, out: &mut StrictErrors) {
+    if out.is_full() {
+        return;
+    }
     match (input, pruned) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in a {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                path.push_key(k);
                 match b.get(k) {
-                    None if !v.is_null() => out.push(p),
+                    None if !v.is_null() => out.add(format!("unknown field \"{}\"", path.render())),
                     None => {}
-                    Some(bv) => unknown_fields(v, bv, &p, out),
+                    Some(bv) => unknown_fields(v, bv, path, out),
+                }
+                path.pop();
+                if out.is_full() {
+                    return;
                 }
             }
         }
         (Value::Array(a), Value::Array(b)) => {
             for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
-                unknown_fields(x, y, &format!("{path}[{i}]"), out);
+                path.push_index(i);
+                unknown_fields(x, y, path, out);
+                path.pop();
+                if out.is_full() {
+                    return;
+                }
             }
         }
         _ => {}
@@ -669,10 +746,13 @@ pub fn typed_check(
             def.kind, def.version, def.kind
         ))
     })?;
-    let mut unknown = Vec::new();
-    unknown_fields(&for_check, &pruned, "", &mut unknown);
-    let mut problems: Vec<String> = unknown.iter().map(|p| format!("unknown field \"{p}\"")).collect();
-    problems.extend(duplicates.iter().map(|p| format!("duplicate field \"{p}\"")));
+    // At most MAX_STRICT_ERRORS distinct problems, as upstream's strict decoder keeps.
+    let mut found = StrictErrors::default();
+    unknown_fields(&for_check, &pruned, &mut FieldPath::default(), &mut found);
+    for p in duplicates {
+        found.add(format!("duplicate field \"{p}\""));
+    }
+    let problems = found.into_vec();
     match mode {
         FieldValidation::Strict if !problems.is_empty() => Err(ApiError::BadRequest(format!(
             "{} in version \"{}\" cannot be handled as a {}: strict decoding error: {}",
@@ -686,7 +766,8 @@ pub fn typed_check(
     }
 }
 
-/// Keys that appear twice in one JSON object of `body`, as dotted paths.
+/// Keys that appear twice in one JSON object of `body`, as dotted paths (bounded: see
+/// [`crate::dupcheck`]).
 pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
     crate::dupcheck::duplicate_keys(body)
 }
@@ -841,6 +922,8 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     }
     check_namespace(c, true).await?;
     crate::admission::validate(c, crate::admission::Operation::Create, &obj, None).await?;
+    // The size and depth limits of a stored object, checked on a dry run too.
+    let mut stored = meta::to_stored_new(&obj)?;
     if dry_run {
         return Ok(Reply { code: StatusCode::CREATED, body: c.object_body(obj), warnings });
     }
@@ -848,7 +931,7 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     loop {
         let name = meta::name(&obj).to_string();
         let key = c.def.key(c.ns(), &name);
-        match c.store().create(&key, meta::to_stored(&obj)?).await {
+        match c.store().create(&key, std::mem::take(&mut stored)).await {
             Ok(rev) => {
                 meta::set_rv(&mut obj, rev);
                 return Ok(Reply { code: StatusCode::CREATED, body: c.object_body(obj), warnings });
@@ -857,6 +940,7 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
                 attempts += 1;
                 let prefix = meta::meta_str(&obj, "generateName").unwrap_or("").to_string();
                 meta::meta_mut(&mut obj).insert("name".into(), json!(validation::generate_name(&prefix)));
+                stored = meta::to_stored_new(&obj)?;
             }
             Err(e) => return Err(c.storage_err(&name, e)),
         }
@@ -976,18 +1060,21 @@ pub async fn finish_update(
         meta::set_rv(&mut same, old_rev);
         return Ok(Reply { code: StatusCode::OK, body: c.object_body(same), warnings });
     }
+    // The last finalizer removed from a deleting object completes its deletion.
+    let completes_deletion = meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !is_namespace(c.def);
+    // The size and depth limits of a stored object, checked on a dry run too.
+    let stored = if completes_deletion { Vec::new() } else { meta::to_stored(&new)? };
     if dry_run {
         meta::set_rv(&mut new, old_rev);
         return Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings });
     }
-    // The last finalizer removed from a deleting object completes its deletion.
-    if meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !is_namespace(c.def) {
+    if completes_deletion {
         let rev = c.store().delete(&key, old_rev).await.map_err(|e| c.storage_err(&name, e))?;
         meta::set_rv(&mut new, rev);
         crate::gc::after_delete(c.state, c.def, &new);
         return Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings });
     }
-    let rev = c.store().update(&key, meta::to_stored(&new)?, old_rev).await.map_err(|e| c.storage_err(&name, e))?;
+    let rev = c.store().update(&key, stored, old_rev).await.map_err(|e| c.storage_err(&name, e))?;
     meta::set_rv(&mut new, rev);
     Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings })
 }
@@ -1094,6 +1181,7 @@ pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Rep
         let old = meta::from_stored(&kv)?;
         let patched = patch::apply_patch(&old, body, pt, &keys).map_err(|e| match e {
             patch::PatchError::BadRequest(m) => ApiError::BadRequest(m),
+            patch::PatchError::TooLarge(m) => ApiError::RequestEntityTooLarge(m),
             patch::PatchError::Invalid(m) => ApiError::Invalid {
                 message: m,
                 subject: crate::error::Subject {
@@ -1521,9 +1609,88 @@ mod tests {
     fn unknown_fields_are_paths_missing_after_the_roundtrip() {
         let input = json!({"metadata": {"name": "a", "bogus": 1, "labels": null}, "data": {"k": "v"}, "spec": {"x": 1}, "items": [{"a": 1, "b": 2}]});
         let pruned = json!({"metadata": {"name": "a"}, "data": {"k": "v"}, "items": [{"a": 1}]});
-        let mut out = Vec::new();
-        unknown_fields(&input, &pruned, "", &mut out);
-        assert_eq!(out, vec!["items[0].b", "metadata.bogus", "spec"]);
+        let mut out = StrictErrors::default();
+        unknown_fields(&input, &pruned, &mut FieldPath::default(), &mut out);
+        assert_eq!(
+            out.into_vec(),
+            vec!["unknown field \"items[0].b\"", "unknown field \"metadata.bogus\"", "unknown field \"spec\""]
+        );
+    }
+
+    #[test]
+    fn unknown_fields_are_bounded() {
+        let long = "k".repeat(300_000);
+        let children: Map<String, Value> = (0..10_000).map(|i| (format!("c{i}"), json!(1))).collect();
+        let input = json!({ "spec": { long.clone(): children } });
+        let pruned = json!({ "spec": { long: {} } });
+        let mut out = StrictErrors::default();
+        unknown_fields(&input, &pruned, &mut FieldPath::default(), &mut out);
+        let got = out.into_vec();
+        assert_eq!(got.len(), crate::dupcheck::MAX_STRICT_ERRORS);
+        for p in &got {
+            assert!(p.len() <= crate::dupcheck::MAX_FIELD_PATH_BYTES + 20, "{} bytes", p.len());
+            assert!(p.contains("..."), "{p}");
+        }
+    }
+
+    fn header_texts(warnings: &[String]) -> Vec<String> {
+        warning_headers(warnings).iter().map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()).collect()
+    }
+
+    #[test]
+    fn warning_headers_are_quoted_and_deduplicated() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let cases: Vec<(&str, Vec<String>, Vec<String>)> = vec![
+            ("none", vec![], vec![]),
+            ("one", s(&["x"]), s(&[r#"299 - "x""#])),
+            ("quotes and backslashes", s(&[r#"a "b" \c"#]), s(&[r#"299 - "a \"b\" \\c""#])),
+            ("duplicates once", s(&["x", "y", "x"]), s(&[r#"299 - "x""#, r#"299 - "y""#])),
+            ("empty dropped", s(&["", "x"]), s(&[r#"299 - "x""#])),
+            ("control characters dropped", s(&["a\nb", "x"]), s(&[r#"299 - "x""#])),
+            ("non-ASCII kept", s(&["é"]), s(&["299 - \"é\""])),
+        ];
+        for (name, input, want) in cases {
+            assert_eq!(header_texts(&input), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn warning_headers_are_bounded() {
+        let item = |c: char, n: usize| c.to_string().repeat(n);
+        // Under the budget: as they are.
+        let fits: Vec<String> = (0..4).map(|i| item(char::from(b'a' + i), 1000)).collect();
+        let got = header_texts(&fits);
+        assert_eq!(got.len(), 4);
+        assert!(got.iter().all(|h| h.len() == 1000 + 8));
+        // Over it: every item cut to 256 characters, and no more once 4096 are written.
+        let many: Vec<String> = (0..10_000).map(|i| format!("{i:05}{}", item('w', 1000))).collect();
+        let got = header_texts(&many);
+        let chars: usize = got.iter().map(|h| h.chars().count() - 8).sum();
+        assert!(got.iter().all(|h| h.chars().count() - 8 <= WARNING_ITEM_CHARS), "items cut");
+        assert_eq!(got.len(), WARNING_TOTAL_CHARS / WARNING_ITEM_CHARS, "items kept");
+        assert!(chars <= WARNING_TOTAL_CHARS + WARNING_ITEM_CHARS, "{chars} characters");
+        assert!(got[0].starts_with("299 - \"00000w"), "order kept: {}", got[0]);
+        // Cuts count characters, not bytes.
+        let wide: Vec<String> = (0..20).map(|i| format!("{i:02}{}", item('é', 500))).collect();
+        for h in header_texts(&wide) {
+            assert_eq!(h.chars().count() - 8, WARNING_ITEM_CHARS, "{h}");
+        }
+    }
+
+    #[test]
+    fn yaml_bodies_cannot_expand() {
+        let def = crate::registry::Registry::builtin();
+        let Some(def) = def.find("", "v1", "configmaps") else { panic!("configmaps registered") };
+        let mut laughs = String::from("apiVersion: v1\nkind: ConfigMap\na0: &a0 [\"lol\"]\n");
+        for i in 1..12 {
+            let prev = format!("*a{}", i - 1);
+            laughs.push_str(&format!("a{i}: &a{i} [{}]\n", vec![prev; 10].join(",")));
+        }
+        let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
+        for (name, body) in [("billion laughs", laughs), ("deep nesting", deep)] {
+            let got = decode_body(def, &Bytes::from(body), "application/yaml");
+            assert_eq!(got.err().map(|e| e.code().as_u16()), Some(400), "{name}");
+        }
     }
 
     #[test]

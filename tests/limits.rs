@@ -1,0 +1,193 @@
+//! Request resource limits end to end: bodies of a few hundred KB built to make the server
+//! allocate without bound (duplicate and unknown fields under a long key, `Warning`
+//! headers, self-copying JSON patches, patches nesting an object thousands of levels deep,
+//! objects over etcd's request size) are refused with a `Status`, and the server keeps
+//! serving. Each attack is sent by the identity that could send it in a cluster: a node.
+
+mod common;
+
+use common::{assert_status, issue_user, send, shared, unique, Server};
+use serde_json::{json, Value};
+
+const SSR: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+const LEASES: &str = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+
+/// A client for a fresh node identity `system:node:<name>` and the node's name.
+fn node(s: &Server) -> (reqwest::Client, String) {
+    let name = unique("limits-node");
+    let user = issue_user(s, &format!("system:node:{name}"), &["system:nodes"]);
+    (s.http_with_identity(&user.identity), name)
+}
+
+/// The server still answers: `/readyz` is 200.
+async fn still_serving(s: &Server, what: &str) {
+    let r = send(s.http().get(format!("{}/readyz", s.url))).await;
+    assert_eq!(r.code, 200, "{what}: /readyz after the attack: {}", r.text);
+}
+
+/// `kind` with an unknown top-level field whose key is 300,000 bytes long, holding 10,000
+/// distinct children each given twice: ~460 KB, 10,000 duplicate fields whose full paths
+/// would be 3 GB.
+fn duplicate_bomb(api_version: &str, kind: &str) -> String {
+    let long = "p".repeat(300_000);
+    let children: Vec<String> = (0..10_000).map(|i| format!("\"c{i}\":1,\"c{i}\":2")).collect();
+    format!(
+        "{{\"apiVersion\":\"{api_version}\",\"kind\":\"{kind}\",\"metadata\":{{\"generateName\":\"limits-\"}},\"{long}\":{{{}}}}}",
+        children.join(",")
+    )
+}
+
+/// Sum of the characters of every `Warning` header.
+fn warning_chars(r: &common::Reply) -> (usize, usize) {
+    let all: Vec<String> =
+        r.headers.get_all("warning").iter().map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()).collect();
+    (all.len(), all.iter().map(|w| w.chars().count()).sum())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_fields_from_a_node_are_bounded() {
+    let s = shared();
+    let (client, _) = node(&s);
+    for (what, path, api_version, kind) in [
+        ("SelfSubjectReview", SSR, "authentication.k8s.io/v1", "SelfSubjectReview"),
+        ("CSR create", CSRS, "certificates.k8s.io/v1", "CertificateSigningRequest"),
+    ] {
+        let body = duplicate_bomb(api_version, kind);
+        // Strict: one 400 naming the problems, at most 100 of them, none of them huge.
+        let r = send(
+            client
+                .post(format!("{}{path}?fieldValidation=Strict", s.url))
+                .header("content-type", "application/json")
+                .body(body.clone()),
+        )
+        .await;
+        assert_status(&r, 400, Some("BadRequest"), what);
+        let message = r.body["message"].as_str().unwrap_or_default();
+        assert!(message.contains("strict decoding error"), "{what}: {}", &message[..message.len().min(500)]);
+        assert!(message.contains("duplicate field \""), "{what}: duplicates reported");
+        let reported = message.matches("duplicate field \"").count() + message.matches("unknown field \"").count();
+        assert!(reported <= 100, "{what}: {reported} problems reported");
+        assert!(r.text.len() < 200_000, "{what}: a {}-byte Status", r.text.len());
+        still_serving(&s, what).await;
+    }
+    // Warn on a review (nothing is stored): the answer comes with its warnings capped.
+    let r = send(
+        client
+            .post(format!("{}{SSR}?fieldValidation=Warn", s.url))
+            .header("content-type", "application/json")
+            .body(duplicate_bomb("authentication.k8s.io/v1", "SelfSubjectReview")),
+    )
+    .await;
+    r.expect_code(201, "SelfSubjectReview with fieldValidation=Warn");
+    let (count, chars) = warning_chars(&r);
+    assert!(count > 0, "warnings are sent");
+    // 4096 characters of text, at most one 256-character item over, plus `299 - "…"`.
+    assert!(chars <= 4096 + 256 + count * 8, "{count} warnings, {chars} characters");
+    still_serving(&s, "Warn").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn json_patches_from_a_node_cannot_blow_up_its_lease() {
+    let s = shared();
+    let (client, name) = node(&s);
+    let lease = json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": name, "namespace": "kube-node-lease"},
+        "spec": {"holderIdentity": name, "leaseDurationSeconds": 40}
+    });
+    let r = send(client.post(format!("{}{LEASES}", s.url)).json(&lease)).await;
+    r.expect_code(201, "the node creates its Lease");
+    let rv = r.body["metadata"]["resourceVersion"].clone();
+    let url = format!("{}{LEASES}/{name}", s.url);
+    let patch =
+        |ops: Value| client.patch(&url).header("content-type", "application/json-patch+json").body(ops.to_string());
+
+    // 21 copies of the whole object into itself: 2^21 times its size without a limit.
+    let copies: Vec<Value> =
+        (0..21).map(|i| json!({"op": "copy", "from": "", "path": format!("/spec/x{i}")})).collect();
+    assert!(Value::Array(copies.clone()).to_string().len() < 2048, "a 2 KB patch");
+    let r = send(patch(Value::Array(copies))).await;
+    assert_status(&r, 422, Some("Invalid"), "21 self-copies");
+    still_serving(&s, "21 self-copies").await;
+
+    // 80 adds, each a 126-level value at the end of the previous one: ~10,000 levels deep.
+    let mut ops = Vec::new();
+    let mut at = String::from("/spec/d");
+    let chain = |n: usize| (0..n).fold(json!({}), |v, _| json!({ "a": v }));
+    ops.push(json!({"op": "add", "path": at, "value": chain(120)}));
+    for _ in 0..80 {
+        at.push_str(&"/a".repeat(120));
+        ops.push(json!({"op": "add", "path": format!("{at}/a"), "value": chain(120)}));
+        at.push_str("/a");
+    }
+    let r = send(patch(Value::Array(ops))).await;
+    assert_status(&r, 422, Some("Invalid"), "a patch nesting the Lease 10,000 levels deep");
+    still_serving(&s, "deep nesting").await;
+
+    // More operations than upstream allows: 413.
+    let many = vec![json!({"op": "test", "path": "/kind", "value": "Lease"}); 10_001];
+    let r = send(patch(Value::Array(many))).await;
+    assert_status(&r, 413, Some("RequestEntityTooLarge"), "10,001 operations");
+
+    // Nothing of it was stored.
+    let r = send(client.get(&url)).await;
+    r.expect_code(200, "the Lease");
+    assert_eq!(r.body["metadata"]["resourceVersion"], rv, "the Lease is unchanged: {}", r.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_over_the_etcd_request_size_are_refused() {
+    let s = shared();
+    let ns = s.create_namespace("limits").await;
+    let http = s.http();
+    // Leases: no field of theirs has a length limit of its own (ConfigMap data has 1 MiB).
+    let leases = format!("{}/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", s.url);
+    let lease = |name: &str, bytes: usize| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
+               "spec": {"holderIdentity": "x".repeat(bytes)}})
+    };
+
+    // 1.6 MiB: within the 3 MiB body limit, over etcd's 1.5 MiB request limit.
+    let r = send(http.post(&leases).json(&lease("big", 1_600_000))).await;
+    assert_status(&r, 413, Some("RequestEntityTooLarge"), "a 1.6 MiB Lease");
+    let r = send(http.get(format!("{leases}/big"))).await;
+    r.expect_code(404, "the refused Lease was not stored");
+
+    // 1.4 MiB is stored; a patch taking it over the limit is refused and changes nothing.
+    let r = send(http.post(&leases).json(&lease("near", 1_400_000))).await;
+    r.expect_code(201, "a 1.4 MiB Lease");
+    let rv = r.body["metadata"]["resourceVersion"].clone();
+    let grow = json!({"metadata": {"labels": {"a": "b"}}, "spec": {"holderIdentity": "y".repeat(1_580_000)}});
+    let r = send(
+        http.patch(format!("{leases}/near"))
+            .header("content-type", "application/merge-patch+json")
+            .body(grow.to_string()),
+    )
+    .await;
+    assert_status(&r, 413, Some("RequestEntityTooLarge"), "a patch over the limit");
+    let r = send(http.get(format!("{leases}/near"))).await;
+    r.expect_code(200, "the Lease");
+    assert_eq!(r.body["metadata"]["resourceVersion"], rv, "unchanged");
+    // A create between the create limit and the update limit: refused at create, so the
+    // status a server writes later always fits.
+    let r = send(http.post(&leases).json(&lease("edge", 1_540_000))).await;
+    assert_status(&r, 413, Some("RequestEntityTooLarge"), "a Lease above the create limit");
+    let cms = format!("{}/api/v1/namespaces/{ns}/configmaps", s.url);
+    let cm = |name: &str, bytes: usize| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "x".repeat(bytes)}});
+
+    // Bodies over 3 MiB are refused before they are read in full.
+    let r = send(http.post(&cms).json(&cm("huge", 3 * 1024 * 1024))).await;
+    assert_status(&r, 413, Some("RequestEntityTooLarge"), "a 3 MiB body");
+    // A gzip body is not inflated: the server does not take Content-Encoding on requests.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    std::io::Write::write_all(&mut gz, cm("zipped", 50_000_000).to_string().as_bytes()).expect("gzip");
+    let zipped = gz.finish().expect("gzip");
+    assert!(zipped.len() < 1_000_000, "{} bytes", zipped.len());
+    let r = send(
+        http.post(&cms).header("content-type", "application/json").header("content-encoding", "gzip").body(zipped),
+    )
+    .await;
+    assert_status(&r, 400, Some("BadRequest"), "a gzip-encoded body");
+    still_serving(&s, "large objects").await;
+}
