@@ -32,6 +32,7 @@ pub mod health;
 pub mod impersonation;
 pub mod meta;
 pub mod negotiate;
+pub mod node_restriction;
 pub mod openapi;
 pub mod patch;
 pub mod pki;
