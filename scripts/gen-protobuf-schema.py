@@ -6,6 +6,12 @@ Usage: scripts/gen-protobuf-schema.py API_GIT_DIR APIMACHINERY_GIT_DIR > apiserv
 
 API_GIT_DIR / APIMACHINERY_GIT_DIR are git directories of the public kubernetes/api and
 kubernetes/apimachinery repositories; the files are read with `git show HEAD:<path>`.
+
+A field's JSON name is taken from the `json:"..."` tag of the Go struct field whose
+`protobuf:"...,name=..."` tag names it (the Go files beside each generated.proto): the
+protobuf name is derived from the Go field name and differs from the JSON name in places
+(`BoundObjectReference.UID` is `uID` in protobuf, `uid` in JSON). Fields without a JSON name
+of their own (inline, `-`) keep their protobuf name.
 """
 import re
 import subprocess
@@ -36,6 +42,32 @@ def show(git_dir, path):
                           check=True, capture_output=True, text=True).stdout
 
 
+def ls(git_dir, directory):
+    out = subprocess.run(["git", "--git-dir", git_dir, "ls-tree", "--name-only", f"HEAD:{directory}"],
+                         check=True, capture_output=True, text=True).stdout
+    return [f"{directory}/{n}" for n in out.split()
+            if n.endswith(".go") and not n.endswith("_test.go") and not n.startswith(("generated.", "zz_"))]
+
+
+def json_names(git_dir, proto_path, names):
+    """Record (message, protobuf name) -> JSON name from the Go files beside `proto_path`."""
+    pkg = re.search(r"^package\s+([\w.]+);", show(git_dir, proto_path), re.M).group(1)
+    for path in ls(git_dir, proto_path.rsplit("/", 1)[0]):
+        struct = None
+        for line in show(git_dir, path).splitlines():
+            start = re.match(r"type\s+(\w+)\s+struct\s*\{\s*$", line)
+            if start:
+                struct = start.group(1)
+            elif line.startswith("}"):
+                struct = None
+            elif struct and not line.lstrip().startswith("//"):
+                tag = re.search(r"`([^`]*)`", line)
+                proto = tag and re.search(r'protobuf:"[^"]*?\bname=(\w+)', tag.group(1))
+                js = tag and re.search(r'json:"([^",]*)', tag.group(1))
+                if proto and js and js.group(1) not in ("", "-"):
+                    names[(f"{pkg}.{struct}", proto.group(1))] = js.group(1)
+
+
 def parse(text, messages):
     pkg = re.search(r"^package\s+([\w.]+);", text, re.M).group(1)
     body = re.sub(r"//[^\n]*", "", text)
@@ -62,11 +94,13 @@ def resolve(typ, pkg):
 
 def main():
     api, machinery = sys.argv[1], sys.argv[2]
-    messages = {}
+    messages, names = {}, {}
     for p in API_FILES:
         parse(show(api, p), messages)
+        json_names(api, p, names)
     for p in MACHINERY_FILES:
         parse(show(machinery, p), messages)
+        json_names(machinery, p, names)
     keep, todo = set(), list(ROOTS)
     while todo:
         n = todo.pop()
@@ -84,7 +118,8 @@ def main():
         print(f"    Message {{ name: {n!r}, fields: &[".replace("'", '"'))
         for num, fname, (card, t) in sorted(messages[n]):
             ty = f"Type::{SCALARS[t]}" if t in SCALARS else f'Type::Msg("{t}")'
-            print(f'        Field {{ number: {num}, json: "{fname}", ty: {ty}, card: Card::{card} }},')
+            json = names.get((n, fname), fname)
+            print(f'        Field {{ number: {num}, json: "{json}", ty: {ty}, card: Card::{card} }},')
         print("    ] },")
     print("];")
 

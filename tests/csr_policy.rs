@@ -1,7 +1,7 @@
 //! The `csrpolicyapproving` controller end to end against `kustos server`: the
 //! CertificateApprovalPolicy CRD from `crds/` and the default kubelet-serving policy from
-//! `manifests/policies/` applied with kubectl (its CIDRs edited to the loopback range the
-//! test node uses), a node (an x509 `system:node:<name>` identity issued by the cluster CA)
+//! `manifests/policies/` applied with kubectl (its node domain edited to `cluster.local` and
+//! its CIDRs to the loopback range the test node uses plus 10.0.0.0/8), a node (an x509 `system:node:<name>` identity issued by the cluster CA)
 //! asking for serving certificates: a good request is approved and issued by csrsigning, bad
 //! ones are denied with the failed check, and the policy's status counts both. Every wait is
 //! bounded.
@@ -104,10 +104,12 @@ async fn install(s: &Server) {
     // The shipped file applies as it is ...
     s.kubectl_ok(&["apply", "-f", repo("manifests/policies/kubelet-serving.yaml").to_str().expect("path")]);
     // ... and is then edited for this cluster, as its comment asks: the node's addresses are
-    // loopback ones here.
+    // loopback ones here, its domain cluster.local; 10.0.0.0/8 is there to show that the
+    // Service CIDR inside it stays refused.
     let text = std::fs::read_to_string(repo("manifests/policies/kubelet-serving.yaml")).expect("reading the policy");
     let mut policy: Value = serde_yaml::from_str(&text).expect("the default policy is YAML");
-    policy["spec"]["ipAddresses"]["cidrs"] = json!(["127.0.0.0/8", "::1/128"]);
+    policy["spec"]["dnsNames"]["nodeDomains"] = json!(["cluster.local"]);
+    policy["spec"]["ipAddresses"]["cidrs"] = json!(["127.0.0.0/8", "::1/128", "10.0.0.0/8"]);
     let out = s.kubectl_with_stdin(&["apply", "-f", "-"], Some(&policy.to_string()));
     assert!(out.status.success(), "applying the edited policy: {}", String::from_utf8_lossy(&out.stderr));
     let p = wait_for(s, &format!("{POLICIES}/kubelet-serving"), "the edit observed", |p| {
@@ -163,13 +165,39 @@ async fn the_kubelet_serving_policy_approves_a_nodes_own_certificate_and_denies_
             "a DNS name not prefixed by the node name",
             Req { cn: &user, dns: evil, ips: vec![] },
             None,
-            format!("dnsNames[0] \"evil.example\" does not start with the node name \"{node}\" (as \"{node}\" or \"{node}.<domain>\")"),
+            format!(
+                "dnsNames[0] \"evil.example\" is neither the node name \"{node}\" nor \"{node}.<domain>\" (nodeDomains: \
+                 cluster.local)"
+            ),
+        ),
+        (
+            "the node's name under a domain not listed",
+            Req { cn: &user, dns: vec![format!("{node}.evil.example")], ips: vec![] },
+            None,
+            format!(
+                "dnsNames[0] \"{node}.evil.example\" is neither the node name \"{node}\" nor \"{node}.<domain>\" \
+                 (nodeDomains: cluster.local)"
+            ),
+        ),
+        (
+            "the apiserver's Service name",
+            Req { cn: &user, dns: vec!["kubernetes.default.svc.cluster.local".into()], ips: vec![] },
+            None,
+            "dnsNames[0] \"kubernetes.default.svc.cluster.local\" is refused (it matches the deniedPatterns pattern \
+             \"kubernetes\\\\.default(\\\\..+)?\")"
+                .to_string(),
+        ),
+        (
+            "the apiserver's Service IP",
+            Req { cn: &user, dns: vec![node.clone()], ips: vec!["10.96.0.1"] },
+            None,
+            "ipAddresses[0] 10.96.0.1 is refused (it is in the deniedCidrs 10.96.0.0/12)".to_string(),
         ),
         (
             "a foreign IP address",
             Req { cn: &user, dns: vec![node.clone()], ips: vec!["8.8.8.8"] },
             None,
-            "ipAddresses[0] 8.8.8.8 is not in 127.0.0.0/8, ::1/128".to_string(),
+            "ipAddresses[0] 8.8.8.8 is not in 127.0.0.0/8, ::1/128, 10.0.0.0/8".to_string(),
         ),
         (
             "a wildcard DNS name",
@@ -184,9 +212,20 @@ async fn the_kubelet_serving_policy_approves_a_nodes_own_certificate_and_denies_
             "expirationSeconds 315360000 is more than the maximum 31536000".to_string(),
         ),
     ];
-    for (what, req, expiration, why) in &attacks {
+    // A "node" named kubernetes asks for a certificate with nothing but its CN.
+    let kubernetes = issue_user(&s, "system:node:kubernetes", &["system:nodes"]);
+    let attackers: Vec<&User> = attacks.iter().map(|_| &n1).chain([&kubernetes]).collect();
+    let mut attacks = attacks;
+    attacks.push((
+        "a node named kubernetes",
+        Req { cn: "system:node:kubernetes", dns: vec![], ips: vec![] },
+        None,
+        "node name \"kubernetes\" is refused (it matches the dnsNames.deniedPatterns pattern \"kubernetes\")"
+            .to_string(),
+    ));
+    for ((what, req, expiration, why), attacker) in attacks.iter().zip(attackers) {
         let name = unique("attack");
-        create_as(&s, &n1, &manifest(&name, &request(req), *expiration));
+        create_as(&s, attacker, &manifest(&name, &request(req), *expiration));
         let csr = wait_decided(&s, &name).await;
         let denied = condition(&csr, "Denied").unwrap_or_else(|| panic!("{what}: denied: {csr}"));
         assert_eq!(denied["reason"], "AutoDenied", "{what}: {csr}");
@@ -225,7 +264,8 @@ async fn the_kubelet_serving_policy_approves_a_nodes_own_certificate_and_denies_
     let header: Vec<&str> = lines.next().expect("a header").split_whitespace().collect();
     assert_eq!(header, ["NAME", "SIGNERS", "APPROVED", "DENIED", "AGE"], "{table}");
     let row: Vec<&str> = lines.next().expect("a row").split_whitespace().collect();
-    assert_eq!(&row[..4], ["kubelet-serving", "[\"kubernetes.io/kubelet-serving\"]", "2", "5"], "{table}");
+    let denied = want_denied.to_string();
+    assert_eq!(&row[..4], ["kubelet-serving", "[\"kubernetes.io/kubelet-serving\"]", "2", denied.as_str()], "{table}");
 }
 
 /// Without the CRD the controller waits quietly: kubelet-serving CSRs stay Pending and the

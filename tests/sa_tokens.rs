@@ -225,6 +225,32 @@ async fn secret_bound_token_dies_with_the_secret() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_create_token_sends_the_bound_object_uid() {
+    // kubectl sends the TokenRequest as protobuf, where the uid is field `uID`.
+    let s = shared();
+    let ns = namespace(&s, "sat-bound-uid");
+    s.kubectl_ok(&["create", "serviceaccount", "runner", "-n", &ns]);
+    s.kubectl_ok(&["create", "secret", "generic", "anchor", "-n", &ns, "--from-literal", "k=v"]);
+    let uid = s.kubectl_ok(&["get", "secret", "anchor", "-n", &ns, "-o", "jsonpath={.metadata.uid}"]);
+    let bound = ["runner", "-n", &ns, "--bound-object-kind", "Secret", "--bound-object-name", "anchor"];
+    let token = create_token(&s, &[&bound[..], &["--bound-object-uid", uid.trim()]].concat());
+    let claims = decode(&token).1;
+    assert_eq!(claims["kubernetes.io"]["secret"]["uid"], uid.trim(), "{claims}");
+    // A uid that is not the Secret's is refused, as upstream does, rather than ignored.
+    let stale = "0b0c0d0e-0000-4000-8000-000000000000";
+    let mut args = vec!["create", "token"];
+    args.extend_from_slice(&bound);
+    args.extend_from_slice(&["--bound-object-uid", stale]);
+    let out = s.kubectl(&args);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a token bound to a stale uid was issued: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        stderr.contains(&format!("the UID in the bound object reference ({stale}) does not match the UID in record")),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_secret_tokens() {
     let s = shared();
     let ns = namespace(&s, "sat-legacy");

@@ -146,6 +146,7 @@ pub enum Operation {
 
 /// Run the admission checks for a write of `new` (`old` is the stored object on update).
 pub async fn validate(c: &Call<'_>, op: Operation, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
+    crate::node_restriction::validate(c, op, new)?;
     if c.def.group == CSR_GROUP && c.def.resource == "certificatesigningrequests" {
         return certificate_signing_request(c, op, new, old).await;
     }

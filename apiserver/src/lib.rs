@@ -22,6 +22,7 @@ pub mod bootstrap_token;
 pub mod client_ca;
 pub mod cluster_info;
 pub mod crd;
+pub mod data_dir;
 pub mod discovery;
 pub mod dupcheck;
 pub mod error;
@@ -31,6 +32,7 @@ pub mod health;
 pub mod impersonation;
 pub mod meta;
 pub mod negotiate;
+pub mod node_restriction;
 pub mod openapi;
 pub mod patch;
 pub mod pki;
@@ -538,7 +540,7 @@ async fn open_storage(cfg: &Config) -> anyhow::Result<Arc<dyn Storage>> {
 
 /// Start the apiserver: PKI, store, bootstrap objects, admin kubeconfig, HTTPS listener.
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
-    std::fs::create_dir_all(&cfg.data_dir)?;
+    data_dir::secure(&cfg.data_dir)?;
     let now = chrono::Utc::now();
     let pki = pki::ensure(&cfg.data_dir, &cfg.tls_sans, now)?;
     let listener = listen(SocketAddr::new(cfg.bind_address, cfg.secure_port))?;

@@ -1543,6 +1543,16 @@ mod tests {
         let flipped = String::from_utf8(flipped).unwrap();
         let mut expired = BoundClaims::from_claims(&claims).unwrap();
         expired.expiry = Some(Utc::now().timestamp() - 3600);
+        // Signed by the cluster's own key with `exp` as given (`None`: no `exp` at all).
+        let own_key = SigningKey::from_pem(&e.signing_pem).unwrap();
+        let with_exp = |exp: Option<Value>| {
+            let mut c = claims.clone();
+            match exp {
+                Some(v) => c.insert("exp".into(), v),
+                None => c.remove("exp"),
+            };
+            own_key.sign(&Value::Object(c)).unwrap()
+        };
         let cases: Vec<(&str, String, Option<&str>)> = vec![
             ("opaque token", "abcdef.0123456789abcdef".into(), None),
             ("bootstrap-looking token", "07401b.f395accd246ae52d".into(), None),
@@ -1554,6 +1564,11 @@ mod tests {
                 Some("invalid signature, no keys found"),
             ),
             ("expired", e.tokens.issue(&expired).unwrap(), Some("service account token has expired")),
+            ("exp 0 is the epoch", with_exp(Some(json!(0))), Some("service account token has expired")),
+            ("exp negative", with_exp(Some(json!(-1))), Some("service account token has expired")),
+            ("exp fraction of the first second", with_exp(Some(json!(0.5))), Some("service account token has expired")),
+            ("no exp", with_exp(None), Some("")),
+            ("exp null", with_exp(Some(Value::Null)), Some("")),
             (
                 "second issuer accepted",
                 e.tokens

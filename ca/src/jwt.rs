@@ -599,13 +599,13 @@ fn string_claim(m: &Map<String, Value>, key: &str, path: &str) -> Result<String>
     }
 }
 
-/// A NumericDate (seconds since the epoch; fractions are dropped, as Go does).
+/// A NumericDate (seconds since the epoch; fractions are dropped, as Go does). Absent or
+/// `null` is no date; any number is a date, 0 and negative ones included (go-jose reads
+/// `"exp": 0` as the epoch, so such a token has expired).
 fn date_claim(m: &Map<String, Value>, key: &str) -> Result<Option<i64>> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => {
-            Ok(Some(n.as_i64().unwrap_or_else(|| n.as_f64().map_or(0, |f| f as i64))).filter(|d| *d != 0))
-        }
+        Some(Value::Number(n)) => Ok(Some(n.as_i64().unwrap_or_else(|| n.as_f64().map_or(0, |f| f as i64)))),
         Some(_) => Err(JwtError::Claims(format!("{key} is not a number"))),
     }
 }
@@ -1313,6 +1313,33 @@ mod tests {
         assert_eq!(future_iat.check_time(at(900)), Err(TimeError::IssuedInTheFuture));
         assert_eq!(BoundClaims::default().check_time(at(4_000_000_000)), Ok(()));
         assert_eq!(TimeError::Expired.to_string(), "service account token has expired");
+    }
+
+    #[test]
+    fn zero_and_negative_dates_are_dates_not_absent() {
+        // As go-jose: a present NumericDate is a time, the epoch for 0; only an absent (or
+        // null) claim means "none".
+        let now = at(1_700_000_000);
+        let cases: &[(&str, Value, Option<i64>, Result<(), TimeError>)] = &[
+            ("exp 0", json!({"exp": 0}), Some(0), Err(TimeError::Expired)),
+            ("exp 0.0", json!({"exp": 0.0}), Some(0), Err(TimeError::Expired)),
+            ("exp 0.5", json!({"exp": 0.5}), Some(0), Err(TimeError::Expired)),
+            ("exp negative", json!({"exp": -1}), Some(-1), Err(TimeError::Expired)),
+            ("exp most negative", json!({"exp": i64::MIN}), Some(i64::MIN), Err(TimeError::Expired)),
+            ("exp missing", json!({}), None, Ok(())),
+            ("exp null", json!({"exp": null}), None, Ok(())),
+            ("exp in an hour", json!({"exp": 1_700_003_600}), Some(1_700_003_600), Ok(())),
+            ("nbf 0 and iat 0", json!({"nbf": 0, "iat": 0, "exp": 1_700_003_600}), Some(1_700_003_600), Ok(())),
+        ];
+        for (what, v, expiry, want) in cases {
+            let c = BoundClaims::from_claims(v.as_object().unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(c.expiry, *expiry, "{what}");
+            assert_eq!(c.check_time(now), *want, "{what}");
+        }
+        let c = BoundClaims::from_claims(json!({"nbf": 0, "iat": 0}).as_object().unwrap()).unwrap();
+        assert_eq!((c.not_before, c.issued_at), (Some(0), Some(0)));
+        let c = BoundClaims::from_claims(json!({"kubernetes.io": {"warnafter": 0}}).as_object().unwrap()).unwrap();
+        assert_eq!(c.warn_after, Some(0));
     }
 
     #[test]

@@ -139,6 +139,11 @@ pub fn check(
             if cn != username {
                 return Err(format!("subject common name {cn:?} is not the requester {username:?}"));
             }
+            if let Some(pattern) = denied(spec, compiled, name) {
+                return Err(format!(
+                    "node name {name:?} is refused (it matches the dnsNames.deniedPatterns pattern {pattern:?})"
+                ));
+            }
             node_name = Some(name);
         }
         if subject.common_name_is_requester && cn != username {
@@ -174,13 +179,23 @@ pub fn check(
                 if !rules.allow_wildcards && d.contains('*') {
                     return Err(format!("dnsNames[{i}] {d:?} is a wildcard"));
                 }
+                if let Some(pattern) = denied(spec, compiled, d) {
+                    return Err(format!(
+                        "dnsNames[{i}] {d:?} is refused (it matches the deniedPatterns pattern {pattern:?})"
+                    ));
+                }
                 if rules.node_name_prefix {
                     let Some(node) = node_name else {
                         return Err(format!("dnsNames[{i}] {d:?}: no node name to compare with"));
                     };
-                    if d != node && !d.strip_prefix(node).is_some_and(|rest| rest.starts_with('.')) {
+                    if !is_node_dns_name(d, node, &rules.node_domains) {
+                        let domains = if rules.node_domains.is_empty() {
+                            "no nodeDomains are listed".to_string()
+                        } else {
+                            format!("nodeDomains: {}", rules.node_domains.join(", "))
+                        };
                         return Err(format!(
-                            "dnsNames[{i}] {d:?} does not start with the node name {node:?} (as {node:?} or \"{node}.<domain>\")"
+                            "dnsNames[{i}] {d:?} is neither the node name {node:?} nor \"{node}.<domain>\" ({domains})"
                         ));
                     }
                 }
@@ -204,6 +219,12 @@ pub fn check(
                 }
             }
             for (i, ip) in req.ip_addresses.iter().enumerate() {
+                // Go compares an IPv4-mapped IPv6 SAN equal to the IPv4 address.
+                let canonical = ip.to_canonical();
+                if let Some(net) = compiled.denied_cidrs.iter().find(|net| net.contains(ip) || net.contains(&canonical))
+                {
+                    return Err(format!("ipAddresses[{i}] {ip} is refused (it is in the deniedCidrs {net})"));
+                }
                 if !compiled.cidrs.iter().any(|net| net.contains(ip)) {
                     return Err(format!("ipAddresses[{i}] {ip} is not in {}", rules.cidrs.join(", ")));
                 }
@@ -239,6 +260,26 @@ pub fn check(
         }
     }
     Ok(())
+}
+
+/// The `dnsNames.deniedPatterns` pattern `name` matches, if any. DNS names compare
+/// case-insensitively (as Go's hostname verification does), so the name is lowercased first.
+fn denied<'a>(spec: &'a CertificateApprovalPolicySpec, compiled: &Compiled, name: &str) -> Option<&'a str> {
+    let patterns = spec.dns_names.as_ref().map(|d| d.denied_patterns.as_slice()).unwrap_or_default();
+    let name = name.to_ascii_lowercase();
+    compiled.denied_dns_patterns.iter().zip(patterns).find(|(re, _)| re.is_match(&name)).map(|(_, p)| p.as_str())
+}
+
+/// Whether `name` is `node` itself or `<node>.<domain>` for one of `domains` (DNS names
+/// compare case-insensitively).
+fn is_node_dns_name(name: &str, node: &str, domains: &[String]) -> bool {
+    let name = name.to_ascii_lowercase();
+    let node = node.to_ascii_lowercase();
+    if name == node {
+        return true;
+    }
+    let Some(domain) = name.strip_prefix(&node).and_then(|rest| rest.strip_prefix('.')) else { return false };
+    domains.iter().any(|d| d.eq_ignore_ascii_case(domain))
 }
 
 fn set(v: &[String]) -> Vec<&str> {
@@ -695,7 +736,7 @@ mod tests {
             "a node asking for another node's DNS name",
             |c| set_request(c, |r| r.dns = vec!["n1", "n2.cluster.example"]),
             Want::Deny(
-                r#"dnsNames[1] "n2.cluster.example" does not start with the node name "n1" (as "n1" or "n1.<domain>")"#,
+                r#"dnsNames[1] "n2.cluster.example" is neither the node name "n1" nor "n1.<domain>" (nodeDomains: cluster.example)"#,
             ),
         ),
         (
@@ -712,23 +753,110 @@ mod tests {
             "a DNS name not prefixed by the node name",
             |c| set_request(c, |r| r.dns = vec!["evil.example"]),
             Want::Deny(
-                r#"dnsNames[0] "evil.example" does not start with the node name "n1" (as "n1" or "n1.<domain>")"#,
+                r#"dnsNames[0] "evil.example" is neither the node name "n1" nor "n1.<domain>" (nodeDomains: cluster.example)"#,
             ),
         ),
         (
             "a DNS name that merely begins with the node name's letters",
             |c| set_request(c, |r| r.dns = vec!["n1evil.example"]),
             Want::Deny(
-                r#"dnsNames[0] "n1evil.example" does not start with the node name "n1" (as "n1" or "n1.<domain>")"#,
+                r#"dnsNames[0] "n1evil.example" is neither the node name "n1" nor "n1.<domain>" (nodeDomains: cluster.example)"#,
             ),
         ),
         (
             "another node whose name starts with this one's (n10)",
             |c| set_request(c, |r| r.dns = vec!["n10.cluster.example"]),
             Want::Deny(
-                r#"dnsNames[0] "n10.cluster.example" does not start with the node name "n1" (as "n1" or "n1.<domain>")"#,
+                r#"dnsNames[0] "n10.cluster.example" is neither the node name "n1" nor "n1.<domain>" (nodeDomains: cluster.example)"#,
             ),
         ),
+        (
+            "the node's name under a domain not listed",
+            |c| set_request(c, |r| r.dns = vec!["n1.evil.example"]),
+            Want::Deny(
+                r#"dnsNames[0] "n1.evil.example" is neither the node name "n1" nor "n1.<domain>" (nodeDomains: cluster.example)"#,
+            ),
+        ),
+        (
+            "the node's name under a listed domain, in capitals",
+            |c| set_request(c, |r| r.dns = vec!["N1.Cluster.Example"]),
+            Want::Approve,
+        ),
+        (
+            "a \"node\" named kubernetes, asking for nothing but its CN",
+            |c| {
+                c.spec.username = Some("system:node:kubernetes".into());
+                set_request(c, |r| {
+                    r.cn = "system:node:kubernetes";
+                    r.dns.clear();
+                    r.ips.clear();
+                })
+            },
+            Want::Deny(
+                r#"node name "kubernetes" is refused (it matches the dnsNames.deniedPatterns pattern "kubernetes")"#,
+            ),
+        ),
+        (
+            "a \"node\" named kubernetes.default.svc.cluster.example, asking for its own name",
+            |c| {
+                c.spec.username = Some("system:node:kubernetes.default.svc.cluster.example".into());
+                set_request(c, |r| {
+                    r.cn = "system:node:kubernetes.default.svc.cluster.example";
+                    r.dns = vec!["kubernetes.default.svc.cluster.example"];
+                })
+            },
+            Want::Deny(
+                r#"node name "kubernetes.default.svc.cluster.example" is refused (it matches the dnsNames.deniedPatterns pattern "kubernetes\\.default(\\..+)?")"#,
+            ),
+        ),
+        (
+            "a \"node\" named localhost",
+            |c| {
+                c.spec.username = Some("system:node:localhost".into());
+                set_request(c, |r| {
+                    r.cn = "system:node:localhost";
+                    r.dns = vec!["localhost"];
+                })
+            },
+            Want::Deny(
+                r#"node name "localhost" is refused (it matches the dnsNames.deniedPatterns pattern "localhost")"#,
+            ),
+        ),
+        (
+            "a node asking for the apiserver's Service name",
+            |c| set_request(c, |r| r.dns = vec!["n1", "kubernetes.default.svc"]),
+            Want::Deny(
+                r#"dnsNames[1] "kubernetes.default.svc" is refused (it matches the deniedPatterns pattern "kubernetes\\.default(\\..+)?")"#,
+            ),
+        ),
+        (
+            "a node asking for the apiserver's Service name in capitals",
+            |c| set_request(c, |r| r.dns = vec!["Kubernetes.Default.SVC.cluster.example"]),
+            Want::Deny(
+                r#"dnsNames[0] "Kubernetes.Default.SVC.cluster.example" is refused (it matches the deniedPatterns pattern "kubernetes\\.default(\\..+)?")"#,
+            ),
+        ),
+        (
+            "a node asking for localhost",
+            |c| set_request(c, |r| r.dns = vec!["localhost"]),
+            Want::Deny(r#"dnsNames[0] "localhost" is refused (it matches the deniedPatterns pattern "localhost")"#),
+        ),
+        (
+            "the apiserver's Service IP",
+            |c| set_request(c, |r| r.ips = vec!["10.0.0.5", "10.96.0.1"]),
+            Want::Deny("ipAddresses[1] 10.96.0.1 is refused (it is in the deniedCidrs 10.96.0.0/12)"),
+        ),
+        (
+            "the apiserver's Service IP in IPv6 clothing",
+            |c| set_request(c, |r| r.ips = vec!["::ffff:10.96.0.1"]),
+            Want::Deny("ipAddresses[0] ::ffff:10.96.0.1 is refused (it is in the deniedCidrs 10.96.0.0/12)"),
+        ),
+        (
+            "another Service IP",
+            |c| set_request(c, |r| r.ips = vec!["10.111.22.33"]),
+            Want::Deny("ipAddresses[0] 10.111.22.33 is refused (it is in the deniedCidrs 10.96.0.0/12)"),
+        ),
+        ("an address just past the Service CIDR", |c| set_request(c, |r| r.ips = vec!["10.112.0.1"]), Want::Approve),
         (
             "a wildcard DNS name under the node's name",
             |c| set_request(c, |r| r.dns = vec!["*.n1.cluster.example"]),
@@ -833,7 +961,7 @@ mod tests {
                 })
             },
             Want::Deny(
-                r#"dnsNames[0] "auth.company.example" does not start with the node name "a" (as "a" or "a.<domain>")"#,
+                r#"dnsNames[0] "auth.company.example" is neither the node name "a" nor "a.<domain>" (nodeDomains: cluster.example)"#,
             ),
         ),
         ("a request that does not parse", |c| c.spec.request = ByteString(b"garbage".to_vec()), Want::Deny("")),
@@ -913,6 +1041,29 @@ mod tests {
         }
     }
 
+    #[test]
+    fn node_dns_names_are_the_node_name_or_under_a_listed_domain() {
+        let domains = vec!["cluster.example".to_string(), "nodes.example.com".to_string()];
+        // name, node, domains, want
+        let cases: &[(&str, &str, &[String], bool)] = &[
+            ("n1", "n1", &domains, true),
+            ("n1.cluster.example", "n1", &domains, true),
+            ("n1.nodes.example.com", "n1", &domains, true),
+            ("N1.Cluster.Example", "n1", &domains, true),
+            ("n1.example.com", "n1", &domains, false),
+            ("n1.sub.cluster.example", "n1", &domains, false),
+            ("n1.cluster.example.evil", "n1", &domains, false),
+            ("n10.cluster.example", "n1", &domains, false),
+            ("n1cluster.example", "n1", &domains, false),
+            ("n1.", "n1", &domains, false),
+            ("n1", "n1", &[], true),
+            ("n1.cluster.example", "n1", &[], false),
+        ];
+        for (name, node, domains, want) in cases {
+            assert_eq!(is_node_dns_name(name, node, domains), *want, "{name} for node {node} under {domains:?}");
+        }
+    }
+
     fn policy(name: &str, f: impl FnOnce(&mut CertificateApprovalPolicySpec)) -> Arc<CertificateApprovalPolicy> {
         let mut p = default_policy();
         p.metadata.name = Some(name.into());
@@ -925,6 +1076,7 @@ mod tests {
         let evil: Mutate = |c| set_request(c, |r| r.dns = vec!["evil.example"]);
         let allow_any_dns = |s: &mut CertificateApprovalPolicySpec| {
             s.dns_names.as_mut().unwrap().node_name_prefix = false;
+            s.dns_names.as_mut().unwrap().node_domains.clear();
             s.dns_names.as_mut().unwrap().patterns = Some(vec![r"[a-z]+\.example".into()]);
         };
         let invalid =
@@ -950,9 +1102,9 @@ mod tests {
                 Decision::Deny {
                     policies: vec!["a".into(), "z".into()],
                     message:
-                        "Denied: CertificateApprovalPolicy \"a\": dnsNames[0] \"evil.example\" does not start with \
-                              the node name \"n1\" (as \"n1\" or \"n1.<domain>\"); CertificateApprovalPolicy \"z\": 1 \
-                              DNS names, more than the maximum 0."
+                        "Denied: CertificateApprovalPolicy \"a\": dnsNames[0] \"evil.example\" is neither the node \
+                              name \"n1\" nor \"n1.<domain>\" (nodeDomains: cluster.example); \
+                              CertificateApprovalPolicy \"z\": 1 DNS names, more than the maximum 0."
                             .into(),
                 },
             ),
@@ -962,10 +1114,9 @@ mod tests {
                 evil,
                 Decision::Deny {
                     policies: vec!["kubelet-serving".into()],
-                    message:
-                        "Denied: CertificateApprovalPolicy \"kubelet-serving\": dnsNames[0] \"evil.example\" does \
-                              not start with the node name \"n1\" (as \"n1\" or \"n1.<domain>\")."
-                            .into(),
+                    message: "Denied: CertificateApprovalPolicy \"kubelet-serving\": dnsNames[0] \"evil.example\" is \
+                              neither the node name \"n1\" nor \"n1.<domain>\" (nodeDomains: cluster.example)."
+                        .into(),
                 },
             ),
             (

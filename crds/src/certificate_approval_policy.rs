@@ -20,8 +20,8 @@
 //!   signerNames: [kubernetes.io/kubelet-serving]
 //!   requesters: {groups: [system:nodes]}
 //!   subject: {nodeIdentity: true, organizations: [system:nodes]}
-//!   dnsNames: {nodeNamePrefix: true, maxCount: 2}
-//!   ipAddresses: {cidrs: [10.0.0.0/8], maxCount: 2}
+//!   dnsNames: {nodeNamePrefix: true, nodeDomains: [cluster.example], deniedPatterns: [kubernetes], maxCount: 2}
+//!   ipAddresses: {cidrs: [10.0.0.0/8], deniedCidrs: [10.96.0.0/12], maxCount: 2}
 //!   usages: [digital signature, key encipherment, server auth]
 //!   maxExpirationSeconds: 31536000
 //!   allowUnsetExpirationSeconds: true
@@ -172,10 +172,22 @@ pub struct DnsNameRules {
     /// Regular expressions; every DNS name must match one of them in whole. Absent: any name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub patterns: Option<Vec<String>>,
-    /// Every DNS name must be the node name or start with `<node name>.` (needs
-    /// `subject.nodeIdentity`): `n1` and `n1.example.com` for node `n1`, not `n10.example.com`.
+    /// Every DNS name must be the node name itself or `<node name>.<domain>` for one of
+    /// `nodeDomains` (needs `subject.nodeIdentity`): `n1` and `n1.example.com` for node `n1`
+    /// with `nodeDomains: [example.com]`, never `n10.example.com` nor `n1.elsewhere.com`.
     #[serde(default, skip_serializing_if = "is_false")]
     pub node_name_prefix: bool,
+    /// With `nodeNamePrefix`: the DNS domains (cluster DNS suffixes) the nodes' names live
+    /// under, e.g. `nodes.example.com`. No wildcard: a name under any other domain is refused.
+    /// Empty: only the bare node name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_domains: Vec<String>,
+    /// Regular expressions; a DNS name whose lowercase form matches one of them in whole is
+    /// refused, whatever else allows it (e.g. the apiserver's own names: `kubernetes`,
+    /// `kubernetes\.default(\..+)?`, `localhost`). With `subject.nodeIdentity` the node name
+    /// is checked too: a node named `kubernetes` gets nothing.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied_patterns: Vec<String>,
     /// Whether wildcard names (containing `*`) are allowed. Default false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub allow_wildcards: bool,
@@ -193,6 +205,11 @@ pub struct IpAddressRules {
     /// one (`0.0.0.0/0` and `::/0` allow any address).
     #[schemars(length(min = 1))]
     pub cidrs: Vec<String>,
+    /// CIDRs whose addresses are refused even when `cidrs` holds them (an IPv4-mapped IPv6
+    /// address counts as its IPv4 address): the Service CIDR (the apiserver's Service IP is
+    /// in it) and the apiserver's own addresses.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub denied_cidrs: Vec<String>,
     /// At most this many IP addresses. Absent: no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
@@ -245,6 +262,10 @@ pub struct Compiled {
     pub dns_name_patterns: Vec<regex::Regex>,
     /// `ipAddresses.cidrs` (empty when absent).
     pub cidrs: Vec<ipnet::IpNet>,
+    /// `dnsNames.deniedPatterns`, anchored (empty when absent).
+    pub denied_dns_patterns: Vec<regex::Regex>,
+    /// `ipAddresses.deniedCidrs` (empty when absent).
+    pub denied_cidrs: Vec<ipnet::IpNet>,
 }
 
 /// A pattern that must match the whole input.
@@ -280,6 +301,7 @@ impl CertificateApprovalPolicySpec {
             }
         }
         let mut dns_name_patterns = Vec::new();
+        let mut denied_dns_patterns = Vec::new();
         if let Some(d) = &self.dns_names {
             for (i, p) in d.patterns.iter().flatten().enumerate() {
                 match anchored(p) {
@@ -287,26 +309,50 @@ impl CertificateApprovalPolicySpec {
                     Err(e) => err(format!("spec.dnsNames.patterns[{i}]"), format!("invalid regular expression: {e}")),
                 }
             }
+            for (i, p) in d.denied_patterns.iter().enumerate() {
+                match anchored(p) {
+                    Ok(re) => denied_dns_patterns.push(re),
+                    Err(e) => {
+                        err(format!("spec.dnsNames.deniedPatterns[{i}]"), format!("invalid regular expression: {e}"))
+                    }
+                }
+            }
             if d.node_name_prefix && !self.subject.as_ref().is_some_and(|s| s.node_identity) {
                 err("spec.dnsNames.nodeNamePrefix".into(), "needs spec.subject.nodeIdentity (the node name)".into());
+            }
+            if !d.node_domains.is_empty() && !d.node_name_prefix {
+                err("spec.dnsNames.nodeDomains".into(), "needs spec.dnsNames.nodeNamePrefix".into());
+            }
+            for (i, domain) in d.node_domains.iter().enumerate() {
+                if !is_domain(domain) {
+                    err(
+                        format!("spec.dnsNames.nodeDomains[{i}]"),
+                        format!("{domain:?} is not a DNS domain (lowercase labels separated by dots, no wildcard)"),
+                    );
+                }
             }
             if d.max_count.is_some_and(|n| n < 0) {
                 err("spec.dnsNames.maxCount".into(), "must not be negative".into());
             }
         }
         let mut cidrs = Vec::new();
+        let mut denied_cidrs = Vec::new();
         if let Some(ip) = &self.ip_addresses {
             if ip.cidrs.is_empty() {
                 err("spec.ipAddresses.cidrs".into(), "at least one CIDR is required".into());
             }
-            for (i, c) in ip.cidrs.iter().enumerate() {
-                match c.parse::<ipnet::IpNet>() {
-                    Ok(net) if net.trunc() == net => cidrs.push(net),
-                    Ok(net) => err(
-                        format!("spec.ipAddresses.cidrs[{i}]"),
-                        format!("{c:?} has host bits set (did you mean {}?)", net.trunc()),
-                    ),
-                    Err(_) => err(format!("spec.ipAddresses.cidrs[{i}]"), format!("{c:?} is not a CIDR")),
+            for (field, list, out) in
+                [("cidrs", &ip.cidrs, &mut cidrs), ("deniedCidrs", &ip.denied_cidrs, &mut denied_cidrs)]
+            {
+                for (i, c) in list.iter().enumerate() {
+                    match c.parse::<ipnet::IpNet>() {
+                        Ok(net) if net.trunc() == net => out.push(net),
+                        Ok(net) => err(
+                            format!("spec.ipAddresses.{field}[{i}]"),
+                            format!("{c:?} has host bits set (did you mean {}?)", net.trunc()),
+                        ),
+                        Err(_) => err(format!("spec.ipAddresses.{field}[{i}]"), format!("{c:?} is not a CIDR")),
+                    }
                 }
             }
             if ip.max_count.is_some_and(|n| n < 0) {
@@ -320,7 +366,7 @@ impl CertificateApprovalPolicySpec {
             );
         }
         if errors.is_empty() {
-            Ok(Compiled { common_name_pattern, dns_name_patterns, cidrs })
+            Ok(Compiled { common_name_pattern, dns_name_patterns, cidrs, denied_dns_patterns, denied_cidrs })
         } else {
             Err(errors)
         }
@@ -343,6 +389,20 @@ impl Requesters {
             || self.groups.iter().any(|g| groups.contains(g))
             || self.service_accounts.iter().any(|sa| service_account_user(sa).as_deref() == Some(username))
     }
+}
+
+/// A DNS domain as `nodeDomains` takes it: lowercase LDH labels of 1 to 63 characters,
+/// separated by single dots, at most 253 characters, no wildcard.
+fn is_domain(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
 }
 
 /// `<namespace>/<name>` as the service account's user name.
@@ -372,6 +432,7 @@ mod tests {
             ip_addresses: Some(IpAddressRules {
                 cidrs: vec!["10.0.0.0/8".into(), "fd00::/8".into()],
                 max_count: Some(2),
+                ..Default::default()
             }),
             ..Default::default()
         }
@@ -407,6 +468,48 @@ mod tests {
                 &["spec.ipAddresses.cidrs[0]"],
             ),
             ("no CIDR", |s| s.ip_addresses.as_mut().unwrap().cidrs.clear(), &["spec.ipAddresses.cidrs"]),
+            (
+                "bad denied CIDRs",
+                |s| {
+                    s.ip_addresses.as_mut().unwrap().denied_cidrs =
+                        vec!["10.96.0.0/12".into(), "10.96.0.1/12".into(), "x".into()]
+                },
+                &["spec.ipAddresses.deniedCidrs[1]", "spec.ipAddresses.deniedCidrs[2]"],
+            ),
+            (
+                "a bad denied DNS pattern",
+                |s| s.dns_names.as_mut().unwrap().denied_patterns = vec!["kubernetes".into(), "(".into()],
+                &["spec.dnsNames.deniedPatterns[1]"],
+            ),
+            (
+                "node domains that are not domains",
+                |s| {
+                    s.dns_names.as_mut().unwrap().node_domains = vec![
+                        "cluster.example".into(),
+                        "*.example".into(),
+                        ".example".into(),
+                        "".into(),
+                        "Upper.example".into(),
+                        "a..b".into(),
+                    ]
+                },
+                &[
+                    "spec.dnsNames.nodeDomains[1]",
+                    "spec.dnsNames.nodeDomains[2]",
+                    "spec.dnsNames.nodeDomains[3]",
+                    "spec.dnsNames.nodeDomains[4]",
+                    "spec.dnsNames.nodeDomains[5]",
+                ],
+            ),
+            (
+                "node domains without the node name prefix",
+                |s| {
+                    let d = s.dns_names.as_mut().unwrap();
+                    d.node_name_prefix = false;
+                    d.node_domains = vec!["cluster.example".into()];
+                },
+                &["spec.dnsNames.nodeDomains"],
+            ),
             ("node name prefix without node identity", |s| s.subject = None, &["spec.dnsNames.nodeNamePrefix"]),
             (
                 "negative counts",

@@ -469,6 +469,34 @@ mod tests {
     }
 
     #[test]
+    fn a_token_request_keeps_the_uid_of_its_bound_object() {
+        // `kubectl create token --bound-object-kind Secret --bound-object-name anchor
+        // --bound-object-uid 1234`: the uid is protobuf field `uID` (4), JSON `uid`.
+        let mut bound = Vec::new();
+        ld(1, b"Secret", &mut bound);
+        ld(2, b"v1", &mut bound);
+        ld(3, b"anchor", &mut bound);
+        ld(4, b"1234", &mut bound);
+        let mut spec = Vec::new();
+        vi(4, 3600, &mut spec);
+        ld(3, &bound, &mut spec);
+        let mut tr = Vec::new();
+        ld(1, &meta("builder", "team"), &mut tr);
+        ld(2, &spec, &mut tr);
+        let got = decode(&envelope("authentication.k8s.io/v1", "TokenRequest", &tr)).unwrap();
+        assert_eq!(
+            got["spec"],
+            json!({
+                "expirationSeconds": 3600,
+                "boundObjectRef": {"kind": "Secret", "apiVersion": "v1", "name": "anchor", "uid": "1234"},
+            })
+        );
+        let typed: k8s_openapi::api::authentication::v1::TokenRequest = serde_json::from_value(got).unwrap();
+        let bound = typed.spec.bound_object_ref.unwrap();
+        assert_eq!(bound.uid.as_deref(), Some("1234"));
+    }
+
+    #[test]
     fn malformed_bodies_are_errors_not_panics() {
         let good = envelope("v1", "ConfigMap", &[]);
         let cases: Vec<(&str, Vec<u8>)> = vec![

@@ -13,7 +13,7 @@ pub(super) static MESSAGES: &[Message] = &[
             Field { number: 1, json: "kind", ty: Type::Str, card: Card::One },
             Field { number: 2, json: "apiVersion", ty: Type::Str, card: Card::One },
             Field { number: 3, json: "name", ty: Type::Str, card: Card::One },
-            Field { number: 4, json: "uID", ty: Type::Str, card: Card::One },
+            Field { number: 4, json: "uid", ty: Type::Str, card: Card::One },
         ],
     },
     Message {

@@ -235,6 +235,7 @@ impl SqliteStorage {
     }
 
     fn open_with(path: &Path, cfg: Config, temp_dir: Option<TempDir>) -> Result<Self> {
+        create_private(path)?;
         let conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         let mode: String = conn.pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))?;
@@ -1146,6 +1147,18 @@ impl Writer {
 // ---------------------------------------------------------------------------------------------
 // Temporary directory (for `open_in_memory`), without a dependency.
 
+/// Create the database file, empty and 0600, unless it exists (an existing file is left as
+/// it is). SQLite would create it with the process umask; it creates the `-wal` and `-shm`
+/// files with the database file's mode, so all three stay private.
+fn create_private(path: &Path) -> Result<()> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    match std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::Backend(format!("creating {}: {e}", path.display()))),
+    }
+}
+
 struct TempDir(PathBuf);
 
 impl TempDir {
@@ -1686,6 +1699,19 @@ mod tests {
         assert_eq!(s.compacted_rev(), 60);
         assert_eq!(s.compact(61).await, Err(Error::FutureRevision { requested: 61, current: 60 }));
         assert_eq!(s.list("/p/", ListOptions::default()).await.expect("list"), before[&60].0);
+    }
+
+    #[tokio::test]
+    async fn the_database_and_its_wal_and_shm_are_created_private() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("kustos.db");
+        let s = SqliteStorage::open(&path).expect("open");
+        s.create("/p/a", b"1".to_vec()).await.expect("create");
+        for name in ["kustos.db", "kustos.db-wal", "kustos.db-shm"] {
+            let meta = std::fs::metadata(dir.path().join(name)).expect(name);
+            assert_eq!(meta.permissions().mode() & 0o777, 0o600, "{name}");
+        }
     }
 
     #[tokio::test]
