@@ -2,8 +2,9 @@
 # The whole test suite, from a fresh machine: installs what the tests need, then runs
 # format and lint checks and every test (unit, end-to-end with kubectl, kube-rs and the
 # Python client) with the SQLite store, then the end-to-end suites a second time with every
-# server storing its objects in one local etcd. Exits non-zero on any failure; a failing
-# step does not stop the later ones.
+# server storing its objects in one local etcd, then each fuzz target for a bounded time
+# (scripts/fuzz.sh). Exits non-zero on any failure; a failing step does not stop the later
+# ones.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -161,6 +162,10 @@ step "end-to-end tests (etcd)" env KUSTOS_TEST_STORAGE=etcd KUSTOS_TEST_ETCD_SER
   cargo nextest run --profile etcd --workspace --locked --no-fail-fast -E 'package(kustos) & kind(test)
     - binary(manifests) - binary(bench_support) - binary(harness)
     - binary(etcd_cluster) - binary(etcd_outage) - binary(etcd_tls) - binary(storage_contract) - binary(storage_migrate)'
+
+# The parsers that read what clients send, each fuzzed for a bounded time (docs/SECURITY.md).
+echo "== fuzz targets"
+step "fuzz" bash scripts/fuzz.sh
 
 if ((${#failed[@]})); then
   echo "FAILED: $(IFS=,; echo "${failed[*]}" | sed 's/,/, /g')" >&2

@@ -1,0 +1,14 @@
+//! JSON patch (RFC 6902) bodies: `<original JSON> NUL <patch>` or just `<patch>`
+//! (applied to a Pod-like object).
+#![no_main]
+
+use kustos_apiserver::patch::{apply_patch, DefaultMergeKeys, PatchType};
+use kustos_fuzz::{round_trip, split_patch_input};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((original, body)) = split_patch_input(data) else { return };
+    if let Ok(patched) = apply_patch(&original, body, PatchType::Json, &DefaultMergeKeys) {
+        round_trip(&patched);
+    }
+});
