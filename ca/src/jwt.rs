@@ -605,7 +605,14 @@ fn string_claim(m: &Map<String, Value>, key: &str, path: &str) -> Result<String>
 fn date_claim(m: &Map<String, Value>, key: &str) -> Result<Option<i64>> {
     match m.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(Value::Number(n)) => Ok(Some(n.as_i64().unwrap_or_else(|| n.as_f64().map_or(0, |f| f as i64)))),
+        Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => Ok(Some(i)),
+            // A fraction is truncated, as go-jose converts a NumericDate to whole seconds; a
+            // value outside the i64 range has no defined meaning in Go (the conversion is
+            // implementation-defined), so such a token is refused rather than guessed at.
+            (None, Some(f)) if f.is_finite() && f >= i64::MIN as f64 && f < i64::MAX as f64 => Ok(Some(f as i64)),
+            _ => Err(JwtError::Claims(format!("{key} is out of range"))),
+        },
         Some(_) => Err(JwtError::Claims(format!("{key} is not a number"))),
     }
 }
@@ -1335,6 +1342,16 @@ mod tests {
             let c = BoundClaims::from_claims(v.as_object().unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
             assert_eq!(c.expiry, *expiry, "{what}");
             assert_eq!(c.check_time(now), *want, "{what}");
+        }
+        // Dates Go has no defined conversion for are refused, never read as "far future".
+        for (what, v) in [
+            ("exp 1e300", json!({"exp": 1e300})),
+            ("exp -1e300", json!({"exp": -1e300})),
+            ("exp above i64", json!({"exp": u64::MAX})),
+            ("nbf 1e19", json!({"nbf": 1e19})),
+        ] {
+            let err = BoundClaims::from_claims(v.as_object().unwrap()).unwrap_err();
+            assert!(err.to_string().contains("out of range"), "{what}: {err}");
         }
         let c = BoundClaims::from_claims(json!({"nbf": 0, "iat": 0}).as_object().unwrap()).unwrap();
         assert_eq!((c.not_before, c.issued_at), (Some(0), Some(0)));
