@@ -237,7 +237,7 @@ fn read_string(t: StringType, v: &[u8]) -> Result<String, &'static str> {
             }
         }
         StringType::Bmp => {
-            if v.len() % 2 != 0 {
+            if !v.len().is_multiple_of(2) {
                 return Err("invalid BMPString");
             }
             let v = if v.len() >= 2 && v[v.len() - 2..] == [0, 0] { &v[..v.len() - 2] } else { v };

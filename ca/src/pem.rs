@@ -168,7 +168,8 @@ mod tests {
     #[test]
     fn decode_single_takes_one_block_and_whitespace_only() {
         let mismatched_end = "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE-----\n";
-        let cases: Vec<(&str, String, Result<Vec<u8>, SingleError>)> = vec![
+        type Case = (&'static str, String, Result<Vec<u8>, SingleError>);
+        let cases: Vec<Case> = vec![
             ("one block", GOOD.to_string(), Ok(vec![0, 1, 2])),
             ("whitespace around", format!(" \r\n{GOOD}\n\n  "), Ok(vec![0, 1, 2])),
             ("no final newline", GOOD.trim_end().to_string(), Ok(vec![0, 1, 2])),
