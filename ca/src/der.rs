@@ -57,6 +57,38 @@ pub(crate) fn read_tlv(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), Error> {
     Ok((tlv, &rest[len..]))
 }
 
+/// Read one element with DER's rules, as Go's cryptobyte does: single-byte tags, definite
+/// lengths in the fewest octets (short form below 128, no leading zero octet).
+pub(crate) fn read_der(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), Error> {
+    let (&tag, rest) = input.split_first().ok_or_else(|| malformed("unexpected end of input"))?;
+    if tag & 0x1f == 0x1f {
+        return Err(malformed("multi-byte tags are not supported"));
+    }
+    let (&first, mut rest) = rest.split_first().ok_or_else(|| malformed("missing length"))?;
+    let len = if first < 0x80 {
+        usize::from(first)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 4 || rest.len() < n || rest[0] == 0 {
+            return Err(malformed("non-minimal or unsupported length"));
+        }
+        let mut len = 0usize;
+        for &b in &rest[..n] {
+            len = (len << 8) | usize::from(b);
+        }
+        if len < 0x80 {
+            return Err(malformed("non-minimal length"));
+        }
+        rest = &rest[n..];
+        len
+    };
+    if rest.len() < len {
+        return Err(malformed("length exceeds input"));
+    }
+    let header = input.len() - rest.len();
+    Ok((Tlv { tag, content: &rest[..len], raw: &input[..header + len] }, &rest[len..]))
+}
+
 /// All elements of a constructed value's contents.
 pub(crate) fn children(mut content: &[u8]) -> Result<Vec<Tlv<'_>>, Error> {
     let mut out = Vec::new();
@@ -191,6 +223,18 @@ mod tests {
         }
         assert!(read_tlv(&[0x30, 0x05, 0x01]).is_err());
         assert!(read_tlv(&[]).is_err());
+        for len in [0usize, 127, 128, 255, 256, 70_000] {
+            let enc = tlv(TAG_OCTET_STRING, &vec![7u8; len]);
+            assert_eq!(read_der(&enc).unwrap().0.content.len(), len, "DER reads what tlv writes");
+        }
+        for (what, bad) in [
+            ("long form below 128", &[0x04u8, 0x81, 0x05, 0, 0, 0, 0, 0][..]),
+            ("leading zero length octet", &[0x04, 0x82, 0x00, 0x80]),
+            ("indefinite", &[0x30, 0x80, 0, 0]),
+            ("multi-byte tag", &[0x1f, 0x01, 0x00]),
+        ] {
+            assert!(read_der(bad).is_err(), "{what}");
+        }
     }
 
     #[test]

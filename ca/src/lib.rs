@@ -10,7 +10,10 @@
 //!   [`Ca::issue`] signs leaf certificates ([`IssueParams`] → [`Issued`]).
 //! - [`SignerBundle`] ([`bundle`]): a CA file holding several CA certificates (rotation):
 //!   the one matching the key signs, the unexpired ones are trusted.
-//! - [`csr`]: CSR parsing, the `kubernetes.io/*` signer rules, certificate lifetime, signing.
+//! - [`csr`]: the one reader of certificate signing requests (PEM, signature, the subject
+//!   rule), the `kubernetes.io/*` signer rules, certificate lifetime, signing.
+//! - [`name`]: subjects and issuers read as Go's `crypto/x509` reads them (last CN, every O);
+//!   [`pem`]: PEM as Go's `encoding/pem` reads it.
 //! - [`parse_certificate_der`] / [`CertInfo`]: the fields callers check (subject, SANs,
 //!   validity, usages, key identifiers).
 //! - [`generate_sa_keypair`]: the service-account token signing key; [`jwt`] signs and
@@ -28,6 +31,8 @@ mod der;
 pub mod jws;
 pub mod jwt;
 mod key;
+pub mod name;
+pub mod pem;
 pub mod rfc3339;
 
 use std::net::IpAddr;
@@ -309,11 +314,15 @@ impl std::fmt::Debug for Issued {
     }
 }
 
-/// The fields of a certificate that callers check.
+/// The fields of a certificate that callers check. Names read as Go's `crypto/x509` reads
+/// them ([`name`]): a certificate means the same user and groups here and in kube-apiserver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CertInfo {
+    /// The subject's last CN (Go's `Subject.CommonName`).
     pub common_name: String,
+    /// Every O of the subject, in order, whatever its string type (Go's `Subject.Organization`).
     pub organizations: Vec<String>,
+    /// The issuer's last CN.
     pub issuer_common_name: String,
     pub dns_names: Vec<String>,
     pub ip_addresses: Vec<IpAddr>,
@@ -385,16 +394,18 @@ fn parse_x509(der: &[u8]) -> Result<x509_parser::certificate::X509Certificate<'_
     Ok(cert)
 }
 
-/// Parse a DER certificate into the fields callers check.
+/// Parse a DER certificate into the fields callers check. A subject or issuer Go would not
+/// read (or that this crate cannot read the same way) is an error.
 pub fn parse_certificate_der(der: &[u8]) -> Result<CertInfo> {
     let cert = parse_x509(der)?;
     let cerr = |e: x509_parser::error::X509Error| Error::Certificate(e.to_string());
-    let names = |it: &mut dyn Iterator<Item = &x509_parser::x509::AttributeTypeAndValue<'_>>| -> Vec<String> {
-        it.filter_map(|a| a.as_str().ok().map(str::to_string)).collect()
-    };
-    let common_name = names(&mut cert.subject().iter_common_name()).into_iter().next().unwrap_or_default();
-    let organizations = names(&mut cert.subject().iter_organization());
-    let issuer_common_name = names(&mut cert.issuer().iter_common_name()).into_iter().next().unwrap_or_default();
+    // Subject and issuer as Go's crypto/x509 reads them: the last CN, every O; a name Go
+    // would refuse (or might read otherwise) refuses the certificate.
+    let subject = name::parse(cert.subject().as_raw()).map_err(Error::Certificate)?;
+    let issuer = name::parse(cert.issuer().as_raw()).map_err(Error::Certificate)?;
+    let common_name = subject.common_name().to_string();
+    let organizations = subject.organizations();
+    let issuer_common_name = issuer.common_name().to_string();
 
     let mut info = CertInfo {
         common_name,

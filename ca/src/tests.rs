@@ -217,3 +217,50 @@ fn sa_keypair_is_p256_pkcs8_and_spki() {
     assert_eq!(key.algorithm(), KeyAlgorithm::EcdsaP256);
     assert_eq!(public_key_der_from_pem(&sa.public_key_pem).unwrap(), key.public_key_der());
 }
+
+#[test]
+fn certificates_are_read_as_go_reads_them() {
+    let ca = ca();
+    let rdn = |arcs: &[u64], tag: u8, value: &[u8]| {
+        der::tlv(der::TAG_SET, &der::constructed(der::TAG_SEQUENCE, &[&der::oid(arcs), &der::tlv(tag, value)]))
+    };
+    let name = |rdns: &[Vec<u8>]| {
+        let parts: Vec<&[u8]> = rdns.iter().map(Vec::as_slice).collect();
+        der::constructed(der::TAG_SEQUENCE, &parts)
+    };
+    let (cn, o) = (&[2u64, 5, 4, 3][..], &[2u64, 5, 4, 10][..]);
+    type Case = (&'static str, Vec<Vec<u8>>, Option<(&'static str, Vec<&'static str>)>);
+    let cases: Vec<Case> = vec![
+        (
+            "last CN, every O whatever its string type",
+            vec![
+                rdn(cn, 0x0c, b"cluster-root-alice"),
+                rdn(o, 0x0c, b"system:nodes"),
+                rdn(o, 0x14, b"system:masters"),
+                rdn(o, 0x1e, &[0, b'b']),
+                rdn(cn, 0x13, b"intern-bob"),
+            ],
+            Some(("intern-bob", vec!["system:nodes", "system:masters", "b"])),
+        ),
+        ("a name Go refuses", vec![rdn(cn, 0x13, b"a@b")], None),
+        ("a value type kustos does not read", vec![rdn(o, 0x1c, &[0, 0, 0, b'x'])], None),
+    ];
+    for (what, rdns, want) in cases {
+        let params = IssueParams {
+            raw_subject: Some(name(&rdns)),
+            usages: vec![Usage::ClientAuth],
+            validity: Duration::hours(1),
+            ..Default::default()
+        };
+        let issued = ca.issue(params, t0());
+        match want {
+            Some((want_cn, want_orgs)) => {
+                let info = parse_certificate_der(&issued.unwrap().cert_der).unwrap();
+                assert_eq!(info.common_name, want_cn, "{what}");
+                assert_eq!(info.organizations, want_orgs, "{what}");
+            }
+            // Issuing re-reads what it made, so the refusal shows there.
+            None => assert!(matches!(issued, Err(Error::Certificate(_))), "{what}: {issued:?}"),
+        }
+    }
+}

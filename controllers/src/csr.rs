@@ -42,14 +42,15 @@ pub fn usages(csr: &CertificateSigningRequest) -> &[String] {
     csr.spec.usages.as_deref().unwrap_or_default()
 }
 
-/// The parsed request (self-signature checked, as upstream's CA does before signing), or
-/// why it does not parse.
+/// The request read by the one CSR reader ([`kustos_ca::csr::parse_pem`]: a single PEM
+/// block, the subject rule, the self-signature checked as upstream's CA does before
+/// signing), or why the reader refuses it.
 pub fn parse_request(csr: &CertificateSigningRequest) -> Result<kustos_ca::csr::CertificateRequest, String> {
     kustos_ca::csr::parse_pem(&csr.spec.request.0).map_err(|e| e.to_string())
 }
 
-/// The parsed request without checking its self-signature (the apiserver did at create and
-/// `spec` is immutable), as upstream's approver reads it.
+/// The request read by the one CSR reader without checking its self-signature (the
+/// apiserver did at create and `spec` is immutable), as upstream's approver reads it.
 pub fn read_request(csr: &CertificateSigningRequest) -> Result<kustos_ca::csr::CertificateRequest, String> {
     kustos_ca::csr::parse_pem_unverified(&csr.spec.request.0).map_err(|e| e.to_string())
 }

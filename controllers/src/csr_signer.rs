@@ -225,9 +225,9 @@ impl Signers {
 pub enum Decision {
     /// Nothing, for this reason.
     Skip(&'static str),
-    /// The request does not parse (it never will: `spec` is immutable).
-    Unparseable(String),
-    /// Add the condition Failed with this message (SignerValidationFailure).
+    /// Add the condition Failed with this message (SignerValidationFailure): the request
+    /// breaks the signer's rules, or the CSR reader refuses it (a request stored before the
+    /// reader's rules were what they are: `spec` is immutable, so it never will be signed).
     Fail(String),
     /// Issue a certificate for `request` with `signer`, lasting `duration`.
     Sign { signer: Signer, request: Box<CertificateRequest>, duration: chrono::Duration },
@@ -258,7 +258,7 @@ pub fn decide(
     }
     let request = match parse(csr) {
         Ok(r) => r,
-        Err(e) => return Decision::Unparseable(e),
+        Err(e) => return Decision::Fail(format!("unable to parse csr: {e}")),
     };
     if let Err(message) = kustos_ca::csr::validate(signer, &request, csr::usages(csr)) {
         return Decision::Fail(message);
@@ -346,10 +346,6 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
     let (update, what) = match decide(&obj, csr::parse_request, &ctx.enabled, ctx.max_duration) {
         Decision::Skip(_) => {
             ctx.backoff.forget(&name);
-            return Ok(Action::await_change());
-        }
-        Decision::Unparseable(e) => {
-            tracing::warn!(controller = NAME, csr = %name, error = %e, "unable to parse the CSR");
             return Ok(Action::await_change());
         }
         Decision::Fail(message) => {
@@ -448,8 +444,20 @@ mod tests {
     type Mutate = fn(&mut CertificateSigningRequest);
     const ALL: &[Signer] = &ISSUING;
 
+    /// `O=system:nodes, CN=system:node:n1, CN=system:node:victim`, as a node could have stored
+    /// it before the reader refused more than one CN.
+    const TWO_CNS_PEM: &str = "-----BEGIN CERTIFICATE REQUEST-----
+MIIBCTCBrwIBADBNMRUwEwYDVQQKDAxzeXN0ZW06bm9kZXMxFzAVBgNVBAMMDnN5
+c3RlbTpub2RlOm4xMRswGQYDVQQDDBJzeXN0ZW06bm9kZTp2aWN0aW0wWTATBgcq
+hkjOPQIBBggqhkjOPQMBBwNCAAR1AkQkv7Y3Ye/scPJXAJ7LpvMQpUKj6DJMAaib
+HMwF5jihneo4+zT8K9Gv9OGZJCmRI9zbaQSWvozHI6p0YvjloAAwCgYIKoZIzj0E
+AwIDSQAwRgIhALX+1suWZktBNzuxRirr/aMmZU7CSjbFe/jAIp1LaX2zAiEAnQu9
+WZShDp2CcbwdKtgW/0JxiAUafV3R5RZNbXqQBMI=
+-----END CERTIFICATE REQUEST-----
+";
+
     /// name, mutation of an approved kubelet client CSR, signers with a CA, wanted:
-    /// "sign <seconds>", "fail <message fragment>", "skip <reason fragment>", "unparseable".
+    /// "sign <seconds>", "fail <message fragment>", "skip <reason fragment>".
     const CASES: &[(&str, Mutate, &[Signer], &str)] = &[
         ("approved kubelet client: a year", |_| {}, ALL, "sign 31536000"),
         ("expirationSeconds honoured", |c| c.spec.expiration_seconds = Some(3600), ALL, "sign 3600"),
@@ -537,7 +545,18 @@ mod tests {
             ALL,
             "sign 31536000",
         ),
-        ("garbage request", |c| c.spec.request = ByteString(b"garbage".to_vec()), ALL, "unparseable"),
+        (
+            "garbage request",
+            |c| c.spec.request = ByteString(b"garbage".to_vec()),
+            ALL,
+            "fail unable to parse csr: PEM block type must be CERTIFICATE REQUEST",
+        ),
+        (
+            "a stored request the reader now refuses: two CNs",
+            |c| c.spec.request = ByteString(TWO_CNS_PEM.as_bytes().to_vec()),
+            ALL,
+            "fail unable to parse csr: subject has 2 common names",
+        ),
     ];
 
     #[test]
@@ -558,7 +577,6 @@ mod tests {
             assert!(parses <= 1, "{name}: parsed {parses} times");
             let got = match got {
                 Decision::Skip(why) => format!("skip {why}"),
-                Decision::Unparseable(_) => "unparseable".to_string(),
                 Decision::Fail(m) => format!("fail {m}"),
                 Decision::Sign { duration, .. } => format!("sign {}", duration.num_seconds()),
             };

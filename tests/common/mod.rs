@@ -20,6 +20,7 @@
 
 pub mod etcd;
 pub mod kubelet;
+pub mod x509;
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};

@@ -15,7 +15,6 @@
 
 use std::sync::Arc;
 
-use base64::Engine as _;
 use k8s_openapi::api::certificates::v1 as certv1;
 use serde_json::{json, Value};
 
@@ -90,117 +89,12 @@ fn now_rfc3339() -> String {
 // PEM and X.509 checks
 // ---------------------------------------------------------------------------------------
 
-/// Go's `base64.StdEncoding`: padded, and lenient about the unused bits of the last symbol.
-const PEM_BASE64: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
-    &base64::alphabet::STANDARD,
-    base64::engine::GeneralPurposeConfig::new().with_decode_allow_trailing_bits(true),
-);
-
-/// One PEM block, as Go's `encoding/pem` sees it.
-#[derive(Debug, PartialEq)]
-struct PemBlock {
-    type_: String,
-    has_headers: bool,
-    bytes: Vec<u8>,
-}
-
-/// The first line of `data` without its end-of-line and trailing spaces, and what follows.
-fn get_line(data: &[u8]) -> (&[u8], &[u8]) {
-    let (line, rest) = match data.iter().position(|b| *b == b'\n') {
-        Some(i) => (&data[..i], &data[i + 1..]),
-        None => (data, &data[data.len()..]),
-    };
-    let end = line.iter().rposition(|b| !matches!(b, b' ' | b'\t' | b'\r')).map_or(0, |i| i + 1);
-    (&line[..end], rest)
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
-}
-
-/// Go's `pem.Decode`: the first well-formed block anywhere in `data`, and the rest after it.
-fn pem_decode(data: &[u8]) -> Option<(PemBlock, &[u8])> {
-    const BEGIN: &[u8] = b"-----BEGIN ";
-    const END: &[u8] = b"\n-----END ";
-    const DASHES: &[u8] = b"-----";
-    let mut rest = data;
-    loop {
-        // Find a BEGIN line at the start of the input or of a line.
-        let start = if rest.starts_with(BEGIN) { 0 } else { find(rest, b"\n-----BEGIN ")? + 1 };
-        let (type_line, after) = get_line(&rest[start + BEGIN.len()..]);
-        rest = after;
-        if !type_line.ends_with(DASHES) {
-            continue;
-        }
-        let type_line = &type_line[..type_line.len() - DASHES.len()];
-        let mut body = after;
-        let mut has_headers = false;
-        loop {
-            if body.is_empty() {
-                return None;
-            }
-            let (line, next) = get_line(body);
-            if !line.contains(&b':') {
-                break;
-            }
-            has_headers = true;
-            body = next;
-        }
-        let (end_index, trailer_index) = if !has_headers && body.starts_with(&END[1..]) {
-            (0, END.len() - 1)
-        } else {
-            match find(body, END) {
-                Some(i) => (i, i + END.len()),
-                None => {
-                    rest = body;
-                    continue;
-                }
-            }
-        };
-        let trailer = &body[trailer_index..];
-        let want = type_line.len() + DASHES.len();
-        if trailer.len() < want || !trailer[..want].starts_with(type_line) || !trailer[..want].ends_with(DASHES) {
-            rest = body;
-            continue;
-        }
-        let (end_rest, after_block) = get_line(&trailer[want..]);
-        if !end_rest.is_empty() {
-            rest = body;
-            continue;
-        }
-        let b64: Vec<u8> = body[..end_index].iter().copied().filter(|b| !b.is_ascii_whitespace()).collect();
-        match PEM_BASE64.decode(&b64) {
-            Ok(bytes) => {
-                let block = PemBlock { type_: String::from_utf8_lossy(type_line).into_owned(), has_headers, bytes };
-                return Some((block, after_block));
-            }
-            Err(_) => rest = body,
-        }
-    }
-}
-
-/// `validateCSR`: a `CERTIFICATE REQUEST` block that parses and whose signature verifies.
+/// `validateCSR`, through the one reader of requests ([`kustos_ca::csr::parse_pem`]): a
+/// single `CERTIFICATE REQUEST` block with nothing but whitespace around it, that parses,
+/// whose signature verifies and whose subject follows the subject rule (at most one CN; CN,
+/// O and OU as UTF8String, PrintableString or IA5String).
 fn check_csr(pem: &[u8]) -> Result<(), String> {
-    use x509_parser::prelude::FromDer;
-    let block = match pem_decode(pem) {
-        Some((b, _)) if b.type_ == "CERTIFICATE REQUEST" => b,
-        _ => return Err("PEM block type must be CERTIFICATE REQUEST".into()),
-    };
-    let (rest, csr) = x509_parser::certification_request::X509CertificationRequest::from_der(&block.bytes)
-        .map_err(|_| "x509: malformed certificate request".to_string())?;
-    if !rest.is_empty() {
-        return Err("asn1: syntax error: trailing data".into());
-    }
-    csr.verify_signature().map_err(|_| {
-        // CheckSignature's wording per key algorithm.
-        match csr.certification_request_info.subject_pki.algorithm.algorithm.to_id_string().as_str() {
-            "1.2.840.113549.1.1.1" => "crypto/rsa: verification error",
-            "1.2.840.10045.2.1" => "x509: ECDSA verification failure",
-            "1.3.101.112" => "x509: Ed25519 verification failure",
-            _ => "x509: cannot verify signature: algorithm unimplemented",
-        }
-        .to_string()
-    })
+    kustos_ca::csr::parse_pem(pem).map(|_| ()).map_err(|e| e.to_string())
 }
 
 /// `validateCertificate`: only `CERTIFICATE` blocks without headers, each holding certificates.
@@ -210,7 +104,7 @@ fn check_certificate(pem: &[u8]) -> Result<(), String> {
     }
     let mut blocks = 0;
     let mut rest = pem;
-    while let Some((block, next)) = pem_decode(rest) {
+    while let Some((block, next)) = kustos_ca::pem::decode(rest) {
         if block.type_ != "CERTIFICATE" {
             return Err(format!("only CERTIFICATE PEM blocks are allowed, found {:?}", block.type_));
         }
@@ -728,6 +622,7 @@ impl Strategy for CertificateSigningRequestStrategy {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
 
     const CSR_PEM: &str = "-----BEGIN CERTIFICATE REQUEST-----
 MIHvMIGWAgEAMDQxFTATBgNVBAoMDHN5c3RlbTpub2RlczEbMBkGA1UEAwwSc3lz
@@ -749,6 +644,27 @@ uDAfBgNVHSMEGDAWgBRQyn/nWO6eWGGd4MIc7zyNvdQnuDAPBgNVHRMBAf8EBTAD
 AQH/MAoGCCqGSM49BAMCA0cAMEQCIFwOdReYcJ5BjsT3BxmU6LidE5DNMu6kKZIc
 Nv7T97xKAiAdoe2KOBbBdBqO5fFSg5nf6URzRLr0EL/xcOkBPCRHug==
 -----END CERTIFICATE-----
+";
+
+    /// Two CNs: Go reads `intern-bob`, a first-CN reader `cluster-root-alice`.
+    const TWO_CNS_PEM: &str = "-----BEGIN CERTIFICATE REQUEST-----
+MIHtMIGUAgEAMDIxGzAZBgNVBAMMEmNsdXN0ZXItcm9vdC1hbGljZTETMBEGA1UE
+AwwKaW50ZXJuLWJvYjBZMBMGByqGSM49AgEGCCqGSM49AwEHA0IABFO/SjQ3xLC6
+xtyzpz86WQscll35xr5aFMijOzOurYn+3/+Vezo53LfUHLHKTZbzt9/GOWWP/pqF
+0eKbrJk8esugADAKBggqhkjOPQQDAgNIADBFAiEAnsPKNb6BzmF3A4D64MQLXoVY
+bTrnLFCqxekwMs5EH4oCICtwk92lwiZPcwSwWue3S5g9fSeeWbDuO0MlAGNO0KdY
+-----END CERTIFICATE REQUEST-----
+";
+
+    /// `O=system:nodes` (UTF8String), `O=system:masters` (T61String), `CN=system:node:n1`.
+    const T61_MASTERS_PEM: &str = "-----BEGIN CERTIFICATE REQUEST-----
+MIIBAzCBqwIBADBJMRUwEwYDVQQKDAxzeXN0ZW06bm9kZXMxFzAVBgNVBAoUDnN5
+c3RlbTptYXN0ZXJzMRcwFQYDVQQDDA5zeXN0ZW06bm9kZTpuMTBZMBMGByqGSM49
+AgEGCCqGSM49AwEHA0IABDh7E6SoJt/6elvdTTmnxqdH5HkSzoY2e9mnKWBvR4aI
+5x8pqN/3q8zpHxbojLYUyA7cgdZ2/Eaj1JJmVdN2NSygADAKBggqhkjOPQQDAgNH
+ADBEAiA4RR6vbImm6K/krHYppIlrxKOC/BvUNZAC4tCDNlOO8wIgJPj2iLTPw9XX
+vrh0cqZHJ6X+92hXoC62t7V8c47fhDA=
+-----END CERTIFICATE REQUEST-----
 ";
 
     const NOW: &str = "2024-05-01T12:00:00Z";
@@ -793,7 +709,7 @@ Nv7T97xKAiAdoe2KOBbBdBqO5fFSg5nf6URzRLr0EL/xcOkBPCRHug==
 
     /// The fixture's CSR with the last signature byte flipped.
     fn tampered_csr() -> String {
-        let (block, _) = pem_decode(CSR_PEM.as_bytes()).unwrap();
+        let (block, _) = kustos_ca::pem::decode(CSR_PEM.as_bytes()).unwrap();
         let mut der = block.bytes;
         let last = der.len() - 1;
         der[last] ^= 0x01;
@@ -801,18 +717,13 @@ Nv7T97xKAiAdoe2KOBbBdBqO5fFSg5nf6URzRLr0EL/xcOkBPCRHug==
         format!("-----BEGIN CERTIFICATE REQUEST-----\n{body}\n-----END CERTIFICATE REQUEST-----\n")
     }
 
-    #[test]
-    fn pem_decoding_follows_go() {
-        let input = format!("junk\n{CSR_PEM}tail");
-        let (b, rest) = pem_decode(input.as_bytes()).unwrap();
-        assert_eq!(b.type_, "CERTIFICATE REQUEST", "skips leading junk");
-        assert!(!b.has_headers, "no headers");
-        assert_eq!(rest, b"tail", "rest after the block");
-        assert!(pem_decode(b"no pem here").is_none(), "no block");
-        let headers = "-----BEGIN CERTIFICATE-----\nProc-Type: 4,ENCRYPTED\n\nAAAA\n-----END CERTIFICATE-----\n";
-        assert!(pem_decode(headers.as_bytes()).unwrap().0.has_headers, "headers");
-        let bad_then_good = format!("-----BEGIN X-----\n!!!\n-----END X-----\n{CERT_PEM}");
-        assert_eq!(pem_decode(bad_then_good.as_bytes()).unwrap().0.type_, "CERTIFICATE", "bad block skipped");
+    const NOT_ALONE: &str =
+        "the request must be exactly one CERTIFICATE REQUEST PEM block with nothing but whitespace around it";
+
+    /// A block whose END line names another type (Go skips it), then the good request.
+    fn mangled_then_clean() -> String {
+        let mangled = TWO_CNS_PEM.replace("-----END CERTIFICATE REQUEST-----", "-----END CERTIFICATE-----");
+        format!("{mangled}{CSR_PEM}")
     }
 
     #[test]
@@ -836,6 +747,20 @@ Nv7T97xKAiAdoe2KOBbBdBqO5fFSg5nf6URzRLr0EL/xcOkBPCRHug==
             ("garbage DER", Box::new(|o| o["spec"]["request"] = json!(b64("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"))), vec![
                 format!("spec.request: Invalid value: {}: x509: malformed certificate request",
                         go_bytes(Some(b"-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"))),
+            ]),
+            ("text before the block", Box::new(|o| o["spec"]["request"] = json!(b64(&format!("junk\n{CSR_PEM}")))), vec![
+                format!("spec.request: Invalid value: {}: {NOT_ALONE}", go_bytes(Some(format!("junk\n{CSR_PEM}").as_bytes()))),
+            ]),
+            ("a mangled block, then a clean one", Box::new(|o| o["spec"]["request"] = json!(b64(&mangled_then_clean()))), vec![
+                format!("spec.request: Invalid value: {}: {NOT_ALONE}", go_bytes(Some(mangled_then_clean().as_bytes()))),
+            ]),
+            ("two CNs", Box::new(|o| o["spec"]["request"] = json!(b64(TWO_CNS_PEM))), vec![
+                format!("spec.request: Invalid value: {}: subject has 2 common names [\"cluster-root-alice\", \"intern-bob\"]; a request may have at most one (Go reads the last)",
+                        go_bytes(Some(TWO_CNS_PEM.as_bytes()))),
+            ]),
+            ("O as T61String", Box::new(|o| o["spec"]["request"] = json!(b64(T61_MASTERS_PEM))), vec![
+                format!("spec.request: Invalid value: {}: subject O \"system:masters\" is a T61String; only UTF8String, PrintableString and IA5String are allowed",
+                        go_bytes(Some(T61_MASTERS_PEM.as_bytes()))),
             ]),
             ("no usages", Box::new(|o| o["spec"]["usages"] = json!([])), vec!["spec.usages: Required value".into()]),
             ("unknown and duplicate usages", Box::new(|o| o["spec"]["usages"] = json!(["client auth", "bogus", "client auth"])), vec![
