@@ -30,6 +30,7 @@ use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::extensions::{GeneralName, ParsedExtension};
 use x509_parser::prelude::FromDer as _;
 
+use crate::der;
 use crate::name::{StringType, OID_COMMON_NAME, OID_ORGANIZATION, OID_ORGANIZATIONAL_UNIT};
 use crate::{Ca, Error, IssueParams, Issued, Result, SubjectKey, Usage, BACKDATE};
 
@@ -154,6 +155,7 @@ fn parse(der: &[u8], verify: bool) -> Result<CertificateRequest, CsrError> {
         })?;
     }
     check_subject(&subject).map_err(CsrError::Subject)?;
+    check_extension_requests(info.raw)?;
     let mut req = CertificateRequest {
         common_name: subject.common_name().to_string(),
         organizations: subject.organizations(),
@@ -180,6 +182,50 @@ fn parse(der: &[u8], verify: bool) -> Result<CertificateRequest, CsrError> {
         }
     }
     Ok(req)
+}
+
+/// PKCS#9 extensionRequest (1.2.840.113549.1.9.14), DER contents of its OID.
+const OID_EXTENSION_REQUEST: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x09, 0x0e];
+
+/// The requested extensions must read the same in Go and here. Go gathers the extensions of
+/// every extensionRequest attribute (the first value of each) and refuses a request that
+/// names one extension twice; x509-parser reads only the first attribute. So: at most one
+/// extensionRequest attribute, holding exactly one value, with no extension named twice —
+/// otherwise two readers could see different SANs (and `kubectl describe csr` show names
+/// other than those signed).
+fn check_extension_requests(info_der: &[u8]) -> Result<(), CsrError> {
+    let malformed = |what: &str| CsrError::Malformed(format!("x509: certificate request {what}"));
+    let bad = |_| malformed("is malformed");
+    let (info, _) = der::read_tlv(info_der).map_err(bad)?;
+    let fields = der::children(info.content).map_err(bad)?;
+    // version, subject, subjectPKInfo, [0] attributes
+    let Some(attributes) = fields.get(3).filter(|f| f.tag == der::TAG_CONTEXT_0) else { return Ok(()) };
+    let mut requests = 0;
+    for attribute in der::children(attributes.content).map_err(bad)? {
+        let parts = der::children(attribute.content).map_err(bad)?;
+        let [oid, values] = parts.as_slice() else { return Err(malformed("has a malformed attribute")) };
+        if oid.tag != der::TAG_OID || oid.content != OID_EXTENSION_REQUEST {
+            continue;
+        }
+        requests += 1;
+        if requests > 1 {
+            return Err(malformed("has more than one extensionRequest attribute"));
+        }
+        let values = der::children(values.content).map_err(bad)?;
+        let [extensions] = values.as_slice() else {
+            return Err(malformed("extensionRequest attribute must hold exactly one value"));
+        };
+        let mut seen: Vec<&[u8]> = Vec::new();
+        for extension in der::children(extensions.content).map_err(bad)? {
+            let ext = der::children(extension.content).map_err(bad)?;
+            let id = ext.first().filter(|t| t.tag == der::TAG_OID).ok_or_else(|| malformed("is malformed"))?;
+            if seen.contains(&id.content) {
+                return Err(malformed("contains duplicate requested extensions"));
+            }
+            seen.push(id.content);
+        }
+    }
+    Ok(())
 }
 
 /// The signers kube-controller-manager implements.
@@ -378,6 +424,11 @@ mod tests {
 
     /// A CSR for `subject` (a DER Name, as given) signed by a new P-256 key, PEM.
     pub(crate) fn csr_with_subject(subject: &[u8]) -> String {
+        csr_with(subject, &[])
+    }
+
+    /// A signed request with this subject and these attributes (each a DER Attribute).
+    fn csr_with(subject: &[u8], attributes: &[&[u8]]) -> String {
         use rcgen::{PublicKeyData as _, SigningKey as _};
         let key = rcgen::KeyPair::generate().unwrap();
         let info = der::constructed(
@@ -386,7 +437,7 @@ mod tests {
                 &der::tlv(der::TAG_INTEGER, &[0]),
                 subject,
                 &key.subject_public_key_info(),
-                &der::tlv(der::TAG_CONTEXT_0, &[]),
+                &der::constructed(der::TAG_CONTEXT_0, attributes),
             ],
         );
         let alg = der::constructed(der::TAG_SEQUENCE, &[&der::oid(&[1, 2, 840, 10045, 4, 3, 2])]);
@@ -409,6 +460,74 @@ mod tests {
 
     fn der_of(pem: &str) -> Vec<u8> {
         crate::pem::decode_single(pem.as_bytes()).unwrap().bytes
+    }
+
+    /// An extensionRequest attribute whose SET holds `values`, each a list of extensions.
+    fn extension_request(values: &[Vec<Vec<u8>>]) -> Vec<u8> {
+        let values: Vec<Vec<u8>> = values
+            .iter()
+            .map(|exts| der::constructed(der::TAG_SEQUENCE, &exts.iter().map(Vec::as_slice).collect::<Vec<_>>()))
+            .collect();
+        let set = der::constructed(der::TAG_SET, &values.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        der::constructed(der::TAG_SEQUENCE, &[&der::oid(&[1, 2, 840, 113549, 1, 9, 14]), &set])
+    }
+
+    /// A subjectAltName extension with these DNS names.
+    fn san(dns: &[&str]) -> Vec<u8> {
+        let names: Vec<Vec<u8>> = dns.iter().map(|d| der::tlv(0x82, d.as_bytes())).collect();
+        let general_names = der::constructed(der::TAG_SEQUENCE, &names.iter().map(Vec::as_slice).collect::<Vec<_>>());
+        der::constructed(
+            der::TAG_SEQUENCE,
+            &[&der::oid(&[2, 5, 29, 17]), &der::tlv(der::TAG_OCTET_STRING, &general_names)],
+        )
+    }
+
+    #[test]
+    fn extension_requests_read_as_go_reads_them() {
+        let node = subject(&[(&[2, 5, 4, 10], 0x0c, b"system:nodes"), (&[2, 5, 4, 3], 0x0c, b"system:node:n1")]);
+        let key_usage = der::constructed(
+            der::TAG_SEQUENCE,
+            &[&der::oid(&[2, 5, 29, 15]), &der::tlv(der::TAG_OCTET_STRING, &[0x03, 0x02, 0x05, 0xa0])],
+        );
+        let cases: Vec<(&str, Vec<Vec<u8>>, std::result::Result<Vec<&str>, &str>)> = vec![
+            ("no attributes", vec![], Ok(vec![])),
+            ("one SAN", vec![extension_request(&[vec![san(&["n1.example"])]])], Ok(vec!["n1.example"])),
+            (
+                "SAN and key usage",
+                vec![extension_request(&[vec![key_usage.clone(), san(&["n1.example"])]])],
+                Ok(vec!["n1.example"]),
+            ),
+            (
+                "two SAN extensions: Go refuses the request",
+                vec![extension_request(&[vec![san(&["n1.example"]), san(&["victim.example"])]])],
+                Err("duplicate requested extensions"),
+            ),
+            (
+                "a second extensionRequest attribute, which x509-parser would not read",
+                vec![
+                    extension_request(&[vec![key_usage.clone()]]),
+                    extension_request(&[vec![san(&["victim.example"])]]),
+                ],
+                Err("more than one extensionRequest attribute"),
+            ),
+            (
+                "two values in one extensionRequest attribute",
+                vec![extension_request(&[vec![san(&["n1.example"])], vec![san(&["victim.example"])]])],
+                Err("exactly one value"),
+            ),
+        ];
+        for (what, attributes, want) in cases {
+            let attributes: Vec<&[u8]> = attributes.iter().map(Vec::as_slice).collect();
+            let pem = csr_with(&node, &attributes);
+            match (parse_pem(pem.as_bytes()), want) {
+                (Ok(req), Ok(dns)) => assert_eq!(req.dns_names, s(&dns), "{what}"),
+                (Err(e), Err(w)) => {
+                    assert!(matches!(e, CsrError::Malformed(_)), "{what}: {e:?}");
+                    assert!(e.to_string().contains(w), "{what}: {e}");
+                }
+                (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
+            }
+        }
     }
 
     #[test]
