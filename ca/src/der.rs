@@ -30,6 +30,17 @@ fn malformed(what: &str) -> Error {
 
 /// Read one element (single-byte tags only, definite lengths) from the front of `input`.
 pub(crate) fn read_tlv(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), Error> {
+    read_element(input, false)
+}
+
+/// Read one element with DER's rules, as Go's cryptobyte does: single-byte tags, definite
+/// lengths in the fewest octets (short form below 128, no leading zero octet).
+pub(crate) fn read_der(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), Error> {
+    read_element(input, true)
+}
+
+/// One element from the front of `input`; `minimal` refuses lengths not in the fewest octets.
+fn read_element(input: &[u8], minimal: bool) -> Result<(Tlv<'_>, &[u8]), Error> {
     let (&tag, rest) = input.split_first().ok_or_else(|| malformed("unexpected end of input"))?;
     if tag & 0x1f == 0x1f {
         return Err(malformed("multi-byte tags are not supported"));
@@ -42,41 +53,14 @@ pub(crate) fn read_tlv(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), Error> {
         if n == 0 || n > 4 || rest.len() < n {
             return Err(malformed("unsupported length"));
         }
-        let mut len = 0usize;
-        for &b in &rest[..n] {
-            len = (len << 8) | usize::from(b);
-        }
-        rest = &rest[n..];
-        len
-    };
-    if rest.len() < len {
-        return Err(malformed("length exceeds input"));
-    }
-    let header = input.len() - rest.len();
-    let tlv = Tlv { tag, content: &rest[..len], raw: &input[..header + len] };
-    Ok((tlv, &rest[len..]))
-}
-
-/// Read one element with DER's rules, as Go's cryptobyte does: single-byte tags, definite
-/// lengths in the fewest octets (short form below 128, no leading zero octet).
-pub(crate) fn read_der(input: &[u8]) -> Result<(Tlv<'_>, &[u8]), Error> {
-    let (&tag, rest) = input.split_first().ok_or_else(|| malformed("unexpected end of input"))?;
-    if tag & 0x1f == 0x1f {
-        return Err(malformed("multi-byte tags are not supported"));
-    }
-    let (&first, mut rest) = rest.split_first().ok_or_else(|| malformed("missing length"))?;
-    let len = if first < 0x80 {
-        usize::from(first)
-    } else {
-        let n = usize::from(first & 0x7f);
-        if n == 0 || n > 4 || rest.len() < n || rest[0] == 0 {
-            return Err(malformed("non-minimal or unsupported length"));
+        if minimal && rest[0] == 0 {
+            return Err(malformed("non-minimal length"));
         }
         let mut len = 0usize;
         for &b in &rest[..n] {
             len = (len << 8) | usize::from(b);
         }
-        if len < 0x80 {
+        if minimal && len < 0x80 {
             return Err(malformed("non-minimal length"));
         }
         rest = &rest[n..];
