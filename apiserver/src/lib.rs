@@ -48,6 +48,8 @@ pub mod serve;
 pub mod serviceaccount;
 pub mod storage;
 pub mod table;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 pub mod validation;
 pub mod watch;
 
@@ -379,6 +381,32 @@ pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The authorizers every server asks, in order: `system:masters`, the Node authorizer, RBAC
+/// (over `rbac`, the cache [`rbac::cache::install`] returned with the store).
+pub fn default_authorizer(rbac: Arc<rbac::cache::RbacCache>) -> Arc<dyn authz::Authorizer> {
+    Arc::new(authz::Chain(vec![
+        Arc::new(authz::MastersAuthorizer),
+        Arc::new(rbac::node::NodeAuthorizer::from_default_policy()),
+        Arc::new(rbac::authorizer::RbacAuthorizer::new(rbac)),
+    ]))
+}
+
+/// What a server writes and loads before it serves (the same for `start` and the
+/// in-process test server): the system namespaces, the served CRDs (and the task following
+/// them), legacy token tracking, the default RBAC policy and the flow-control objects.
+pub async fn prepare(
+    state: &Arc<AppState>,
+    policy: &rbac::defaults::PolicyOptions,
+    now: chrono::DateTime<chrono::Utc>,
+) -> anyhow::Result<()> {
+    bootstrap(state).await?;
+    crd::start(state).await?;
+    serviceaccount::ensure_legacy_token_tracking(state, now).await?;
+    rbac::reconcile::ensure_default_policy(state, policy).await?;
+    flowcontrol::maintain::ensure(state).await?;
+    Ok(())
+}
+
 /// Settings of `kustos server` / `kustos apiserver`.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -569,22 +597,14 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         )?));
     }
     let authn = Arc::new(chain);
-    let authz: Arc<dyn authz::Authorizer> = Arc::new(authz::Chain(vec![
-        Arc::new(authz::MastersAuthorizer),
-        Arc::new(rbac::node::NodeAuthorizer::from_default_policy()),
-        Arc::new(rbac::authorizer::RbacAuthorizer::new(rbac_cache.clone())),
-    ]));
+    let authz = default_authorizer(rbac_cache.clone());
     let state = AppState::new(
         store,
         server_address.clone(),
         Security { authn, authz, rbac: rbac_cache, service_accounts: Some(sa_tokens) },
     );
-    bootstrap(&state).await?;
-    crd::start(&state).await?;
-    serviceaccount::ensure_legacy_token_tracking(&state, now).await?;
     let policy = rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
-    rbac::reconcile::ensure_default_policy(&state, &policy).await?;
-    flowcontrol::maintain::ensure(&state).await?;
+    prepare(&state, &policy, now).await?;
     flowcontrol::maintain::spawn(state.clone(), flowcontrol::maintain::PERIOD);
     cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
     start_flow_control(&state, &cfg).await?;
