@@ -26,7 +26,7 @@ use crate::bootstrap_tokens::{
     expiration, signing_token, Expiration, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, JWS_KEY_PREFIX, KUBECONFIG_KEY,
     NAMESPACE, SECRET_TYPE,
 };
-use crate::runtime::{changes, level_loop_until, tolerate_races};
+use crate::runtime::{changes, tolerate_races, whole_world_until};
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
@@ -82,7 +82,7 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
         changes(secrets.clone(), watcher::Config::default().fields(&only_tokens)),
         changes(configmaps.clone(), watcher::Config::default().fields(&only_cluster_info)),
     ];
-    level_loop_until("bootstrapsigner", triggers, cfg.resync_period, cfg.metrics.clone(), || {
+    whole_world_until("bootstrapsigner", triggers, cfg.resync_period, cfg.metrics.clone(), || {
         let (secrets, configmaps, only_tokens) = (secrets.clone(), configmaps.clone(), only_tokens.clone());
         async move {
             let cm = configmaps.get_opt(CLUSTER_INFO_NAME).await?;

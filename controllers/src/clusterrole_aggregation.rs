@@ -8,7 +8,7 @@ use kube::api::{ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
-use crate::runtime::{changes, level_loop, tolerate_races};
+use crate::runtime::{changes, tolerate_races, whole_world};
 
 /// The rules `target` should have, or None when it does not aggregate. Err when a selector
 /// is invalid (the role is then left as it is).
@@ -61,7 +61,7 @@ pub fn decide(all: &[ClusterRole]) -> Vec<ClusterRole> {
 pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     let roles: Api<ClusterRole> = Api::all(client);
     let triggers = vec![changes(roles.clone(), watcher::Config::default())];
-    level_loop("clusterrole-aggregation", triggers, cfg.resync_period, cfg.metrics.clone(), || {
+    whole_world("clusterrole-aggregation", triggers, cfg.resync_period, cfg.metrics.clone(), || {
         let roles = roles.clone();
         async move {
             let all = roles.list(&ListParams::default()).await?.items;

@@ -27,7 +27,7 @@ use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::{CertificateRequest, Signer};
 
 use crate::csr;
-use crate::reconcile::{self, Backoff};
+use crate::runtime::{self, Backoff};
 
 pub const NAME: &str = "csrapproving";
 pub const REASON: &str = "AutoApproved";
@@ -186,7 +186,7 @@ impl Context {
     }
 }
 
-impl reconcile::Context for Context {
+impl runtime::Context for Context {
     fn backoff(&self) -> &Backoff {
         &self.backoff
     }
@@ -247,11 +247,11 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
 /// Run until the task is dropped.
 pub async fn run(
     client: Client,
-    csrs: reconcile::Subscription<CertificateSigningRequest>,
+    csrs: runtime::Subscription<CertificateSigningRequest>,
     cfg: crate::Config,
 ) -> anyhow::Result<()> {
     let ctx = Arc::new(Context::new(client).with_metrics(cfg.metrics.clone()));
-    reconcile::run(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile).await
+    runtime::per_object(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile, futures::stream::pending()).await
 }
 
 #[cfg(test)]

@@ -28,7 +28,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt as _};
 
 use crate::csr;
-use crate::reconcile::{self, Backoff};
+use crate::runtime::{self, Backoff};
 
 pub const NAME: &str = "csrcleaner";
 pub const APPROVED_EXPIRATION: chrono::Duration = chrono::Duration::hours(1);
@@ -117,7 +117,7 @@ impl Context {
     }
 }
 
-impl reconcile::Context for Context {
+impl runtime::Context for Context {
     fn backoff(&self) -> &Backoff {
         &self.backoff
     }
@@ -131,7 +131,7 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
     let now = Utc::now();
     match decide(&obj, now) {
         Decision::Keep => Ok(Action::await_change()),
-        Decision::RecheckAt(t) => Ok(Action::requeue(reconcile::until(t, now, Duration::ZERO) + AFTER_DEADLINE)),
+        Decision::RecheckAt(t) => Ok(Action::requeue(runtime::until(t, now, Duration::ZERO) + AFTER_DEADLINE)),
         Decision::Delete { uid, reason } => {
             let dp = DeleteParams {
                 preconditions: Some(Preconditions { uid: Some(uid), resource_version: None }),
@@ -157,11 +157,11 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
 /// Run until the task is dropped.
 pub async fn run(
     client: Client,
-    csrs: reconcile::Subscription<CertificateSigningRequest>,
+    csrs: runtime::Subscription<CertificateSigningRequest>,
     cfg: crate::Config,
 ) -> anyhow::Result<()> {
     let ctx = Arc::new(Context::new(client));
-    reconcile::run(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile).await
+    runtime::per_object(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile, futures::stream::pending()).await
 }
 
 #[cfg(test)]

@@ -34,7 +34,7 @@ use futures::StreamExt as _;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::PostParams;
-use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::{Api, Client, ResourceExt as _};
@@ -43,7 +43,7 @@ use kustos_crds::certificate_approval_policy::{Compiled, CONDITION_VALID, NODE_U
 use kustos_crds::{CertificateApprovalPolicy, CertificateApprovalPolicySpec, CertificateApprovalPolicyStatus};
 
 use crate::csr;
-use crate::reconcile::{self, Backoff};
+use crate::runtime::{self, Backoff};
 
 pub const NAME: &str = "csrpolicyapproving";
 /// The reason of the Approved condition (as upstream's approver).
@@ -369,7 +369,7 @@ pub struct Context {
     metrics: crate::metrics::Metrics,
 }
 
-impl reconcile::Context for Context {
+impl runtime::Context for Context {
     fn backoff(&self) -> &Backoff {
         &self.backoff
     }
@@ -551,7 +551,7 @@ fn is_not_found(e: &watcher::Error) -> bool {
 /// Run until the task is dropped.
 pub async fn run(
     client: Client,
-    csrs: reconcile::Subscription<CertificateSigningRequest>,
+    csrs: runtime::Subscription<CertificateSigningRequest>,
     cfg: crate::Config,
 ) -> anyhow::Result<()> {
     let policies: Api<CertificateApprovalPolicy> = Api::all(client.clone());
@@ -567,30 +567,10 @@ pub async fn run(
         backoff: Backoff::default(),
         metrics: cfg.metrics.clone(),
     });
-    let metrics = cfg.metrics.clone();
-    let counted = move |obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>| {
-        let metrics = metrics.clone();
-        async move {
-            let res = reconcile(obj, ctx).await;
-            metrics.reconciled(NAME, res.is_ok());
-            res
-        }
-    };
     let watch = watch_policies(policies, writer, ready, trigger);
-    let (changes, reader) = csrs.into_parts();
-    let controller = Controller::for_shared_stream(changes, reader)
-        .with_config(ControllerConfig::default().concurrency(cfg.csr_concurrency))
-        .reconcile_all_on(redecide)
-        .run(counted, reconcile::error_policy(NAME), ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {
-                    tracing::debug!(controller = NAME, error = %e, "controller stream error");
-                }
-            }
-        });
-    tokio::join!(watch, controller);
-    Ok(())
+    let controller = runtime::per_object(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile, redecide);
+    let ((), res) = tokio::join!(watch, controller);
+    res
 }
 
 #[cfg(test)]

@@ -35,7 +35,7 @@ use kustos_ca::csr::{CertificateRequest, Signer};
 
 use crate::ca_files::CaFiles;
 use crate::csr;
-use crate::reconcile::{self, Backoff};
+use crate::runtime::{self, Backoff};
 
 pub const NAME: &str = "csrsigning";
 pub const REASON_VALIDATION_FAILURE: &str = "SignerValidationFailure";
@@ -334,7 +334,7 @@ impl Context {
     }
 }
 
-impl reconcile::Context for Context {
+impl runtime::Context for Context {
     fn backoff(&self) -> &Backoff {
         &self.backoff
     }
@@ -381,7 +381,7 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
 /// checks the files before it starts anything).
 pub async fn run(
     client: Client,
-    csrs: reconcile::Subscription<CertificateSigningRequest>,
+    csrs: runtime::Subscription<CertificateSigningRequest>,
     cfg: crate::Config,
 ) -> anyhow::Result<()> {
     let signers = if cfg.csr_signing.configured().is_empty() {
@@ -407,19 +407,14 @@ pub async fn run(
         futures::future::pending::<()>().await;
         return Ok(());
     };
-    // Aborted when this task ends or is aborted (a leader that stops leading).
-    let _polls: Vec<_> =
-        signers.distinct().into_iter().map(|f| AbortOnDrop(tokio::spawn(f.poll(CA_POLL_INTERVAL)))).collect();
+    // The CA file pollers are part of this controller's future: they end with it.
+    let polls = futures::future::join_all(signers.distinct().into_iter().map(|f| f.poll(CA_POLL_INTERVAL)));
     let ctx = Arc::new(Context::new(client, signers, cfg.csr_signing.duration).with_metrics(cfg.metrics.clone()));
-    reconcile::run(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile).await
-}
-
-/// Aborts the task when dropped.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
+    let controller =
+        runtime::per_object(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile, futures::stream::pending());
+    tokio::select! {
+        res = controller => res,
+        _ = polls => Ok(()),
     }
 }
 

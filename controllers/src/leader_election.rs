@@ -272,6 +272,15 @@ fn stop_grace(cfg: &Config) -> Duration {
     (cfg.lease_duration.saturating_sub(cfg.renew_deadline) / 2).min(Duration::from_secs(1))
 }
 
+/// Aborts its task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Elect, and run `lead` while leading, until `shutdown` completes (then release the lease
 /// and return `Ok`). `lead` gets a future that completes when it must stop; its task is
 /// awaited (and aborted after a short grace) before the lease can expire for others.
@@ -319,16 +328,17 @@ where
         metrics.set_leader(&name, true);
         tracing::info!(lease = %name, identity = %cfg.identity, "successfully acquired the lease; starting the controllers");
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let mut task = Some(tokio::spawn(lead(Box::pin(async move {
+        // Owned by this future: if it is dropped mid-term, the controllers are aborted too.
+        let mut task = Some(AbortOnDrop(tokio::spawn(lead(Box::pin(async move {
             let _ = stop_rx.await;
-        }))));
+        })))));
         // Acquiring was a successful write.
         let mut last_renew = Instant::now();
         let end = loop {
             let sleep = tokio::time::sleep(cfg.retry_period);
             tokio::select! {
                 _ = &mut shutdown => break End::Shutdown,
-                res = async { match task.as_mut() { Some(t) => t.await, None => std::future::pending().await } } => {
+                res = async { match task.as_mut() { Some(t) => (&mut t.0).await, None => std::future::pending().await } } => {
                     task = None;
                     break End::Exited(match res {
                         Ok(Ok(())) => "the controllers stopped".to_string(),
@@ -359,9 +369,9 @@ where
         // before the lease expires for the other replicas.
         let _ = stop_tx.send(());
         if let Some(mut t) = task.take() {
-            if tokio::time::timeout(stop_grace(&cfg), &mut t).await.is_err() {
-                t.abort();
-                let _ = t.await;
+            if tokio::time::timeout(stop_grace(&cfg), &mut t.0).await.is_err() {
+                t.0.abort();
+                let _ = (&mut t.0).await;
             }
         }
         el.leading = false;

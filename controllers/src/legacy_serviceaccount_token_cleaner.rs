@@ -17,7 +17,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Client};
 use serde_json::json;
 
-use crate::runtime::{is_status, level_loop, tolerate_races};
+use crate::runtime::{is_status, tolerate_races, whole_world};
 use crate::serviceaccount_token::{NAME_ANNOTATION, SECRET_TYPE};
 
 pub const TRACKING_NAMESPACE: &str = "kube-system";
@@ -138,7 +138,7 @@ pub fn decide(
 
 pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     let period = cfg.legacy_token_clean_up_period;
-    level_loop("legacy-serviceaccount-token-cleaner", Vec::new(), cfg.legacy_token_sync_interval, cfg.metrics.clone(), || {
+    whole_world("legacy-serviceaccount-token-cleaner", Vec::new(), cfg.legacy_token_sync_interval, cfg.metrics.clone(), || {
         let client = client.clone();
         async move {
             let tracking: Api<ConfigMap> = Api::namespaced(client.clone(), TRACKING_NAMESPACE);

@@ -1,16 +1,23 @@
 //! kustos-controllers: the controllers of kube-controller-manager that kustos runs, each a
-//! pure decision over typed objects (with table tests beside it) plus a thin loop that talks
-//! to any apiserver through a `kube::Client`.
+//! pure decision over typed objects (with table tests beside it) plus a thin registration
+//! with the one controller runtime, talking to any apiserver through a `kube::Client`.
 //!
-//! Most loops are level-triggered: a change to any object it watches (or its resync period)
-//! wakes it, it reads the current state, decides, and applies the decision. That keeps each
-//! controller correct after missed events, restarts and conflicts.
-//!
-//! The CertificateSigningRequest controllers (`csrapproving`: [`csr_approver`], `csrsigning`:
-//! [`csr_signer`], `csrcleaner`: [`csr_cleaner`], `csrpolicyapproving`:
-//! [`csr_policy_approver`], which approves and denies by `CertificateApprovalPolicy`) and
-//! `tokencleaner` ([`token_cleaner`]) reconcile one object at a time instead (kube-runtime's keyed queue): an event costs one
-//! decision about that object, whatever their number.
+//! One runtime ([`runtime`], kube-runtime's `Controller`) runs every controller. A controller
+//! provides a pure `decide()` over typed objects and a thin registration: either
+//! [`runtime::per_object`] (the CSR controllers `csrapproving`: [`csr_approver`],
+//! `csrsigning`: [`csr_signer`], `csrcleaner`: [`csr_cleaner`], `csrpolicyapproving`:
+//! [`csr_policy_approver`], and `tokencleaner`: [`token_cleaner`]), where a change to an
+//! object costs one reconcile of that object, or [`runtime::whole_world`] (the others),
+//! whose one key is requested at start, by every trigger (a watched kind changing, a file
+//! changing) and by the resync period, and which then reads the current state and decides,
+//! so it stays correct after missed events, restarts and conflicts. A trigger arriving while
+//! a reconcile runs queues one more after it; a reconcile that returns a delay runs again
+//! then; a failed one is retried after a per-key backoff that doubles and is forgotten on
+//! success. A registration is a future: whatever else the controller needs (its informer,
+//! CA file pollers, a watch of deletions) is joined into it, never spawned. [`run`] owns
+//! every controller future in one `JoinSet`; at shutdown (or when [`leader_election`] loses
+//! the Lease) it aborts them all and waits until each has ended, so that nothing a
+//! controller started writes afterwards (`shutdown_tests` checks this).
 //!
 //! Every controller counts what it does in the [`metrics::Metrics`] handle of [`Config`]
 //! (served on `/metrics` by `kustos controller-manager`). [`leader_election`] runs [`run`]
@@ -32,11 +39,12 @@ pub mod legacy_serviceaccount_token_cleaner;
 pub mod metrics;
 #[cfg(test)]
 mod mock;
-pub mod reconcile;
 pub mod root_ca_cert_publisher;
 pub mod runtime;
 pub mod serviceaccount;
 pub mod serviceaccount_token;
+#[cfg(test)]
+mod shutdown_tests;
 pub mod token_cleaner;
 
 use std::future::Future;
@@ -150,10 +158,7 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
     let mut tasks = tokio::task::JoinSet::new();
     // One list and watch of CertificateSigningRequests for the CSR controllers.
     let csr_informer = config.controllers.iter().any(|c| c.starts_with("csr")).then(|| {
-        reconcile::SharedInformer::new(
-            kube::Api::all(clients("csr-informer")),
-            kube::runtime::watcher::Config::default(),
-        )
+        runtime::SharedInformer::new(kube::Api::all(clients("csr-informer")), kube::runtime::watcher::Config::default())
     });
     let csrs = || csr_informer.as_ref().map_or_else(|| Err(anyhow::anyhow!("no CSR informer")), |i| i.subscribe());
     for name in &config.controllers {

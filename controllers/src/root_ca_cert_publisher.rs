@@ -11,7 +11,7 @@ use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
-use crate::runtime::{changes, file_changes, level_loop, tolerate_races};
+use crate::runtime::{changes, file_changes, tolerate_races, whole_world};
 use crate::serviceaccount::terminating;
 
 pub const NAME: &str = "kube-root-ca.crt";
@@ -79,7 +79,7 @@ pub async fn run(client: Client, ca_file: PathBuf, cfg: crate::Config) -> anyhow
         changes(configmaps.clone(), watcher::Config::default().fields(&only)),
         file_changes(ca_file.clone(), Duration::from_secs(2)),
     ];
-    level_loop("root-ca-cert-publisher", triggers, cfg.resync_period, cfg.metrics.clone(), || {
+    whole_world("root-ca-cert-publisher", triggers, cfg.resync_period, cfg.metrics.clone(), || {
         let (namespaces, configmaps, client, only, ca_file) =
             (namespaces.clone(), configmaps.clone(), client.clone(), only.clone(), ca_file.clone());
         async move {

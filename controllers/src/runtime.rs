@@ -1,14 +1,50 @@
-//! The loop every controller runs: sync now, then again whenever something it watches
-//! changes or the resync period passes; failures are retried with a growing delay.
+//! The one controller runtime: kube-runtime's `Controller` (its `applier`: a scheduler that
+//! deduplicates requests per key, never runs one key twice at once, runs up to
+//! `concurrency` keys in parallel, and requeues each key after the [`Action`] its reconcile
+//! returned or its error policy chose). Every controller of this crate runs on it, in one of
+//! two registrations:
+//!
+//! - [`per_object`]: the keys are the objects of a [`SharedInformer`]'s store; a change to an
+//!   object costs one reconcile of that object (the CSR controllers, `tokencleaner`).
+//! - [`whole_world`]: one key for the whole controller, for controllers whose decision reads
+//!   everything they watch at once (`serviceaccount`, `root-ca-cert-publisher`, …). Any
+//!   trigger ([`changes`], [`file_changes`]) requests that key; a trigger arriving while a sync
+//!   runs queues exactly one more sync after it (as client-go's workqueue with a single key,
+//!   which is how upstream's bootstrap signer runs).
+//!
+//! Why kube-runtime's `Controller` rather than a loop of our own: it already is client-go's
+//! workqueue (per-key deduplication, no concurrent reconcile of one key, delayed requeues),
+//! the per-object controllers need exactly that, and a whole-world controller is the
+//! one-key case of it; so the scheduling, retry and metrics code exists once.
+//!
+//! Resync and backoff: a successful reconcile returns when to look again ([`Action`]; a
+//! whole-world sync runs again after the resync period at the latest); a failed one is
+//! retried after its key's [`Backoff`] delay (doubling per consecutive failure, forgotten on
+//! success). Each reconcile counts in [`Metrics`] (`kustos_controller_reconciles_total`,
+//! `..._reconcile_errors_total`); per-object controllers also report their queue depth.
+//!
+//! Ownership: a registration is a future, never a spawned task; everything a controller
+//! needs besides (its informer, CA file pollers, a deletion watch) is joined into that same
+//! future. [`crate::run`] owns every controller future in one `JoinSet` and, at shutdown
+//! (or leadership loss), aborts them and awaits their end: when it returns, nothing a
+//! controller started is left running, so nothing writes any more.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Debug;
 use std::future::Future;
+use std::hash::Hash;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use futures::stream::{BoxStream, StreamExt as _};
-use kube::runtime::watcher;
-use kube::runtime::WatchStreamExt as _;
-use kube::{Api, Resource};
+use futures::FutureExt as _;
+use kube::api::ObjectMeta;
+use kube::runtime::controller::{self, Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, store::Writer, ObjectRef, ReflectHandle, Store};
+use kube::runtime::{watcher, WatchStreamExt as _};
+use kube::{Api, Resource, ResourceExt as _};
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::metrics::Metrics;
@@ -19,9 +55,20 @@ pub type Trigger = BoxStream<'static, ()>;
 /// Fires on every change to the objects `api` (filtered by `config`) can see.
 pub fn changes<K>(api: Api<K>, config: watcher::Config) -> Trigger
 where
-    K: Resource + Clone + serde::de::DeserializeOwned + Debug + Send + 'static,
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
     watcher(api, config).default_backoff().map(|_| ()).boxed()
+}
+
+/// Yields every object of `api` (filtered by `config`) that is deleted while it watches.
+pub fn deletions<K>(api: Api<K>, config: watcher::Config) -> BoxStream<'static, K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    watcher(api, config)
+        .default_backoff()
+        .filter_map(|ev| std::future::ready(if let Ok(watcher::Event::Delete(obj)) = ev { Some(obj) } else { None }))
+        .boxed()
 }
 
 /// Fires when the contents of `path` change (polled every `every`).
@@ -38,12 +85,60 @@ pub fn file_changes(path: std::path::PathBuf, every: Duration) -> Trigger {
     .boxed()
 }
 
-const DEBOUNCE: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// Retry delays of a failing whole-world sync.
+const WORLD_BACKOFF_BASE: Duration = Duration::from_millis(250);
+const WORLD_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// Run `sync` until the task is dropped: at once, then after each trigger (changes arriving
-/// within a short window are handled by one sync) or every `period`.
-pub async fn level_loop<F, Fut>(
+/// The one key of a whole-world controller (named after it). It lives only in that
+/// controller's store and is never sent to an apiserver.
+#[derive(Clone, Debug)]
+pub struct World {
+    metadata: ObjectMeta,
+}
+
+impl Resource for World {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "World".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        "controllers.kustos.internal".into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "worlds".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// A failed whole-world sync.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:#}")]
+pub struct SyncError(anyhow::Error);
+
+struct WorldContext {
+    backoff: Backoff,
+}
+
+impl Context for WorldContext {
+    fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
+}
+
+/// Register a whole-world controller: run `sync` at once, then after each trigger (one more
+/// sync covers every trigger that arrived while one ran) or every `period`, until the future
+/// is dropped. See [`whole_world_until`] for a `sync` that knows when to look again.
+pub async fn whole_world<F, Fut>(
     name: &'static str,
     triggers: Vec<Trigger>,
     period: Duration,
@@ -52,20 +147,16 @@ pub async fn level_loop<F, Fut>(
 ) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<()>>,
+    Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    level_loop_until(name, triggers, period, metrics, move || {
-        let fut = sync();
-        async move { fut.await.map(|()| None) }
-    })
-    .await
+    whole_world_until(name, triggers, period, metrics, move || sync().map(|r| r.map(|()| None))).await
 }
 
-/// Like [`level_loop`], for a `sync` that knows when the world changes without an event
+/// Like [`whole_world`], for a `sync` that knows when the world changes without an event
 /// (a token expiring): it returns how soon to run again at the latest (`None`: `period`).
 ///
 /// Each sync counts as one reconcile of `name` in `metrics`.
-pub async fn level_loop_until<F, Fut>(
+pub async fn whole_world_until<F, Fut>(
     name: &'static str,
     triggers: Vec<Trigger>,
     period: Duration,
@@ -74,39 +165,102 @@ pub async fn level_loop_until<F, Fut>(
 ) -> anyhow::Result<()>
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<Option<Duration>>>,
+    Fut: Future<Output = anyhow::Result<Option<Duration>>> + Send + 'static,
 {
-    // Ended trigger streams (or none at all) must not wake the loop.
-    let mut merged = futures::stream::select_all(triggers).chain(futures::stream::pending());
-    let mut backoff = Duration::from_millis(250);
-    loop {
-        let result = sync().await;
-        metrics.reconciled(name, result.is_ok());
-        let wait = match result {
-            Ok(next) => {
-                backoff = Duration::from_millis(250);
-                next.map_or(period, |n| n.min(period))
-            }
-            Err(e) => {
-                tracing::warn!(controller = name, error = %e, "sync failed; retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-        };
-        tokio::select! {
-            _ = merged.next() => {}
-            _ = tokio::time::sleep(wait) => {}
+    let world = World { metadata: ObjectMeta { name: Some(name.to_string()), ..Default::default() } };
+    let (store, mut writer) = reflector::store::<World>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    writer.apply_watcher_event(&watcher::Event::InitApply(world.clone()));
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    let key = ObjectRef::from_obj(&world);
+    // Once at start, then on every trigger; ended trigger streams (or none at all) must not
+    // end the queue (that would shut the controller down).
+    let queue = futures::stream::once(std::future::ready(()))
+        .chain(futures::stream::select_all(triggers))
+        .chain(futures::stream::pending())
+        .map(move |()| Ok::<_, std::convert::Infallible>(key.clone()));
+    let ctx = Arc::new(WorldContext { backoff: Backoff::new(WORLD_BACKOFF_BASE, WORLD_BACKOFF_MAX) });
+    let reconcile = move |_: Arc<World>, ctx: Arc<WorldContext>| -> BoxFuture<'static, Result<Action, SyncError>> {
+        let fut = sync();
+        async move {
+            let next = fut.await.map_err(SyncError)?;
+            ctx.backoff.forget(name);
+            Ok(Action::requeue(next.map_or(period, |n| n.min(period))))
         }
-        let window = tokio::time::sleep(DEBOUNCE);
-        tokio::pin!(window);
-        loop {
-            tokio::select! {
-                _ = merged.next() => {}
-                _ = &mut window => break,
-            }
+        .boxed()
+    };
+    drive(
+        name,
+        None,
+        controller::applier(
+            counted(name, &metrics, None, reconcile),
+            error_policy(name),
+            ctx,
+            store,
+            queue,
+            ControllerConfig::default(),
+        ),
+    )
+    .await;
+    Ok(())
+}
+
+/// Wrap `reconcile` to count each run in `metrics` (and take its key off the queue depth).
+fn counted<K, C, E, F, Fut>(
+    name: &'static str,
+    metrics: &Metrics,
+    queue: Option<Queue>,
+    mut reconcile: F,
+) -> impl FnMut(Arc<K>, Arc<C>) -> BoxFuture<'static, Result<Action, E>>
+where
+    K: Resource,
+    F: FnMut(Arc<K>, Arc<C>) -> Fut,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
+    let metrics = metrics.clone();
+    move |obj: Arc<K>, ctx: Arc<C>| {
+        if let Some(q) = &queue {
+            q.done(&key(obj.meta().namespace.as_deref(), &obj.name_any()));
         }
+        let fut = reconcile(obj, ctx);
+        let metrics = metrics.clone();
+        async move {
+            let res = fut.await;
+            metrics.reconciled(name, res.is_ok());
+            res
+        }
+        .boxed()
     }
+}
+
+/// Consume a controller's result stream until it ends (it ends only with its queue).
+async fn drive<K, E, QE>(
+    name: &'static str,
+    queue: Option<Queue>,
+    results: impl futures::Stream<Item = Result<(ObjectRef<K>, Action), controller::Error<E, QE>>>,
+) where
+    K: Resource,
+    E: std::error::Error + 'static,
+    QE: std::error::Error + 'static,
+{
+    results
+        .for_each(|res| {
+            let queue = queue.clone();
+            async move {
+                // Reconcile errors were handled by the error policy; what is left here are
+                // queue errors (e.g. an object gone from the store), which need nothing.
+                match res {
+                    Err(controller::Error::ObjectNotFound(r)) => {
+                        if let Some(q) = queue {
+                            q.done(&key(r.namespace.as_deref(), &r.name));
+                        }
+                    }
+                    Err(controller::Error::ReconcilerFailed(..)) | Ok(_) => {}
+                    Err(e) => tracing::debug!(controller = name, error = %e, "controller stream error"),
+                }
+            }
+        })
+        .await;
 }
 
 /// Whether a kube error is the apiserver saying `code`.
@@ -128,23 +282,284 @@ pub fn merge_patch(v: Value) -> kube::api::Patch<Value> {
     kube::api::Patch::Merge(v)
 }
 
+/// Per-object retry delays: `base`, doubled at each consecutive failure, at most `max`.
+#[derive(Debug)]
+pub struct Backoff {
+    base: Duration,
+    max: Duration,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+/// Objects tracked at most; past this the record is reset (delays start over).
+const BACKOFF_MAX_TRACKED: usize = 100_000;
+
+impl Backoff {
+    pub fn new(base: Duration, max: Duration) -> Self {
+        Backoff { base, max, failures: Mutex::new(HashMap::new()) }
+    }
+
+    /// The delay before retrying `key`, counting this failure.
+    pub fn next(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if failures.len() >= BACKOFF_MAX_TRACKED && !failures.contains_key(key) {
+            failures.clear();
+        }
+        let n = failures.entry(key.to_string()).or_insert(0);
+        let delay = self.base.saturating_mul(2u32.saturating_pow(*n)).min(self.max);
+        *n = n.saturating_add(1);
+        delay
+    }
+
+    /// `key` succeeded (or no longer needs retrying).
+    pub fn forget(&self, key: &str) {
+        self.failures.lock().unwrap_or_else(|e| e.into_inner()).remove(key);
+    }
+}
+
+impl Default for Backoff {
+    /// 100 ms doubling up to 1000 s (client-go's item limiter caps at 1000 s too).
+    fn default() -> Self {
+        Backoff::new(Duration::from_millis(100), Duration::from_secs(1000))
+    }
+}
+
+/// What every per-object controller context offers the runner.
+pub trait Context: Send + Sync + 'static {
+    fn backoff(&self) -> &Backoff;
+}
+
+/// One list and watch of `K`, shared by the controllers that [`subscribe`](Self::subscribe)
+/// before it [runs](Self::run).
+pub struct SharedInformer<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    api: Api<K>,
+    wc: watcher::Config,
+    reader: Store<K>,
+    writer: Writer<K>,
+}
+
+/// What a controller gets from a [`SharedInformer`]: the store and its stream of changes.
+pub struct Subscription<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    changes: ReflectHandle<K>,
+    reader: Store<K>,
+}
+
+impl<K> Subscription<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+{
+    /// The stream of changes and the store, for a controller that builds its own loop.
+    pub fn into_parts(self) -> (ReflectHandle<K>, Store<K>) {
+        (self.changes, self.reader)
+    }
+}
+
+/// Changes a subscriber may lag behind before the watch waits for it.
+const SHARED_BUFFER: usize = 4096;
+
+impl<K> SharedInformer<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
+{
+    pub fn new(api: Api<K>, wc: watcher::Config) -> Self {
+        let (reader, writer) = reflector::store_shared(SHARED_BUFFER);
+        SharedInformer { api, wc, reader, writer }
+    }
+
+    pub fn subscribe(&self) -> anyhow::Result<Subscription<K>> {
+        let changes =
+            self.writer.subscribe().ok_or_else(|| anyhow::anyhow!("the informer's store cannot be subscribed to"))?;
+        Ok(Subscription { changes, reader: self.reader.clone() })
+    }
+
+    /// List and watch until the future is dropped (watch errors are retried with a backoff).
+    pub async fn run(self) -> anyhow::Result<()> {
+        watcher(self.api, self.wc)
+            .default_backoff()
+            .reflect_shared(self.writer)
+            .for_each(|ev| async move {
+                if let Err(e) = ev {
+                    tracing::debug!(error = %e, "shared informer watch error; retrying");
+                }
+            })
+            .await;
+        Ok(())
+    }
+}
+
+/// Register a per-object controller: reconcile every object of `source` until the future is
+/// dropped, and every object at once each time `redo_all` fires (pass
+/// `futures::stream::pending()` when nothing but the objects matters). An error from
+/// `reconcile` is logged and the object is retried after its [`Backoff`] delay.
+///
+/// Each reconcile is counted in `metrics` (`kustos_controller_reconciles_total`, and
+/// `..._reconcile_errors_total` when it fails), and the objects changed and not yet
+/// reconciled are its `kustos_controller_queue_depth` (requeues waiting for their delay are
+/// not, as upstream's workqueue depth leaves out its delayed items).
+pub async fn per_object<K, C, E, F, Fut>(
+    name: &'static str,
+    source: Subscription<K>,
+    concurrency: u16,
+    metrics: &Metrics,
+    ctx: Arc<C>,
+    reconcile: F,
+    redo_all: impl futures::Stream<Item = ()> + Send + 'static,
+) -> anyhow::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Debug + Unpin,
+    C: Context,
+    E: std::error::Error + Send + 'static,
+    F: FnMut(Arc<K>, Arc<C>) -> Fut,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
+    let queue = Queue::new(name, metrics.clone());
+    let changes = {
+        let queue = queue.clone();
+        source.changes.inspect(move |obj| queue.add(key(obj.namespace().as_deref(), &obj.name_any())))
+    };
+    let results = Controller::for_shared_stream(changes, source.reader)
+        .with_config(ControllerConfig::default().concurrency(concurrency))
+        .reconcile_all_on(redo_all)
+        .run(counted(name, metrics, Some(queue.clone()), reconcile), error_policy(name), ctx);
+    drive(name, Some(queue), results).await;
+    Ok(())
+}
+
+/// [`per_object`] over a list and watch of its own (`api`, filtered by `wc`), joined into the
+/// same future.
+pub async fn per_object_watching<K, C, E, F, Fut>(
+    name: &'static str,
+    api: Api<K>,
+    wc: watcher::Config,
+    metrics: &Metrics,
+    ctx: Arc<C>,
+    reconcile: F,
+) -> anyhow::Result<()>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Debug + Unpin + Send + Sync,
+    C: Context,
+    E: std::error::Error + Send + 'static,
+    F: FnMut(Arc<K>, Arc<C>) -> Fut,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
+    let informer = SharedInformer::new(api, wc);
+    let source = informer.subscribe()?;
+    let controller = per_object(name, source, 1, metrics, ctx, reconcile, futures::stream::pending());
+    tokio::try_join!(informer.run(), controller).map(|_| ())
+}
+
+/// What a failed reconcile does: log, and retry the object after its [`Backoff`] delay.
+pub fn error_policy<K, E, C>(name: &'static str) -> impl Fn(Arc<K>, &E, Arc<C>) -> Action
+where
+    K: Resource,
+    E: std::error::Error,
+    C: Context,
+{
+    move |obj: Arc<K>, err: &E, ctx: Arc<C>| {
+        let delay = ctx.backoff().next(&obj.name_any());
+        tracing::warn!(controller = name, object = %obj.name_any(), error = %err, retry_in = ?delay, "reconcile failed");
+        Action::requeue(delay)
+    }
+}
+
+fn key(namespace: Option<&str>, name: &str) -> String {
+    match namespace {
+        Some(ns) => format!("{ns}/{name}"),
+        None => name.to_string(),
+    }
+}
+
+/// The keys changed and not yet picked up by a reconcile (the queue depth metric).
+#[derive(Clone)]
+struct Queue {
+    name: &'static str,
+    metrics: Metrics,
+    keys: Arc<Mutex<HashSet<String>>>,
+}
+
+impl Queue {
+    fn new(name: &'static str, metrics: Metrics) -> Self {
+        metrics.set_queue_depth(name, 0);
+        Queue { name, metrics, keys: Arc::default() }
+    }
+
+    fn add(&self, key: String) {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.insert(key);
+        self.metrics.set_queue_depth(self.name, keys.len());
+    }
+
+    fn done(&self, key: &str) {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.remove(key);
+        self.metrics.set_queue_depth(self.name, keys.len());
+    }
+}
+
+/// The delay until `deadline`, at least `min` (for requeues at a wall-clock time).
+pub fn until(deadline: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chrono::Utc>, min: Duration) -> Duration {
+    (deadline - now).to_std().unwrap_or(Duration::ZERO).max(min)
+}
+
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
     use super::*;
 
-    /// On Tokio's paused clock: each sync runs when the previous one asked (plus the debounce
-    /// window), never later than the period.
+    #[test]
+    fn backoff_doubles_per_object_caps_and_forgets() {
+        let b = Backoff::new(Duration::from_millis(100), Duration::from_secs(1));
+        let ms = |d: Duration| d.as_millis();
+        // name, key, wanted delay (ms); in order, on one Backoff.
+        let steps: &[(&str, &str, u128)] = &[
+            ("first failure", "a", 100),
+            ("second", "a", 200),
+            ("third", "a", 400),
+            ("another object starts over", "b", 100),
+            ("fourth", "a", 800),
+            ("capped", "a", 1000),
+            ("still capped", "a", 1000),
+        ];
+        for (name, key, want) in steps {
+            assert_eq!(ms(b.next(key)), *want, "{name}");
+        }
+        b.forget("a");
+        assert_eq!(ms(b.next("a")), 100, "forgotten: starts over");
+        assert_eq!(ms(b.next("b")), 200, "the other object kept its count");
+    }
+
+    #[test]
+    fn until_a_deadline() {
+        use chrono::TimeZone as _;
+        let now = chrono::Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
+        let min = Duration::from_secs(1);
+        let cases: &[(&str, i64, u64)] = &[("in an hour", 3600, 3600), ("past: the minimum", -10, 1), ("now", 0, 1)];
+        for (name, secs, want) in cases {
+            assert_eq!(until(now + chrono::Duration::seconds(*secs), now, min).as_secs(), *want, "{name}");
+        }
+    }
+
+    /// On Tokio's paused clock: each sync runs when the previous one asked, never later than
+    /// the period.
     #[tokio::test(start_paused = true)]
-    async fn level_loop_until_wakes_when_asked_and_at_the_period() {
+    async fn whole_world_until_wakes_when_asked_and_at_the_period() {
         let period = Duration::from_secs(300);
         let asks = [Some(Duration::from_secs(10)), Some(Duration::from_secs(900)), None, None];
         let seen: Arc<Mutex<Vec<tokio::time::Instant>>> = Arc::default();
         let start = tokio::time::Instant::now();
         let task = tokio::spawn({
             let seen = seen.clone();
-            level_loop_until("test", Vec::new(), period, Metrics::default(), move || {
+            whole_world_until("test", Vec::new(), period, Metrics::default(), move || {
                 let seen = seen.clone();
                 async move {
                     let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
@@ -162,9 +577,9 @@ mod tests {
             offsets,
             vec![
                 ms(0),
-                ms(10_000 + 100),                       // asked for 10 s
-                ms(10_000 + 100 + 300_000 + 100),       // asked for 900 s: the period wins
-                ms(10_000 + 100 + 2 * (300_000 + 100)), // nothing asked: the period
+                ms(10_000),           // asked for 10 s
+                ms(10_000 + 300_000), // asked for 900 s: the period wins
+                ms(10_000 + 600_000), // nothing asked: the period
             ],
             "sync times"
         );

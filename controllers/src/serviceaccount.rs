@@ -8,7 +8,7 @@ use kube::api::{ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
-use crate::runtime::{changes, level_loop, tolerate_races};
+use crate::runtime::{changes, tolerate_races, whole_world};
 
 pub const DEFAULT_NAME: &str = "default";
 
@@ -41,7 +41,7 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
         changes(namespaces.clone(), watcher::Config::default()),
         changes(accounts.clone(), watcher::Config::default().fields(&only_default)),
     ];
-    level_loop("serviceaccount", triggers, cfg.resync_period, cfg.metrics.clone(), || {
+    whole_world("serviceaccount", triggers, cfg.resync_period, cfg.metrics.clone(), || {
         let (namespaces, accounts, client, only_default) =
             (namespaces.clone(), accounts.clone(), client.clone(), only_default.clone());
         async move {

@@ -17,10 +17,9 @@ use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::ByteString;
 use kube::api::{DeleteParams, ListParams, PostParams, Preconditions};
 use kube::runtime::watcher;
-use kube::runtime::WatchStreamExt as _;
 use kube::{Api, Client};
 
-use crate::runtime::{changes, level_loop, tolerate_races};
+use crate::runtime::{changes, deletions, tolerate_races, whole_world};
 use crate::TokenGenerator;
 
 pub const SECRET_TYPE: &str = "kubernetes.io/service-account-token";
@@ -141,12 +140,15 @@ pub async fn run(
     let accounts: Api<ServiceAccount> = Api::all(client.clone());
     let secrets: Api<Secret> = Api::all(client.clone());
     let token_type = format!("type={SECRET_TYPE}");
-    tokio::spawn(remove_references(client.clone(), secrets.clone(), token_type.clone()));
+    // Part of this controller's future (not a task of its own): it stops with the controller,
+    // so a new term of leadership does not start a second copy beside a left-over one.
+    let deleted =
+        remove_references(client.clone(), deletions(secrets.clone(), watcher::Config::default().fields(&token_type)));
     let triggers = vec![
         changes(accounts.clone(), watcher::Config::default()),
         changes(secrets.clone(), watcher::Config::default().fields(&token_type)),
     ];
-    level_loop("serviceaccount-token", triggers, cfg.resync_period, cfg.metrics.clone(), || {
+    let sync = whole_world("serviceaccount-token", triggers, cfg.resync_period, cfg.metrics.clone(), || {
         let (accounts, secrets, client, gen, ca_file, token_type) =
             (accounts.clone(), secrets.clone(), client.clone(), gen.clone(), ca_file.clone(), token_type.clone());
         async move {
@@ -174,7 +176,10 @@ pub async fn run(
                             let sa_name = annotation(&secret, NAME_ANNOTATION).unwrap_or_default().to_string();
                             let secret_uid = secret.metadata.uid.clone().unwrap_or_default();
                             let token = gen.legacy_token(&ns, &sa_name, &account_uid, &name, &secret_uid)?;
-                            secret.data.get_or_insert_with(Default::default).insert("token".into(), ByteString(token.into_bytes()));
+                            secret
+                                .data
+                                .get_or_insert_with(Default::default)
+                                .insert("token".into(), ByteString(token.into_bytes()));
                         }
                         let api: Api<Secret> = Api::namespaced(client.clone(), &ns);
                         tolerate_races(api.replace(&name, &PostParams::default(), &secret).await)?;
@@ -184,15 +189,16 @@ pub async fn run(
             }
             Ok(())
         }
-    })
-    .await
+    });
+    tokio::select! {
+        res = sync => res,
+        () = deleted => Ok(()),
+    }
 }
 
 /// On every deleted token Secret: drop it from its account's `.secrets`.
-async fn remove_references(client: Client, secrets: Api<Secret>, token_type: String) {
-    let mut events = watcher(secrets, watcher::Config::default().fields(&token_type)).default_backoff().boxed();
-    while let Some(ev) = events.next().await {
-        let Ok(watcher::Event::Delete(secret)) = ev else { continue };
+async fn remove_references(client: Client, mut deleted: futures::stream::BoxStream<'static, Secret>) {
+    while let Some(secret) = deleted.next().await {
         let (Some(ns), Some(name), Some(sa)) = (
             secret.metadata.namespace.as_deref(),
             secret.metadata.name.as_deref(),

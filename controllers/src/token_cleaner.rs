@@ -2,7 +2,7 @@
 //! `bootstrap.kubernetes.io/token`) once their `expiration` has passed; an unparsable
 //! `expiration` counts as passed, a missing one never does.
 //!
-//! Each Secret is reconciled on its own (a keyed queue: `kube::runtime::Controller`) when it
+//! Each Secret is reconciled on its own ([`crate::runtime::per_object_watching`]) when it
 //! is added or changed. One that is still valid is queued again for the moment it expires
 //! (at most [`MAX_RECHECK`] ahead, then again), so every token is re-checked exactly when it
 //! expires rather than by a periodic sweep of all of them. The delete carries the Secret's
@@ -13,15 +13,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Preconditions};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
 use crate::bootstrap_tokens::{expiration, is_token_secret, Expiration, NAMESPACE, SECRET_TYPE};
-use crate::runtime::is_status;
+use crate::runtime::{self, is_status, Backoff};
 
 /// The furthest ahead a re-check is queued: tokens living longer are looked at again after
 /// this and then at their expiration (timer queues cannot hold arbitrarily distant times).
@@ -70,6 +69,14 @@ pub enum Error {
 struct Context {
     secrets: Api<Secret>,
     metrics: crate::metrics::Metrics,
+    /// A failed delete is retried after [`RETRY`], every time.
+    backoff: Backoff,
+}
+
+impl runtime::Context for Context {
+    fn backoff(&self) -> &Backoff {
+        &self.backoff
+    }
 }
 
 async fn reconcile(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -96,33 +103,15 @@ async fn reconcile(secret: Arc<Secret>, ctx: Arc<Context>) -> Result<Action, Err
     }
 }
 
-fn error_policy(_secret: Arc<Secret>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(controller = "tokencleaner", error = %error, "retrying");
-    Action::requeue(RETRY)
-}
-
 pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     let secrets: Api<Secret> = Api::namespaced(client, NAMESPACE);
-    let only_tokens = format!("type={SECRET_TYPE}");
-    Controller::new(secrets.clone(), watcher::Config::default().fields(&only_tokens))
-        .run(reconcile, error_policy, Arc::new(Context { secrets, metrics: cfg.metrics.clone() }))
-        .for_each(|result| async {
-            match &result {
-                Ok(_) => cfg.metrics.reconciled("tokencleaner", true),
-                Err(kube::runtime::controller::Error::ReconcilerFailed(..)) => {
-                    cfg.metrics.reconciled("tokencleaner", false)
-                }
-                Err(_) => {}
-            }
-            if let Err(e) = result {
-                // Reconcile failures were logged by the error policy; this is the watch.
-                if !matches!(e, kube::runtime::controller::Error::ReconcilerFailed(..)) {
-                    tracing::debug!(controller = "tokencleaner", error = %e, "controller event");
-                }
-            }
-        })
-        .await;
-    Ok(())
+    let only_tokens = watcher::Config::default().fields(&format!("type={SECRET_TYPE}"));
+    let ctx = Arc::new(Context {
+        secrets: secrets.clone(),
+        metrics: cfg.metrics.clone(),
+        backoff: Backoff::new(RETRY, RETRY),
+    });
+    runtime::per_object_watching("tokencleaner", secrets, only_tokens, &cfg.metrics, ctx, reconcile).await
 }
 
 #[cfg(test)]
