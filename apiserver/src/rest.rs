@@ -794,7 +794,12 @@ pub fn name_rule(def: &ResourceDef) -> fn(&str) -> Vec<String> {
     }
 }
 
+/// The one 422 `Invalid` for every field error found, or a 500 when one of them is the
+/// server's (a stored object that does not decode: [`FieldError::internal`]).
 fn invalid(def: &ResourceDef, obj: &Value, errs: Vec<FieldError>) -> ApiError {
+    if let Some(e) = errs.iter().find(|e| e.reason == crate::error::INTERNAL_ERROR) {
+        return ApiError::internal(e.render());
+    }
     ApiError::invalid(def.group, def.kind, meta::name(obj), errs)
 }
 
@@ -1489,12 +1494,31 @@ pub fn apiserver_user() -> UserInfo {
     }
 }
 
-/// One write (`create`, `update`, or else `delete`) through the REST handlers as the
-/// apiserver itself: the same defaults, validation and admission as a client's write.
+/// A write the apiserver makes itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    Create,
+    Update,
+    Delete,
+}
+
+impl Write {
+    /// The request verb.
+    pub fn verb(self) -> &'static str {
+        match self {
+            Write::Create => "create",
+            Write::Update => "update",
+            Write::Delete => "delete",
+        }
+    }
+}
+
+/// One write through the REST handlers as the apiserver itself: the same defaults,
+/// validation and admission as a client's write.
 pub async fn write_as_apiserver(
     state: &Arc<AppState>,
     def: &ResourceDef,
-    verb: &str,
+    write: Write,
     namespace: &str,
     name: &str,
     subresource: &str,
@@ -1503,22 +1527,22 @@ pub async fn write_as_apiserver(
     let user = apiserver_user();
     let info = RequestInfo {
         is_resource_request: true,
-        verb: verb.into(),
+        verb: write.verb().into(),
         api_prefix: if def.group.is_empty() { "api".into() } else { "apis".into() },
         api_group: def.group.into(),
         api_version: def.version.into(),
         resource: def.resource.into(),
         subresource: subresource.into(),
         namespace: namespace.into(),
-        name: if verb == "create" { String::new() } else { name.into() },
+        name: if write == Write::Create { String::new() } else { name.into() },
         ..Default::default()
     };
     let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
     let bytes = Bytes::from(body.to_string());
-    match verb {
-        "create" => create(&call, &bytes, "application/json").await.map(|_| ()),
-        "update" => update(&call, &bytes, "application/json").await.map(|_| ()),
-        _ => delete(&call, &bytes, "application/json").await.map(|_| ()),
+    match write {
+        Write::Create => create(&call, &bytes, "application/json").await.map(|_| ()),
+        Write::Update => update(&call, &bytes, "application/json").await.map(|_| ()),
+        Write::Delete => delete(&call, &bytes, "application/json").await.map(|_| ()),
     }
 }
 
