@@ -520,6 +520,34 @@ impl Strategy for CertificateSigningRequestStrategy {
         typed_roundtrip::<Csr>(obj)
     }
 
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
+    /// The requester's identity, from the request's user (upstream's PrepareForCreate).
+    fn prepare_for_create_by(&self, obj: &mut Value, user: &crate::authn::UserInfo) {
+        if !obj.get("spec").is_some_and(Value::is_object) {
+            obj["spec"] = json!({});
+        }
+        let spec = &mut obj["spec"];
+        spec["username"] = json!(user.name);
+        if user.uid.is_empty() {
+            if let Some(m) = spec.as_object_mut() {
+                m.remove("uid");
+            }
+        } else {
+            spec["uid"] = json!(user.uid);
+        }
+        spec["groups"] = json!(user.groups);
+        if user.extra.is_empty() {
+            if let Some(m) = spec.as_object_mut() {
+                m.remove("extra");
+            }
+        } else {
+            spec["extra"] = json!(user.extra);
+        }
+    }
+
     fn prepare_for_create(&self, obj: &mut Value) {
         // The requester's identity is filled in afterwards from the request's user.
         if let Some(Value::Object(spec)) = obj.as_object_mut().and_then(|m| m.get_mut("spec")) {

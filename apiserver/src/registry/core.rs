@@ -169,6 +169,25 @@ impl Strategy for NamespaceStrategy {
         typed_roundtrip::<corev1::Namespace>(obj)
     }
 
+    fn role(&self) -> super::Role {
+        super::Role::Namespace
+    }
+
+    fn name_rule(&self) -> super::NameRule {
+        validation::is_dns1123_label
+    }
+
+    fn merge_keys(&self) -> super::MergeKeys {
+        &[(&["status", "conditions"], crate::patch::ListStrategy::MergeByKey("type"))]
+    }
+
+    fn mark_deleting(&self, obj: &mut Value) {
+        if !obj.get("status").is_some_and(Value::is_object) {
+            obj["status"] = json!({});
+        }
+        obj["status"]["phase"] = json!("Terminating");
+    }
+
     fn prepare_for_create(&self, obj: &mut Value) {
         force_name_label(obj);
         if let Some(m) = obj.as_object_mut() {
@@ -538,6 +557,15 @@ impl Strategy for ServiceAccountStrategy {
         typed_roundtrip::<corev1::ServiceAccount>(obj)
     }
 
+    fn merge_keys(&self) -> super::MergeKeys {
+        &[(&["secrets"], crate::patch::ListStrategy::MergeByKey("name"))]
+    }
+
+    fn create_handler(&self, sub: &str) -> Option<super::CreateHandler> {
+        (sub == "token")
+            .then_some(|c, body, content_type| Box::pin(crate::serviceaccount::token_request(c, body, content_type)))
+    }
+
     fn prepare_for_create(&self, obj: &mut Value) {
         clean_secret_references(obj);
     }
@@ -586,6 +614,10 @@ pub(crate) fn is_zero_time(v: Option<&Value>) -> bool {
 }
 
 impl Strategy for EventStrategy {
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
     fn name_column_last(&self) -> bool {
         true
     }

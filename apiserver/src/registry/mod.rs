@@ -42,12 +42,67 @@ pub struct Column {
     pub priority: u32,
 }
 
+/// What a kind is to the generic request path, beyond its rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// An ordinary object.
+    #[default]
+    Object,
+    /// The kind whose objects are the namespaces: cluster-scoped but named where a namespace
+    /// goes in the URL (`/api/v1/namespaces/<name>`), always deleted gracefully (its content
+    /// first, by `crate::gc`; the object goes when its finalizers are gone through
+    /// `/finalize`), no `deletecollection`; NamespaceLifecycle admission looks them up.
+    Namespace,
+}
+
+/// A name rule (upstream's per-kind `ValidateName`): the problems with a name.
+pub type NameRule = fn(&str) -> Vec<String>;
+
+/// Strategic-merge-patch list strategies by field path (`patchMergeKey` of the Go types).
+pub type MergeKeys = &'static [(&'static [&'static str], crate::patch::ListStrategy)];
+
+/// The handler of a subresource whose only verb is `create` and which is not stored
+/// (a ServiceAccount's `token`: TokenRequest).
+pub type CreateHandler = for<'a> fn(
+    &'a crate::rest::Call<'a>,
+    &'a bytes::Bytes,
+    &'a str,
+) -> futures::future::BoxFuture<'a, crate::error::Result<crate::rest::Reply>>;
+
 /// The rules for one kind. Every method has no I/O.
 pub trait Strategy: Send + Sync + 'static {
     /// Decode the object into its typed form and back: Ok(pruned) with unknown fields removed,
     /// Err(message) if a known field has the wrong type (→ 400 BadRequest).
     /// The caller compares input and output to find unknown fields (fieldValidation).
     fn roundtrip(&self, obj: &Value) -> Result<Value, String>;
+
+    /// The handler of a create-only subresource (see [`CreateHandler`]); None: `sub` is an
+    /// ordinary subresource of the stored object (`status`, `approval`, `finalize`).
+    fn create_handler(&self, _sub: &str) -> Option<CreateHandler> {
+        None
+    }
+
+    /// See [`Role`].
+    fn role(&self) -> Role {
+        Role::Object
+    }
+
+    /// The rule for `metadata.name` (default: a DNS-1123 subdomain).
+    fn name_rule(&self) -> NameRule {
+        crate::validation::is_dns1123_subdomain
+    }
+
+    /// List merge keys for strategic merge patch, beyond the defaults of `crate::patch`.
+    fn merge_keys(&self) -> MergeKeys {
+        &[]
+    }
+
+    /// On create, after [`Strategy::prepare_for_create`]: what the kind records about the
+    /// requester (a CertificateSigningRequest's `spec.username`, `groups`...).
+    fn prepare_for_create_by(&self, _obj: &mut Value, _requester: &crate::authn::UserInfo) {}
+
+    /// When an object is marked for deletion (gets its `deletionTimestamp`).
+    fn mark_deleting(&self, _obj: &mut Value) {}
 
     /// Defaults and server-owned fields on create (e.g. clear `status` when the kind has a
     /// status subresource). Metadata (uid, timestamps, generation) is done by the caller.

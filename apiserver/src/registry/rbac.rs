@@ -192,6 +192,10 @@ fn created_at(obj: &Value) -> Value {
 }
 
 impl Strategy for RoleStrategy {
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
     fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
         typed_roundtrip::<rbacv1::Role>(obj)
     }
@@ -211,6 +215,10 @@ impl Strategy for RoleStrategy {
 }
 
 impl Strategy for ClusterRoleStrategy {
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
     fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
         typed_roundtrip::<rbacv1::ClusterRole>(obj)
     }
@@ -377,6 +385,10 @@ fn binding_cells(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
 }
 
 impl Strategy for RoleBindingStrategy {
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
     fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
         typed_roundtrip::<rbacv1::RoleBinding>(obj)
     }
@@ -415,6 +427,10 @@ impl Strategy for RoleBindingStrategy {
 }
 
 impl Strategy for ClusterRoleBindingStrategy {
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
     fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
         typed_roundtrip::<rbacv1::ClusterRoleBinding>(obj)
     }
