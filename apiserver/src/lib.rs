@@ -9,6 +9,7 @@
 //!  → authorization (authz.rs: system:masters, then RBAC (rbac/); deny by default → 403)
 //!  → dispatch: discovery.rs, openapi.rs, health.rs, or the REST handlers (rest.rs, watch.rs)
 //!      → registry strategy (registry/: defaults, validation, subresources, Table columns)
+//!      → admission (admission.rs: the ordered chain of named plugins)
 //!      → storage (storage/: revisioned KV with compare-and-swap, history and watch)
 //! ```
 //!

@@ -5,14 +5,21 @@
 //! selectable fields and Table columns. The generic REST handlers (`crate::rest`) do the I/O
 //! and call these hooks in a fixed order:
 //!
-//! create:  decode → `prepare_for_create` → generic metadata → `validate` → store
+//! create:  decode → `prepare_for_create` → `prepare_for_create_by(requester)` → generic
+//!          metadata → `validate` (one 422 with every field error) → admission → store
 //! update:  decode → `prepare_for_update(new, old)` → generic metadata → `validate` +
-//!          `validate_update(new, old)` → store
+//!          `validate_update(new, old)` → admission → store
 //! subresource (status, approval): `prepare_for_subresource(sub, new, old)` →
-//!          `validate` + `validate_subresource(sub, new, old)` → store
+//!          `validate` + `validate_subresource(sub, new, old)` → admission → store
+//!
+//! Everything kind-specific the generic path needs is asked of the strategy, never decided
+//! by group or resource name: the kind's [`Role`] (namespaces), its name rule, its
+//! strategic-merge-patch keys, its create-only subresources ([`CreateHandler`]), its Table.
+//! Admission plugins (`crate::admission`) say themselves which kinds they handle.
 //!
 //! Objects are `serde_json::Value`s in their wire form; strategies decode into the
-//! `k8s-openapi` types where typing helps (validation, unknown-field detection).
+//! `k8s-openapi` types where typing helps (validation, unknown-field detection). Validation
+//! fails closed: an object that does not decode is invalid ([`decode`], [`decode_update`]).
 
 pub mod apiextensions;
 pub mod certificates;
