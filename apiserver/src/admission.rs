@@ -1,25 +1,43 @@
-//! Validating admission: checks that need more than the object itself (the requester's
-//! rights, other objects), run after the strategy's validation and before the write.
+//! Admission: an ordered chain of named plugins, as upstream's (`k8s.io/apiserver/pkg/admission`),
+//! for the checks that need more than the object itself (the requester's rights, other
+//! objects). The generic REST handlers call the chain; each plugin says which kinds and
+//! operations it [`Plugin::handles`].
 //!
-//! - RBAC escalation prevention on roles, clusterroles, rolebindings, clusterrolebindings
-//!   (`crate::rbac::escalation`).
-//! - CertificateSigningRequests, as upstream's admission plugins: CertificateApproval (a write
-//!   to `/approval` needs verb `approve` on `signers` for the signerName or `<domain>/*`),
-//!   CertificateSigning (changing `status.certificate` through `/status` needs `sign`),
-//!   CertificateSubjectRestriction (no `system:masters` in a `kube-apiserver-client` request).
+//! Order ([`chain`]), each plugin in the phases it takes part in:
 //!
-//! [`restrict_read`] applies to reads: a bootstrap token (group `system:bootstrappers`) may
-//! list and watch CertificateSigningRequests only one at a time by name (the way a kubelet
-//! waits for its own certificate), so it cannot enumerate the CSRs of other nodes. Upstream's
+//! | plugin | phase | what |
+//! |---|---|---|
+//! | NamespaceLifecycle | mutating | a namespaced object is created only in a namespace that exists and is not terminating; `default`, `kube-system`, `kube-public` are never deleted |
+//! | NodeRestriction | mutating | a node writes only its own Lease ([`crate::node_restriction`]) |
+//! | CertificateApproval | validating | a write to a CSR's `/approval` needs verb `approve` on `signers` for the signerName or `<domain>/*` |
+//! | CertificateSigning | validating | changing `status.certificate` through `/status` needs `sign` |
+//! | CertificateSubjectRestriction | validating | no `system:masters` in a `kube-apiserver-client` request |
+//! | RBACEscalation | validating | no granting or binding of rights the requester lacks ([`crate::rbac::escalation`]; upstream checks this in the RBAC storage) |
+//! | BootstrapCSRReads | read | see below |
+//!
+//! Semantics follow upstream's chain: every mutating plugin that handles the request runs,
+//! in order, then every validating one; the first error stops the chain and is the answer
+//! (upstream's plugins answer 403 Forbidden, and so do these). Field validation is not
+//! admission: the strategy collects every field error of an object into one 422 `Invalid`
+//! before the chain runs. Unlike upstream, the mutating phase also runs after the
+//! strategy's validation (no plugin here changes the object).
+//!
+//! Reads are not admitted upstream. kustos adds one read plugin, BootstrapCSRReads: a
+//! bootstrap token (group `system:bootstrappers`) may list and watch
+//! CertificateSigningRequests only one at a time by name (the way a kubelet waits for its
+//! own certificate), so it cannot enumerate the CSRs of other nodes. Upstream's
 //! `system:node-bootstrapper` role grants list on all CSRs; kustos keeps the role as it is
 //! and narrows its use by the short-lived, widely shared bootstrap credentials.
+
+use std::sync::LazyLock;
 
 use serde_json::Value;
 
 use crate::authn::UserInfo;
 use crate::error::ApiError;
+use crate::registry::{ResourceDef, Role};
 use crate::request_info::RequestInfo;
-use crate::rest::Call;
+use crate::AppState;
 
 const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
 const CSR_GROUP: &str = "certificates.k8s.io";
@@ -63,53 +81,373 @@ fn csr_forbidden(name: &str, why: String) -> ApiError {
     )
 }
 
-async fn certificate_signing_request(
-    c: &Call<'_>,
-    op: Operation,
-    new: &Value,
-    old: Option<&Value>,
-) -> Result<(), ApiError> {
-    let name = crate::meta::name(new).to_string();
-    let signer = new.pointer("/spec/signerName").and_then(Value::as_str).unwrap_or_default().to_string();
-    let authz = c.state.security.authz.as_ref();
-    match (op, c.info.subresource.as_str()) {
-        (Operation::Create, _) if signer == KUBE_APISERVER_CLIENT => {
-            let request = new.pointer("/spec/request").and_then(Value::as_str).unwrap_or_default();
-            use base64::Engine as _;
-            let pem = base64::engine::general_purpose::STANDARD.decode(request).unwrap_or_default();
-            let parsed = kustos_ca::csr::parse_pem(&pem)
-                .map_err(|e| csr_forbidden(&name, format!("failed to parse CSR: {e}")))?;
-            if parsed.organizations.iter().any(|o| o == crate::authz::MASTERS_GROUP) {
-                return Err(csr_forbidden(
-                    &name,
-                    format!("use of {signer} signer with system:masters group is not allowed"),
-                ));
-            }
-            Ok(())
-        }
-        (Operation::Update, "approval") => {
-            if authorized_for_signer(authz, c.user, "approve", &signer).await {
-                Ok(())
-            } else {
-                Err(csr_forbidden(&name, format!("user not permitted to approve requests with signerName {signer:?}")))
-            }
-        }
-        (Operation::Update, "status") => {
-            let cert = |v: Option<&Value>| v.and_then(|v| v.pointer("/status/certificate")).cloned();
-            if cert(Some(new)) == cert(old) || authorized_for_signer(authz, c.user, "sign", &signer).await {
-                Ok(())
-            } else {
-                Err(csr_forbidden(&name, format!("user not permitted to sign requests with signerName {signer:?}")))
-            }
-        }
-        _ => Ok(()),
+/// What is being done. Upstream's operations, and `Read` (list and watch) for the read plugins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+    Read,
+}
+
+/// The request as the plugins see it.
+#[derive(Clone, Copy)]
+pub struct Attributes<'a> {
+    pub op: Operation,
+    pub def: &'a ResourceDef,
+    /// Namespace, name (in the URL; empty on create), subresource, verb.
+    pub info: &'a RequestInfo,
+    pub user: &'a UserInfo,
+    /// The request's `fieldSelector` (reads).
+    pub field_selector: Option<&'a str>,
+}
+
+impl Attributes<'_> {
+    fn is(&self, group: &str, resource: &str) -> bool {
+        self.def.group == group && self.def.resource == resource
     }
 }
 
-/// Reads a requester may not make even though authorization allowed them (see module doc).
-/// `field_selector` is the request's `fieldSelector` parameter.
+/// Which phase a plugin takes part in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Mutating,
+    Validating,
+    Read,
+}
+
+/// One named admission plugin.
+#[async_trait::async_trait]
+pub trait Plugin: Send + Sync {
+    /// Upstream's name for it (`NamespaceLifecycle`).
+    fn name(&self) -> &'static str;
+    fn phase(&self) -> Phase;
+    /// Whether the plugin looks at this request (kind, operation, subresource).
+    fn handles(&self, a: &Attributes<'_>) -> bool;
+    /// Admit or refuse: `new` is the object written (None on delete and read), `old` the
+    /// stored one on update.
+    async fn admit(
+        &self,
+        state: &AppState,
+        a: &Attributes<'_>,
+        new: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError>;
+}
+
+/// An ordered list of plugins.
+pub struct Chain {
+    plugins: Vec<Box<dyn Plugin>>,
+}
+
+/// The server's chain (see the module doc for the order).
+pub fn chain() -> &'static Chain {
+    static CHAIN: LazyLock<Chain> = LazyLock::new(|| Chain {
+        plugins: vec![
+            Box::new(NamespaceLifecycle),
+            Box::new(crate::node_restriction::NodeRestriction),
+            Box::new(CertificateApproval),
+            Box::new(CertificateSigning),
+            Box::new(CertificateSubjectRestriction),
+            Box::new(RbacEscalation),
+            Box::new(BootstrapCsrReads),
+        ],
+    });
+    &CHAIN
+}
+
+impl Chain {
+    pub fn new(plugins: Vec<Box<dyn Plugin>>) -> Self {
+        Chain { plugins }
+    }
+
+    /// The plugin names in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.plugins.iter().map(|p| p.name()).collect()
+    }
+
+    /// The plugins that would run for `a`, in the order they run.
+    pub fn handling(&self, a: &Attributes<'_>) -> Vec<&'static str> {
+        self.ordered(a).into_iter().map(|p| p.name()).collect()
+    }
+
+    fn ordered(&self, a: &Attributes<'_>) -> Vec<&dyn Plugin> {
+        let phases: &[Phase] =
+            if a.op == Operation::Read { &[Phase::Read] } else { &[Phase::Mutating, Phase::Validating] };
+        let mut out = Vec::new();
+        for ph in phases {
+            out.extend(self.plugins.iter().map(|p| p.as_ref()).filter(|p| p.phase() == *ph && p.handles(a)));
+        }
+        out
+    }
+
+    /// Run the chain for `a`: the first refusal is the answer.
+    pub async fn admit(
+        &self,
+        state: &AppState,
+        a: &Attributes<'_>,
+        new: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        for p in self.ordered(a) {
+            p.admit(state, a, new, old).await?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// NamespaceLifecycle
+// ---------------------------------------------------------------------------------------
+
+/// Namespaces that may not be deleted.
+pub const UNDELETABLE_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
+
+struct NamespaceLifecycle;
+
+#[async_trait::async_trait]
+impl Plugin for NamespaceLifecycle {
+    fn name(&self) -> &'static str {
+        "NamespaceLifecycle"
+    }
+    fn phase(&self) -> Phase {
+        Phase::Mutating
+    }
+    fn handles(&self, a: &Attributes<'_>) -> bool {
+        match a.op {
+            Operation::Create => a.def.namespaced && !a.info.namespace.is_empty(),
+            Operation::Delete => a.def.strategy.role() == Role::Namespace,
+            _ => false,
+        }
+    }
+    async fn admit(
+        &self,
+        state: &AppState,
+        a: &Attributes<'_>,
+        _new: Option<&Value>,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        if a.op == Operation::Delete {
+            let name = a.info.name.as_str();
+            if UNDELETABLE_NAMESPACES.contains(&name) {
+                return Err(ApiError::forbidden(
+                    a.def.group,
+                    a.def.resource,
+                    name,
+                    format!("{} \"{name}\" is forbidden: this namespace may not be deleted", a.def.resource),
+                ));
+            }
+            return Ok(());
+        }
+        let ns = a.info.namespace.as_str();
+        let Some(ns_def) = state.registry.resources.iter().find(|d| d.strategy.role() == Role::Namespace) else {
+            return Err(ApiError::internal("no kind holds the namespaces"));
+        };
+        let kv = state
+            .storage
+            .get(&ns_def.key(None, ns))
+            .await
+            .map_err(|e| crate::rest::map_storage_error(ns_def, ns, e))?;
+        let Some(kv) = kv else {
+            return Err(ApiError::not_found(ns_def.group, ns_def.resource, ns));
+        };
+        if crate::meta::is_deleting(&crate::meta::from_stored(&kv)?) {
+            return Err(ApiError::forbidden(
+                a.def.group,
+                a.def.resource,
+                "",
+                format!(
+                    "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
+                    crate::error::group_resource(a.def.group, a.def.resource)
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The CertificateSigningRequest plugins
+// ---------------------------------------------------------------------------------------
+
+const CSRS: &str = "certificatesigningrequests";
+
+fn csr_signer(new: Option<&Value>) -> String {
+    new.and_then(|v| v.pointer("/spec/signerName")).and_then(Value::as_str).unwrap_or_default().to_string()
+}
+
+fn csr_name(new: Option<&Value>) -> String {
+    new.map(crate::meta::name).unwrap_or_default().to_string()
+}
+
+struct CertificateApproval;
+
+#[async_trait::async_trait]
+impl Plugin for CertificateApproval {
+    fn name(&self) -> &'static str {
+        "CertificateApproval"
+    }
+    fn phase(&self) -> Phase {
+        Phase::Validating
+    }
+    fn handles(&self, a: &Attributes<'_>) -> bool {
+        a.is(CSR_GROUP, CSRS) && a.op == Operation::Update && a.info.subresource == "approval"
+    }
+    async fn admit(
+        &self,
+        state: &AppState,
+        a: &Attributes<'_>,
+        new: Option<&Value>,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let signer = csr_signer(new);
+        if authorized_for_signer(state.security.authz.as_ref(), a.user, "approve", &signer).await {
+            return Ok(());
+        }
+        Err(csr_forbidden(&csr_name(new), format!("user not permitted to approve requests with signerName {signer:?}")))
+    }
+}
+
+struct CertificateSigning;
+
+#[async_trait::async_trait]
+impl Plugin for CertificateSigning {
+    fn name(&self) -> &'static str {
+        "CertificateSigning"
+    }
+    fn phase(&self) -> Phase {
+        Phase::Validating
+    }
+    fn handles(&self, a: &Attributes<'_>) -> bool {
+        a.is(CSR_GROUP, CSRS) && a.op == Operation::Update && a.info.subresource == "status"
+    }
+    async fn admit(
+        &self,
+        state: &AppState,
+        a: &Attributes<'_>,
+        new: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let cert = |v: Option<&Value>| v.and_then(|v| v.pointer("/status/certificate")).cloned();
+        let signer = csr_signer(new);
+        if cert(new) == cert(old) || authorized_for_signer(state.security.authz.as_ref(), a.user, "sign", &signer).await
+        {
+            return Ok(());
+        }
+        Err(csr_forbidden(&csr_name(new), format!("user not permitted to sign requests with signerName {signer:?}")))
+    }
+}
+
+struct CertificateSubjectRestriction;
+
+#[async_trait::async_trait]
+impl Plugin for CertificateSubjectRestriction {
+    fn name(&self) -> &'static str {
+        "CertificateSubjectRestriction"
+    }
+    fn phase(&self) -> Phase {
+        Phase::Validating
+    }
+    fn handles(&self, a: &Attributes<'_>) -> bool {
+        a.is(CSR_GROUP, CSRS) && a.op == Operation::Create
+    }
+    async fn admit(
+        &self,
+        _state: &AppState,
+        _a: &Attributes<'_>,
+        new: Option<&Value>,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let signer = csr_signer(new);
+        if signer != KUBE_APISERVER_CLIENT {
+            return Ok(());
+        }
+        let name = csr_name(new);
+        let request = new.and_then(|v| v.pointer("/spec/request")).and_then(Value::as_str).unwrap_or_default();
+        use base64::Engine as _;
+        let pem = base64::engine::general_purpose::STANDARD.decode(request).unwrap_or_default();
+        let parsed =
+            kustos_ca::csr::parse_pem(&pem).map_err(|e| csr_forbidden(&name, format!("failed to parse CSR: {e}")))?;
+        if parsed.organizations.iter().any(|o| o == crate::authz::MASTERS_GROUP) {
+            return Err(csr_forbidden(
+                &name,
+                format!("use of {signer} signer with system:masters group is not allowed"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// RBAC escalation
+// ---------------------------------------------------------------------------------------
+
+struct RbacEscalation;
+
+#[async_trait::async_trait]
+impl Plugin for RbacEscalation {
+    fn name(&self) -> &'static str {
+        "RBACEscalation"
+    }
+    fn phase(&self) -> Phase {
+        Phase::Validating
+    }
+    fn handles(&self, a: &Attributes<'_>) -> bool {
+        a.def.group == crate::registry::rbac::GROUP
+            && a.info.subresource.is_empty()
+            && matches!(a.op, Operation::Create | Operation::Update)
+    }
+    async fn admit(
+        &self,
+        state: &AppState,
+        a: &Attributes<'_>,
+        new: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let Some(new) = new else { return Ok(()) };
+        let cx = crate::rbac::escalation::Context {
+            authz: state.security.authz.as_ref(),
+            rbac: &state.security.rbac,
+            user: a.user,
+            info: a.info,
+        };
+        let old = if a.op == Operation::Update { old } else { None };
+        crate::rbac::escalation::check(&cx, a.def.resource, new, old).await
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// BootstrapCSRReads
+// ---------------------------------------------------------------------------------------
+
+struct BootstrapCsrReads;
+
+#[async_trait::async_trait]
+impl Plugin for BootstrapCsrReads {
+    fn name(&self) -> &'static str {
+        "BootstrapCSRReads"
+    }
+    fn phase(&self) -> Phase {
+        Phase::Read
+    }
+    fn handles(&self, a: &Attributes<'_>) -> bool {
+        a.is(CSR_GROUP, CSRS) && a.op == Operation::Read
+    }
+    async fn admit(
+        &self,
+        _state: &AppState,
+        a: &Attributes<'_>,
+        _new: Option<&Value>,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        restrict_read(a.info, a.user, a.field_selector)
+    }
+}
+
+/// BootstrapCSRReads' decision (see the module doc). `field_selector` is the request's
+/// `fieldSelector` parameter.
 pub fn restrict_read(info: &RequestInfo, user: &UserInfo, field_selector: Option<&str>) -> Result<(), ApiError> {
-    let csr = info.api_group == "certificates.k8s.io" && info.resource == "certificatesigningrequests";
+    let csr = info.api_group == CSR_GROUP && info.resource == CSRS;
     let bootstrapper = user.groups.iter().any(|g| g == BOOTSTRAPPERS_GROUP)
         && !user.groups.iter().any(|g| g == crate::authz::MASTERS_GROUP);
     if !csr || !bootstrapper || !matches!(info.verb.as_str(), "list" | "watch") {
@@ -127,8 +465,8 @@ pub fn restrict_read(info: &RequestInfo, user: &UserInfo, field_selector: Option
         return Ok(());
     }
     Err(ApiError::forbidden(
-        "certificates.k8s.io",
-        "certificatesigningrequests",
+        CSR_GROUP,
+        CSRS,
         "",
         format!(
             "certificatesigningrequests.certificates.k8s.io is forbidden: User \"{}\" cannot {} resource \"certificatesigningrequests\" in API group \"certificates.k8s.io\" at the cluster scope: bootstrap tokens may only {} CertificateSigningRequests by name (fieldSelector metadata.name=<name>)",
@@ -137,37 +475,204 @@ pub fn restrict_read(info: &RequestInfo, user: &UserInfo, field_selector: Option
     ))
 }
 
-/// What is being written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    Create,
-    Update,
-}
-
-/// Run the admission checks for a write of `new` (`old` is the stored object on update).
-pub async fn validate(c: &Call<'_>, op: Operation, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
-    crate::node_restriction::validate(c, op, new)?;
-    if c.def.group == CSR_GROUP && c.def.resource == "certificatesigningrequests" {
-        return certificate_signing_request(c, op, new, old).await;
-    }
-    if c.def.group == crate::registry::rbac::GROUP && c.info.subresource.is_empty() {
-        let cx = crate::rbac::escalation::Context {
-            authz: c.state.security.authz.as_ref(),
-            rbac: &c.state.security.rbac,
-            user: c.user,
-            info: c.info,
-        };
-        let old = if op == Operation::Update { old } else { None };
-        return crate::rbac::escalation::check(&cx, c.def.resource, new, old).await;
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::request_info::resolve;
     use http::Method;
+
+    use std::sync::{Arc, Mutex};
+
+    fn registry() -> crate::registry::Registry {
+        crate::registry::Registry::builtin()
+    }
+
+    #[test]
+    fn the_chain_runs_in_upstreams_order() {
+        assert_eq!(
+            chain().names(),
+            [
+                "NamespaceLifecycle",
+                "NodeRestriction",
+                "CertificateApproval",
+                "CertificateSigning",
+                "CertificateSubjectRestriction",
+                "RBACEscalation",
+                "BootstrapCSRReads",
+            ]
+        );
+    }
+
+    #[test]
+    fn each_plugin_handles_its_kinds_and_operations() {
+        use Operation::*;
+        let reg = registry();
+        let user = UserInfo::default();
+        /// group, resource, operation, namespace, subresource, plugins that run.
+        type Case<'a> = (&'a str, &'a str, Operation, &'a str, &'a str, &'a [&'a str]);
+        let cases: &[Case<'_>] = &[
+            ("", "configmaps", Create, "default", "", &["NamespaceLifecycle"]),
+            ("", "configmaps", Update, "default", "", &[]),
+            ("", "configmaps", Delete, "default", "", &[]),
+            ("", "namespaces", Create, "", "", &[]),
+            ("", "namespaces", Delete, "", "", &["NamespaceLifecycle"]),
+            (
+                "coordination.k8s.io",
+                "leases",
+                Create,
+                "kube-node-lease",
+                "",
+                &["NamespaceLifecycle", "NodeRestriction"],
+            ),
+            ("coordination.k8s.io", "leases", Update, "kube-node-lease", "", &["NodeRestriction"]),
+            ("certificates.k8s.io", "certificatesigningrequests", Create, "", "", &["CertificateSubjectRestriction"]),
+            ("certificates.k8s.io", "certificatesigningrequests", Update, "", "approval", &["CertificateApproval"]),
+            ("certificates.k8s.io", "certificatesigningrequests", Update, "", "status", &["CertificateSigning"]),
+            ("certificates.k8s.io", "certificatesigningrequests", Update, "", "", &[]),
+            ("certificates.k8s.io", "certificatesigningrequests", Read, "", "", &["BootstrapCSRReads"]),
+            (
+                "rbac.authorization.k8s.io",
+                "rolebindings",
+                Create,
+                "default",
+                "",
+                &["NamespaceLifecycle", "RBACEscalation"],
+            ),
+            ("rbac.authorization.k8s.io", "clusterroles", Update, "", "", &["RBACEscalation"]),
+            ("rbac.authorization.k8s.io", "clusterroles", Delete, "", "", &[]),
+            ("", "configmaps", Read, "default", "", &[]),
+        ];
+        for (group, resource, op, ns, sub, want) in cases {
+            let Some(def) = reg.resources.iter().find(|d| d.group == *group && d.resource == *resource) else {
+                panic!("{resource} registered")
+            };
+            let info = RequestInfo { namespace: ns.to_string(), subresource: sub.to_string(), ..Default::default() };
+            let a = Attributes { op: *op, def, info: &info, user: &user, field_selector: None };
+            assert_eq!(chain().handling(&a), *want, "{resource}/{sub} {op:?}");
+        }
+    }
+
+    /// A plugin that records its runs and refuses when told to.
+    struct Probe {
+        name: &'static str,
+        phase: Phase,
+        refuse: bool,
+        log: Arc<Mutex<Vec<&'static str>>>,
+    }
+
+    #[async_trait::async_trait]
+    impl Plugin for Probe {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn phase(&self) -> Phase {
+            self.phase
+        }
+        fn handles(&self, a: &Attributes<'_>) -> bool {
+            a.op != Operation::Delete
+        }
+        async fn admit(
+            &self,
+            _state: &AppState,
+            _a: &Attributes<'_>,
+            _new: Option<&Value>,
+            _old: Option<&Value>,
+        ) -> Result<(), ApiError> {
+            self.log.lock().map_err(|_| ApiError::internal("poisoned"))?.push(self.name);
+            if self.refuse {
+                Err(ApiError::forbidden("", "configmaps", "x", format!("refused by {}", self.name)))
+            } else {
+                Ok(())
+            }
+        }
+    }
+
+    async fn state() -> Arc<AppState> {
+        let Ok(sqlite) = crate::storage::sqlite::SqliteStorage::open_in_memory() else { panic!("in-memory storage") };
+        let (store, rbac) = crate::rbac::cache::install(Arc::new(sqlite));
+        let security = crate::Security {
+            authn: Arc::new(crate::authn::AuthnChain::from_parts(None, vec![], true)),
+            authz: Arc::new(crate::authz::MastersAuthorizer),
+            rbac,
+            service_accounts: None,
+        };
+        let state = AppState::new(store, "127.0.0.1:6443".into(), security);
+        if let Err(e) = crate::bootstrap(&state).await {
+            panic!("bootstrap: {e}");
+        }
+        state
+    }
+
+    #[tokio::test]
+    async fn mutating_then_validating_and_the_first_refusal_is_the_answer() {
+        let state = state().await;
+        let reg = registry();
+        let Some(def) = reg.find("", "v1", "configmaps") else { panic!("configmaps registered") };
+        let user = UserInfo::default();
+        let info = RequestInfo { namespace: "default".into(), ..Default::default() };
+        let run = |refusing: &'static [&'static str]| {
+            let log = Arc::new(Mutex::new(Vec::new()));
+            let probe = |name: &'static str, phase| -> Box<dyn Plugin> {
+                Box::new(Probe { name, phase, refuse: refusing.contains(&name), log: log.clone() })
+            };
+            // Registered with a validating plugin first: mutating ones still run first.
+            let chain = Chain::new(vec![
+                probe("V1", Phase::Validating),
+                probe("M1", Phase::Mutating),
+                probe("R1", Phase::Read),
+                probe("M2", Phase::Mutating),
+                probe("V2", Phase::Validating),
+            ]);
+            (chain, log)
+        };
+        let obj = serde_json::json!({"metadata": {"name": "x"}});
+        for (op, refusing, want_log, want_err) in [
+            (Operation::Create, &[][..], &["M1", "M2", "V1", "V2"][..], None),
+            (Operation::Update, &["M2"][..], &["M1", "M2"][..], Some("refused by M2")),
+            (Operation::Create, &["V1", "V2"][..], &["M1", "M2", "V1"][..], Some("refused by V1")),
+            (Operation::Read, &[][..], &["R1"][..], None),
+            (Operation::Delete, &["M1"][..], &[][..], None),
+        ] {
+            let (chain, log) = run(refusing);
+            let a = Attributes { op, def, info: &info, user: &user, field_selector: None };
+            let got = chain.admit(&state, &a, Some(&obj), None).await;
+            assert_eq!(got.err().map(|e| e.to_string()).as_deref(), want_err, "{op:?} {refusing:?}");
+            let log = log.lock().map(|l| l.clone()).unwrap_or_default();
+            assert_eq!(log, want_log, "{op:?} {refusing:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn namespace_lifecycle() {
+        let state = state().await;
+        let reg = registry();
+        let (Some(cms), Some(nss)) = (reg.find("", "v1", "configmaps"), reg.find("", "v1", "namespaces")) else {
+            panic!("registered")
+        };
+        let user = UserInfo::default();
+        let obj = serde_json::json!({"metadata": {"name": "x"}});
+        /// kind, operation, namespace, name, refusal (code, message).
+        type Case<'a> = (&'a ResourceDef, Operation, &'a str, &'a str, Option<(u16, &'a str)>);
+        let cases: &[Case<'_>] = &[
+            (cms, Operation::Create, "default", "", None),
+            (cms, Operation::Create, "nowhere", "", Some((404, "namespaces \"nowhere\" not found"))),
+            (
+                nss,
+                Operation::Delete,
+                "",
+                "kube-system",
+                Some((403, "namespaces \"kube-system\" is forbidden: this namespace may not be deleted")),
+            ),
+            (nss, Operation::Delete, "", "kube-node-lease", None),
+        ];
+        for (def, op, ns, name, want) in cases {
+            let info = RequestInfo { namespace: ns.to_string(), name: name.to_string(), ..Default::default() };
+            let a = Attributes { op: *op, def, info: &info, user: &user, field_selector: None };
+            let got =
+                chain().admit(&state, &a, Some(&obj), None).await.err().map(|e| (e.code().as_u16(), e.to_string()));
+            assert_eq!(got.as_ref().map(|(c, m)| (*c, m.as_str())), *want, "{ns}/{name} {op:?}");
+        }
+    }
 
     #[test]
     fn bootstrap_tokens_read_csrs_only_by_name() {

@@ -126,7 +126,7 @@ pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
 pub fn resource_verbs(def: &ResourceDef) -> &'static [&'static str] {
     if def.create_only {
         &["create"]
-    } else if def.group.is_empty() && def.resource == "namespaces" {
+    } else if def.strategy.role() == crate::registry::Role::Namespace {
         &["create", "delete", "get", "list", "patch", "update", "watch"]
     } else {
         &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]

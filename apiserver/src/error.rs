@@ -17,6 +17,9 @@ pub struct FieldError {
     pub message: String,
 }
 
+/// The cause reason of [`FieldError::internal`].
+pub const INTERNAL_ERROR: &str = "InternalError";
+
 impl FieldError {
     fn new(reason: &'static str, field: impl Into<String>, message: impl Into<String>) -> Self {
         Self { reason, field: field.into(), message: message.into() }
@@ -51,6 +54,11 @@ impl FieldError {
     }
     pub fn too_long(field: impl Into<String>, max: usize) -> Self {
         Self::new("FieldValueTooLong", field, format!("Too long: must have at most {max} bytes"))
+    }
+    /// `Internal error: <detail>` (upstream's `field.InternalError`): the server, not the
+    /// request, is at fault; an Invalid error with such a cause is answered with 500.
+    pub fn internal(field: impl Into<String>, detail: impl AsRef<str>) -> Self {
+        Self::new(INTERNAL_ERROR, field, format!("Internal error: {}", detail.as_ref()))
     }
     /// The immutability error upstream uses: `field is immutable`.
     pub fn immutable(field: impl Into<String>, value: &Value) -> Self {

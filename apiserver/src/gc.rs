@@ -98,7 +98,7 @@ pub fn after_mark_deleting(state: &Arc<AppState>, def: &ResourceDef, obj: &Value
     let def = def.clone();
     let ns = meta::namespace(obj).to_string();
     let name = meta::name(obj).to_string();
-    let is_ns = def.group.is_empty() && def.resource == "namespaces";
+    let is_ns = def.strategy.role() == crate::registry::Role::Namespace;
     let fins = meta::finalizers(obj);
     if !is_ns && !fins.iter().any(|f| f == "orphan" || f == "foregroundDeletion") {
         return;

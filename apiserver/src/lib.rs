@@ -9,6 +9,7 @@
 //!  → authorization (authz.rs: system:masters, then RBAC (rbac/); deny by default → 403)
 //!  → dispatch: discovery.rs, openapi.rs, health.rs, or the REST handlers (rest.rs, watch.rs)
 //!      → registry strategy (registry/: defaults, validation, subresources, Table columns)
+//!      → admission (admission.rs: the ordered chain of named plugins)
 //!      → storage (storage/: revisioned KV with compare-and-swap, history and watch)
 //! ```
 //!
@@ -281,7 +282,7 @@ async fn resource(
             served.registry.find(&info.api_group, &info.api_version, &info.resource).ok_or_else(not_found_path)?
         }
     };
-    let is_namespaces = def.group.is_empty() && def.resource == "namespaces";
+    let is_namespaces = def.strategy.role() == registry::Role::Namespace;
     if info.extra_parts > 0 {
         return Err(not_found_path());
     }
@@ -301,8 +302,8 @@ async fn resource(
     if !info.subresource.is_empty() && !def.subresources.contains(&info.subresource.as_str()) {
         return Err(not_found_path());
     }
-    let special =
-        def.create_only || (def.group.is_empty() && def.resource == "serviceaccounts" && info.subresource == "token");
+    let handler = def.strategy.create_handler(&info.subresource);
+    let special = def.create_only || handler.is_some();
     if special && info.verb != "create" {
         return Err(ApiError::MethodNotAllowed(format!(
             "the server does not allow this method on the requested resource ({})",
@@ -319,7 +320,16 @@ async fn resource(
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
     let out = negotiate::negotiate(accept.as_deref())?;
     let params = Params::parse(req.uri().query());
-    admission::restrict_read(info, user, params.get("fieldSelector"))?;
+    if matches!(info.verb.as_str(), "list" | "watch") {
+        let a = admission::Attributes {
+            op: admission::Operation::Read,
+            def,
+            info,
+            user,
+            field_selector: params.get("fieldSelector"),
+        };
+        admission::chain().admit(state, &a, None, None).await?;
+    }
     let pretty = params.flag("pretty").unwrap_or(false);
     let content_type = negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
     let body = match axum::body::to_bytes(req.into_body(), rest::MAX_BODY).await {
@@ -332,18 +342,18 @@ async fn resource(
         }
     };
     let call = Call { state, def, info, user, params, out: out.clone() };
-    let reply: Reply = match info.verb.as_str() {
-        "create" if def.create_only => reviews::create(&call, &body, &content_type).await?,
-        "create" if special => serviceaccount::token_request(&call, &body, &content_type).await?,
-        "get" => rest::get(&call).await?,
-        "list" => return rest::list(&call, &headers, pretty).await,
-        "watch" => return watch::watch(&call).await,
-        "create" => rest::create(&call, &body, &content_type).await?,
-        "update" => rest::update(&call, &body, &content_type).await?,
-        "patch" => rest::patch(&call, &body, &content_type).await?,
-        "delete" => rest::delete(&call, &body, &content_type).await?,
-        "deletecollection" => rest::delete_collection(&call, &body, &content_type).await?,
-        other => {
+    let reply: Reply = match (info.verb.as_str(), handler) {
+        ("create", _) if def.create_only => reviews::create(&call, &body, &content_type).await?,
+        ("create", Some(h)) => h(&call, &body, &content_type).await?,
+        ("get", _) => rest::get(&call).await?,
+        ("list", _) => return rest::list(&call, &headers, pretty).await,
+        ("watch", _) => return watch::watch(&call).await,
+        ("create", _) => rest::create(&call, &body, &content_type).await?,
+        ("update", _) => rest::update(&call, &body, &content_type).await?,
+        ("patch", _) => rest::patch(&call, &body, &content_type).await?,
+        ("delete", _) => rest::delete(&call, &body, &content_type).await?,
+        ("deletecollection", _) => rest::delete_collection(&call, &body, &content_type).await?,
+        (other, _) => {
             return Err(ApiError::MethodNotAllowed(format!(
                 "the server does not allow this method on the requested resource ({other})"
             )))

@@ -42,7 +42,7 @@ pub fn admit(user: &UserInfo, write: &Write<'_>) -> Result<(), ApiError> {
     // object in the error, as upstream's).
     let name = match write.op {
         Operation::Create => write.object_name,
-        Operation::Update => write.url_name,
+        _ => write.url_name,
     };
     match lease_problem(node, user, write.namespace, name) {
         None => Ok(()),
@@ -66,19 +66,39 @@ fn lease_problem(node: &str, user: &UserInfo, namespace: &str, name: &str) -> Op
     (name != node).then(|| "can only access node lease with the same name as the requesting node".to_string())
 }
 
-/// The admission hook: [`admit`] for a write of `new` through `c`.
-pub fn validate(c: &crate::rest::Call<'_>, op: Operation, new: &Value) -> Result<(), ApiError> {
-    admit(
-        c.user,
-        &Write {
-            group: c.def.group,
-            resource: c.def.resource,
-            op,
-            namespace: &c.info.namespace,
-            url_name: &c.info.name,
-            object_name: crate::meta::name(new),
-        },
-    )
+/// The plugin in the admission chain ([`crate::admission`]).
+pub struct NodeRestriction;
+
+#[async_trait::async_trait]
+impl crate::admission::Plugin for NodeRestriction {
+    fn name(&self) -> &'static str {
+        "NodeRestriction"
+    }
+    fn phase(&self) -> crate::admission::Phase {
+        crate::admission::Phase::Mutating
+    }
+    fn handles(&self, a: &crate::admission::Attributes<'_>) -> bool {
+        (a.def.group, a.def.resource) == (LEASE_GROUP, LEASES) && matches!(a.op, Operation::Create | Operation::Update)
+    }
+    async fn admit(
+        &self,
+        _state: &crate::AppState,
+        a: &crate::admission::Attributes<'_>,
+        new: Option<&Value>,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        admit(
+            a.user,
+            &Write {
+                group: a.def.group,
+                resource: a.def.resource,
+                op: a.op,
+                namespace: &a.info.namespace,
+                url_name: &a.info.name,
+                object_name: new.map(crate::meta::name).unwrap_or_default(),
+            },
+        )
+    }
 }
 
 #[cfg(test)]

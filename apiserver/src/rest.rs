@@ -10,13 +10,14 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde_json::{json, Map, Value};
 
+use crate::admission::{self, Attributes, Operation};
 use crate::authn::UserInfo;
 use crate::dupcheck::{FieldPath, StrictErrors};
 use crate::error::{ApiError, FieldError, Result};
 use crate::meta;
 use crate::negotiate::Output;
 use crate::patch::{self, PatchType};
-use crate::registry::ResourceDef;
+use crate::registry::{ResourceDef, Role};
 use crate::request_info::RequestInfo;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::storage::{self, ListOptions, Rev, Storage};
@@ -777,50 +778,25 @@ pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
 // ---------------------------------------------------------------------------------------
 
 fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
-    let name_fn: fn(&str) -> Vec<String> = name_rule(def);
+    let name_fn = def.strategy.name_rule();
     let empty = json!({});
     let m = obj.get("metadata").unwrap_or(&empty);
     validation::validate_object_meta(m, def.namespaced, name_fn, "metadata")
 }
 
-/// Which name rule applies to a kind (upstream's per-kind ValidateName).
-pub fn name_rule(def: &ResourceDef) -> fn(&str) -> Vec<String> {
-    match (def.group, def.resource) {
-        ("", "namespaces") => validation::is_dns1123_label,
-        ("rbac.authorization.k8s.io", _) | ("certificates.k8s.io", _) | ("", "events") => {
-            validation::validate_path_segment_name
-        }
-        _ => validation::is_dns1123_subdomain,
-    }
-}
-
+/// The one 422 `Invalid` for every field error found, or a 500 when one of them is the
+/// server's (a stored object that does not decode: [`FieldError::internal`]).
 fn invalid(def: &ResourceDef, obj: &Value, errs: Vec<FieldError>) -> ApiError {
+    if let Some(e) = errs.iter().find(|e| e.reason == crate::error::INTERNAL_ERROR) {
+        return ApiError::internal(e.render());
+    }
     ApiError::invalid(def.group, def.kind, meta::name(obj), errs)
 }
 
-/// Namespaced writes need the namespace to exist and not be terminating.
-async fn check_namespace(c: &Call<'_>, creating: bool) -> Result<()> {
-    let Some(ns) = c.ns() else { return Ok(()) };
-    let key = format!("/registry/core/namespaces/{ns}");
-    let kv = c.store().get(&key).await.map_err(|e| c.storage_err(ns, e))?;
-    let Some(kv) = kv else {
-        return Err(ApiError::not_found("", "namespaces", ns));
-    };
-    if creating {
-        let nsobj = meta::from_stored(&kv)?;
-        if meta::is_deleting(&nsobj) {
-            return Err(ApiError::forbidden(
-                c.def.group,
-                c.def.resource,
-                "",
-                format!(
-                    "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                    crate::error::group_resource(c.def.group, c.def.resource)
-                ),
-            ));
-        }
-    }
-    Ok(())
+/// Run the admission chain for a write or delete through `c`.
+async fn admit(c: &Call<'_>, op: Operation, new: Option<&Value>, old: Option<&Value>) -> Result<()> {
+    let a = Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None };
+    admission::chain().admit(c.state, &a, new, old).await
 }
 
 /// Server-owned metadata on create.
@@ -849,32 +825,6 @@ fn init_metadata(def: &ResourceDef, obj: &mut Value, ns: Option<&str>) {
     }
     if m.get("generateName").and_then(Value::as_str).is_some_and(str::is_empty) {
         m.remove("generateName");
-    }
-}
-
-/// Admission for creates: the requester's identity on CSRs.
-fn admit_create(def: &ResourceDef, obj: &mut Value, user: &UserInfo) {
-    if def.group == "certificates.k8s.io" && def.resource == "certificatesigningrequests" {
-        if !obj.get("spec").is_some_and(Value::is_object) {
-            obj["spec"] = json!({});
-        }
-        let spec = &mut obj["spec"];
-        spec["username"] = json!(user.name);
-        if user.uid.is_empty() {
-            if let Some(m) = spec.as_object_mut() {
-                m.remove("uid");
-            }
-        } else {
-            spec["uid"] = json!(user.uid);
-        }
-        spec["groups"] = json!(user.groups);
-        if user.extra.is_empty() {
-            if let Some(m) = spec.as_object_mut() {
-                m.remove("extra");
-            }
-        } else {
-            spec["extra"] = json!(user.extra);
-        }
     }
 }
 
@@ -914,14 +864,13 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
         meta::meta_mut(&mut obj).insert("name".into(), json!(validation::generate_name(&prefix)));
     }
     c.def.strategy.prepare_for_create(&mut obj);
-    admit_create(c.def, &mut obj, c.user);
+    c.def.strategy.prepare_for_create_by(&mut obj, c.user);
     let mut errs = validate_meta(c.def, &obj);
     errs.extend(c.def.strategy.validate(&obj));
     if !errs.is_empty() {
         return Err(invalid(c.def, &obj, errs));
     }
-    check_namespace(c, true).await?;
-    crate::admission::validate(c, crate::admission::Operation::Create, &obj, None).await?;
+    admit(c, Operation::Create, Some(&obj), None).await?;
     // The size and depth limits of a stored object, checked on a dry run too.
     let mut stored = meta::to_stored_new(&obj)?;
     if dry_run {
@@ -1050,7 +999,7 @@ pub async fn finish_update(
     if !errs.is_empty() {
         return Err(invalid(c.def, &new, errs));
     }
-    crate::admission::validate(c, crate::admission::Operation::Update, &new, Some(old)).await?;
+    admit(c, Operation::Update, Some(&new), Some(old)).await?;
     let key = c.def.key(c.ns(), &name);
     // A write that changes nothing is not stored (the resourceVersion stays).
     let mut old_cmp = old.clone();
@@ -1080,7 +1029,7 @@ pub async fn finish_update(
 }
 
 fn is_namespace(def: &ResourceDef) -> bool {
-    def.group.is_empty() && def.resource == "namespaces"
+    def.strategy.role() == Role::Namespace
 }
 
 fn check_subresource(c: &Call<'_>, verb: &str) -> Result<()> {
@@ -1088,8 +1037,8 @@ fn check_subresource(c: &Call<'_>, verb: &str) -> Result<()> {
     if !sub.is_empty() && !c.def.subresources.contains(&sub) {
         return Err(ApiError::not_found(c.def.group, &format!("{}/{sub}", c.def.resource), &c.info.name));
     }
-    if sub == "finalize" && verb != "update" {
-        return Err(ApiError::MethodNotAllowed(format!("{verb} is not supported on namespaces/finalize")));
+    if !sub.is_empty() && !crate::discovery::subresource_verbs(sub).contains(&verb) {
+        return Err(ApiError::MethodNotAllowed(format!("{verb} is not supported on {}/{sub}", c.def.resource)));
     }
     Ok(())
 }
@@ -1133,19 +1082,6 @@ pub async fn update(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     finish_update(c, &old, kv.mod_rev, new, warnings, dry_run).await
 }
 
-/// Merge keys for strategic merge patch, per kind.
-fn merge_keys(def: &ResourceDef) -> patch::TableMergeKeys {
-    use patch::ListStrategy::*;
-    static SA: &[(&[&str], patch::ListStrategy)] = &[(&["secrets"], MergeByKey("name"))];
-    static NS: &[(&[&str], patch::ListStrategy)] = &[(&["status", "conditions"], MergeByKey("type"))];
-    static NONE: &[(&[&str], patch::ListStrategy)] = &[];
-    match (def.group, def.resource) {
-        ("", "serviceaccounts") => patch::TableMergeKeys(SA),
-        ("", "namespaces") => patch::TableMergeKeys(NS),
-        _ => patch::TableMergeKeys(NONE),
-    }
-}
-
 pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
     check_subresource(c, "patch")?;
     let Some(pt) = PatchType::from_content_type(content_type) else {
@@ -1173,7 +1109,7 @@ pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Rep
     }
     let name = c.info.name.clone();
     let key = c.def.key(c.ns(), &name);
-    let keys = merge_keys(c.def);
+    let keys = patch::TableMergeKeys(c.def.strategy.merge_keys());
     // Retry on write conflicts unless the patch itself pins a resourceVersion.
     for _ in 0..8 {
         let kv = c.store().get(&key).await.map_err(|e| c.storage_err(&name, e))?;
@@ -1390,12 +1326,7 @@ pub async fn delete_one(c: &Call<'_>, name: &str, opts: &DeleteOptions) -> Resul
             m.insert("finalizers".into(), json!(finalizers));
             m.remove("resourceVersion");
         }
-        if is_namespace(c.def) {
-            if !obj.get("status").is_some_and(Value::is_object) {
-                obj["status"] = json!({});
-            }
-            obj["status"]["phase"] = json!("Terminating");
-        }
+        c.def.strategy.mark_deleting(&mut obj);
         if opts.dry_run {
             meta::set_rv(&mut obj, kv.mod_rev);
             return Ok(obj);
@@ -1422,18 +1353,8 @@ fn deleted_status(def: &ResourceDef, obj: &Value) -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details})
 }
 
-/// NamespaceLifecycle: these namespaces may not be deleted.
-const UNDELETABLE_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public"];
-
 pub async fn delete(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
-    if is_namespace(c.def) && UNDELETABLE_NAMESPACES.contains(&c.info.name.as_str()) {
-        return Err(ApiError::forbidden(
-            "",
-            "namespaces",
-            &c.info.name,
-            format!("namespaces \"{}\" is forbidden: this namespace may not be deleted", c.info.name),
-        ));
-    }
+    admit(c, Operation::Delete, None, None).await?;
     if !c.info.subresource.is_empty() {
         return Err(ApiError::MethodNotAllowed(format!(
             "delete is not supported on {}/{}",
@@ -1489,12 +1410,31 @@ pub fn apiserver_user() -> UserInfo {
     }
 }
 
-/// One write (`create`, `update`, or else `delete`) through the REST handlers as the
-/// apiserver itself: the same defaults, validation and admission as a client's write.
+/// A write the apiserver makes itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    Create,
+    Update,
+    Delete,
+}
+
+impl Write {
+    /// The request verb.
+    pub fn verb(self) -> &'static str {
+        match self {
+            Write::Create => "create",
+            Write::Update => "update",
+            Write::Delete => "delete",
+        }
+    }
+}
+
+/// One write through the REST handlers as the apiserver itself: the same defaults,
+/// validation and admission as a client's write.
 pub async fn write_as_apiserver(
     state: &Arc<AppState>,
     def: &ResourceDef,
-    verb: &str,
+    write: Write,
     namespace: &str,
     name: &str,
     subresource: &str,
@@ -1503,22 +1443,22 @@ pub async fn write_as_apiserver(
     let user = apiserver_user();
     let info = RequestInfo {
         is_resource_request: true,
-        verb: verb.into(),
+        verb: write.verb().into(),
         api_prefix: if def.group.is_empty() { "api".into() } else { "apis".into() },
         api_group: def.group.into(),
         api_version: def.version.into(),
         resource: def.resource.into(),
         subresource: subresource.into(),
         namespace: namespace.into(),
-        name: if verb == "create" { String::new() } else { name.into() },
+        name: if write == Write::Create { String::new() } else { name.into() },
         ..Default::default()
     };
     let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
     let bytes = Bytes::from(body.to_string());
-    match verb {
-        "create" => create(&call, &bytes, "application/json").await.map(|_| ()),
-        "update" => update(&call, &bytes, "application/json").await.map(|_| ()),
-        _ => delete(&call, &bytes, "application/json").await.map(|_| ()),
+    match write {
+        Write::Create => create(&call, &bytes, "application/json").await.map(|_| ()),
+        Write::Update => update(&call, &bytes, "application/json").await.map(|_| ()),
+        Write::Delete => delete(&call, &bytes, "application/json").await.map(|_| ()),
     }
 }
 

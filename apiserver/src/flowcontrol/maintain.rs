@@ -221,7 +221,7 @@ fn find_def(state: &AppState, kind: ConfigKind) -> anyhow::Result<&ResourceDef> 
 async fn write(
     state: &Arc<AppState>,
     def: &ResourceDef,
-    verb: &str,
+    verb: crate::rest::Write,
     name: &str,
     subresource: &str,
     body: &Value,
@@ -254,8 +254,12 @@ async fn ensure_one(
         let existing = read(state, def, name).await?;
         let outcome = match decide(Some(default), existing.as_ref(), mandatory) {
             Action::Nothing | Action::Delete => return Ok(()),
-            Action::Create(body) => write(state, def, "create", name, "", &body).await.map(|()| "created"),
-            Action::Update(body) => write(state, def, "update", name, "", &body).await.map(|()| "updated"),
+            Action::Create(body) => {
+                write(state, def, crate::rest::Write::Create, name, "", &body).await.map(|()| "created")
+            }
+            Action::Update(body) => {
+                write(state, def, crate::rest::Write::Update, name, "", &body).await.map(|()| "updated")
+            }
         };
         match outcome {
             Ok("created") => {
@@ -282,7 +286,7 @@ async fn remove_unwanted(state: &Arc<AppState>, def: &ResourceDef, wanted: &[Def
         }
         let pre = json!({"apiVersion": "v1", "kind": "DeleteOptions",
                          "preconditions": {"uid": crate::meta::uid(&obj), "resourceVersion": crate::meta::rv(&obj)}});
-        match write(state, def, "delete", &name, "", &pre).await {
+        match write(state, def, crate::rest::Write::Delete, &name, "", &pre).await {
             Ok(()) => {
                 tracing::info!(object = %format!("{}.{}/{name}", def.singular, def.group), "deleted unwanted APF configuration object")
             }
@@ -304,7 +308,7 @@ async fn sync_dangling(state: &Arc<AppState>, fs_def: &ResourceDef, pl_def: &Res
         let mut body = fs.clone();
         body["status"] = status;
         let name = crate::meta::name(&fs).to_string();
-        match write(state, fs_def, "update", &name, "status", &body).await {
+        match write(state, fs_def, crate::rest::Write::Update, &name, "status", &body).await {
             // Changed or deleted meanwhile: the change triggers another pass.
             Ok(()) | Err(ApiError::NotFound { .. } | ApiError::Conflict { .. }) => {}
             Err(e) => anyhow::bail!("updating the status of flowschemas/{name}: {e}"),

@@ -332,10 +332,12 @@ fn find_def<'a>(state: &'a AppState, group: &str, resource: &str) -> anyhow::Res
     state.registry.find(group, "v1", resource).ok_or_else(|| anyhow::anyhow!("{resource} are not registered"))
 }
 
+use crate::rest::Write;
+
 async fn write(
     state: &Arc<AppState>,
     def: &ResourceDef,
-    verb: &str,
+    verb: Write,
     namespace: &str,
     name: &str,
     body: Value,
@@ -363,7 +365,7 @@ async fn ensure_namespace(state: &Arc<AppState>, namespace: &str) -> anyhow::Res
         return Ok(());
     }
     let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
-    match write(state, def, "create", "", namespace, body).await {
+    match write(state, def, Write::Create, "", namespace, body).await {
         Ok(()) | Err(ApiError::AlreadyExists { .. }) => Ok(()),
         Err(e) => Err(anyhow::anyhow!("creating namespace {namespace}: {e}")),
     }
@@ -401,9 +403,9 @@ where
                 if !namespace.is_empty() {
                     ensure_namespace(state, &namespace).await?;
                 }
-                write(state, def, "create", &namespace, &name, body).await
+                write(state, def, Write::Create, &namespace, &name, body).await
             }
-            Operation::Update | Operation::Recreate => write(state, def, "update", &namespace, &name, body).await,
+            Operation::Update | Operation::Recreate => write(state, def, Write::Update, &namespace, &name, body).await,
         };
         match outcome {
             Ok(()) => {
@@ -445,12 +447,12 @@ where
         let body = serde_json::to_value(&result.binding)?;
         let outcome = match result.operation {
             Operation::None => return Ok(()),
-            Operation::Update => write(state, def, "update", &namespace, &name, body).await,
+            Operation::Update => write(state, def, Write::Update, &namespace, &name, body).await,
             Operation::Create | Operation::Recreate => {
                 if result.operation == Operation::Recreate {
                     let uid = existing.as_ref().and_then(|e| e.meta().uid.clone()).unwrap_or_default();
                     let pre = json!({"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}});
-                    match write(state, def, "delete", &namespace, &name, pre).await {
+                    match write(state, def, Write::Delete, &namespace, &name, pre).await {
                         Ok(()) | Err(ApiError::NotFound { .. }) => {}
                         Err(ApiError::Conflict { .. }) => continue,
                         Err(e) => anyhow::bail!("{what}: {e}"),
@@ -462,7 +464,7 @@ where
                 let m = fresh.meta_mut();
                 m.resource_version = None;
                 m.uid = None;
-                write(state, def, "create", &namespace, &name, serde_json::to_value(&fresh)?).await
+                write(state, def, Write::Create, &namespace, &name, serde_json::to_value(&fresh)?).await
             }
         };
         match outcome {

@@ -19,9 +19,9 @@ use k8s_openapi::api::certificates::v1 as certv1;
 use serde_json::{json, Value};
 
 use super::core::{
-    age_column, carry, child_obj, col, creation_age, decode, get_at, invalid_shown, is_zero_time, str_at, too_long,
+    age_column, carry, child_obj, col, creation_age, get_at, invalid_shown, is_zero_time, str_at, too_long,
 };
-use super::{human_duration, typed_roundtrip, Column, ResourceDef, Strategy};
+use super::{decode, decode_update, human_duration, typed_roundtrip, Column, ResourceDef, Strategy};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -520,6 +520,34 @@ impl Strategy for CertificateSigningRequestStrategy {
         typed_roundtrip::<Csr>(obj)
     }
 
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
+    /// The requester's identity, from the request's user (upstream's PrepareForCreate).
+    fn prepare_for_create_by(&self, obj: &mut Value, user: &crate::authn::UserInfo) {
+        if !obj.get("spec").is_some_and(Value::is_object) {
+            obj["spec"] = json!({});
+        }
+        let spec = &mut obj["spec"];
+        spec["username"] = json!(user.name);
+        if user.uid.is_empty() {
+            if let Some(m) = spec.as_object_mut() {
+                m.remove("uid");
+            }
+        } else {
+            spec["uid"] = json!(user.uid);
+        }
+        spec["groups"] = json!(user.groups);
+        if user.extra.is_empty() {
+            if let Some(m) = spec.as_object_mut() {
+                m.remove("extra");
+            }
+        } else {
+            spec["extra"] = json!(user.extra);
+        }
+    }
+
     fn prepare_for_create(&self, obj: &mut Value) {
         // The requester's identity is filled in afterwards from the request's user.
         if let Some(Value::Object(spec)) = obj.as_object_mut().and_then(|m| m.get_mut("spec")) {
@@ -548,25 +576,23 @@ impl Strategy for CertificateSigningRequestStrategy {
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        let Some(csr) = decode::<Csr>(obj) else { return Vec::new() };
+        let csr: Csr = crate::typed!(decode(obj));
         validate_csr(obj, &csr, options(&csr, None))
     }
 
     fn validate_on_update(&self, new_obj: &Value, old: &Value) -> Vec<FieldError> {
-        let (Some(new), Some(old)) = (decode::<Csr>(new_obj), decode::<Csr>(old)) else {
-            return self.validate(new_obj);
-        };
+        let (new, old): (Csr, Csr) = crate::typed!(decode_update(new_obj, old));
         let opts = Options { request_already_checked: new.spec.request == old.spec.request, ..Options::default() };
         validate_csr(new_obj, &new, opts)
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
-        let (Some(new), Some(old)) = (decode::<Csr>(new), decode::<Csr>(old)) else { return Vec::new() };
+        let (new, old): (Csr, Csr) = crate::typed!(decode_update(new, old));
         validate_csr_update(&new, &old, options(&new, Some(&old)))
     }
 
     fn validate_subresource(&self, sub: &str, new: &Value, old: &Value) -> Vec<FieldError> {
-        let (Some(new), Some(old)) = (decode::<Csr>(new), decode::<Csr>(old)) else { return Vec::new() };
+        let (new, old): (Csr, Csr) = crate::typed!(decode_update(new, old));
         let mut opts = options(&new, Some(&old));
         match sub {
             "status" => opts.allow_setting_certificate = true,

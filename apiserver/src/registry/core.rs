@@ -15,7 +15,7 @@ use base64::Engine as _;
 use k8s_openapi::api::core::v1 as corev1;
 use serde_json::{json, Map, Value};
 
-use super::{age, typed_roundtrip, Column, ResourceDef, Strategy};
+use super::{age, decode, decode_update, typed_roundtrip, Column, ResourceDef, Strategy};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -169,6 +169,25 @@ impl Strategy for NamespaceStrategy {
         typed_roundtrip::<corev1::Namespace>(obj)
     }
 
+    fn role(&self) -> super::Role {
+        super::Role::Namespace
+    }
+
+    fn name_rule(&self) -> super::NameRule {
+        validation::is_dns1123_label
+    }
+
+    fn merge_keys(&self) -> super::MergeKeys {
+        &[(&["status", "conditions"], crate::patch::ListStrategy::MergeByKey("type"))]
+    }
+
+    fn mark_deleting(&self, obj: &mut Value) {
+        if !obj.get("status").is_some_and(Value::is_object) {
+            obj["status"] = json!({});
+        }
+        obj["status"]["phase"] = json!("Terminating");
+    }
+
     fn prepare_for_create(&self, obj: &mut Value) {
         force_name_label(obj);
         if let Some(m) = obj.as_object_mut() {
@@ -282,7 +301,7 @@ impl Strategy for ConfigMapStrategy {
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        let Some(cm) = decode::<corev1::ConfigMap>(obj) else { return Vec::new() };
+        let cm: corev1::ConfigMap = crate::typed!(decode(obj));
         let mut errs = Vec::new();
         let mut total = 0usize;
         let binary = cm.binary_data.unwrap_or_default();
@@ -310,9 +329,7 @@ impl Strategy for ConfigMapStrategy {
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
-        let (Some(new), Some(old)) = (decode::<corev1::ConfigMap>(new), decode::<corev1::ConfigMap>(old)) else {
-            return Vec::new();
-        };
+        let (new, old): (corev1::ConfigMap, corev1::ConfigMap) = crate::typed!(decode_update(new, old));
         let mut errs = Vec::new();
         if is_immutable(old.immutable) {
             if !is_immutable(new.immutable) {
@@ -469,14 +486,12 @@ impl Strategy for SecretStrategy {
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        let Some(secret) = decode::<corev1::Secret>(obj) else { return Vec::new() };
+        let secret: corev1::Secret = crate::typed!(decode(obj));
         validate_secret(&secret, secret.metadata.annotations.as_ref())
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
-        let (Some(new), Some(old)) = (decode::<corev1::Secret>(new), decode::<corev1::Secret>(old)) else {
-            return Vec::new();
-        };
+        let (new, old): (corev1::Secret, corev1::Secret) = crate::typed!(decode_update(new, old));
         let mut errs = Vec::new();
         let new_type = new.type_.clone().unwrap_or_default();
         if new_type != old.type_.clone().unwrap_or_default() {
@@ -542,6 +557,15 @@ impl Strategy for ServiceAccountStrategy {
         typed_roundtrip::<corev1::ServiceAccount>(obj)
     }
 
+    fn merge_keys(&self) -> super::MergeKeys {
+        &[(&["secrets"], crate::patch::ListStrategy::MergeByKey("name"))]
+    }
+
+    fn create_handler(&self, sub: &str) -> Option<super::CreateHandler> {
+        (sub == "token")
+            .then_some(|c, body, content_type| Box::pin(crate::serviceaccount::token_request(c, body, content_type)))
+    }
+
     fn prepare_for_create(&self, obj: &mut Value) {
         clean_secret_references(obj);
     }
@@ -590,6 +614,10 @@ pub(crate) fn is_zero_time(v: Option<&Value>) -> bool {
 }
 
 impl Strategy for EventStrategy {
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
     fn name_column_last(&self) -> bool {
         true
     }
@@ -811,12 +839,6 @@ pub(crate) fn child_obj<'a>(obj: &'a mut Value, path: &[&str]) -> Option<&'a mut
 /// Number of keys of the map at `key` (0 when absent).
 fn map_len(obj: &Value, key: &str) -> usize {
     obj.get(key).and_then(Value::as_object).map_or(0, Map::len)
-}
-
-/// The typed form of a wire object; None when it does not decode (`roundtrip` already
-/// rejected such input with 400, so validation has nothing to add).
-pub(crate) fn decode<T: serde::de::DeserializeOwned>(obj: &Value) -> Option<T> {
-    serde_json::from_value(obj.clone()).ok()
 }
 
 /// `field.Invalid` whose value upstream renders with Go's `%#v` (structs, slices, []byte):

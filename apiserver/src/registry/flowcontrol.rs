@@ -16,8 +16,8 @@ use std::sync::Arc;
 use k8s_openapi::api::flowcontrol::v1 as fcv1;
 use serde_json::{json, Value};
 
-use super::core::{age_column, col, creation_age, decode, get_at, go_string_slice, invalid_shown, str_at};
-use super::{typed_roundtrip, Column, ResourceDef, Strategy};
+use super::core::{age_column, col, creation_age, get_at, go_string_slice, invalid_shown, str_at};
+use super::{decode, typed_roundtrip, Column, ResourceDef, Strategy};
 use crate::error::FieldError;
 use crate::flowcontrol::bootstrap;
 use crate::flowcontrol::shuffle::{required_entropy_bits, MAX_HASH_BITS};
@@ -455,7 +455,7 @@ fn validate_conditions(conditions: &[Option<&str>], errs: &mut Vec<FieldError>) 
 
 /// `ValidateFlowSchema` over the wire form (metadata is checked by the caller).
 pub fn validate_flow_schema(obj: &Value) -> Vec<FieldError> {
-    let Some(fs) = decode::<fcv1::FlowSchema>(obj) else { return Vec::new() };
+    let fs: fcv1::FlowSchema = crate::typed!(decode(obj));
     let name = fs.metadata.name.as_deref().unwrap_or("");
     let spec = fs.spec.clone().unwrap_or_default();
     let mut errs = validate_flow_schema_spec(name, &spec);
@@ -615,7 +615,7 @@ fn validate_mandatory_priority_level(name: &str, have: &Value) -> Option<FieldEr
 
 /// `ValidatePriorityLevelConfiguration` over the wire form (metadata is checked by the caller).
 pub fn validate_priority_level(obj: &Value) -> Vec<FieldError> {
-    let Some(pl) = decode::<fcv1::PriorityLevelConfiguration>(obj) else { return Vec::new() };
+    let pl: fcv1::PriorityLevelConfiguration = crate::typed!(decode(obj));
     let name = pl.metadata.name.as_deref().unwrap_or("");
     let spec = pl.spec.clone().unwrap_or_default();
     let mut errs = validate_priority_level_spec(name, &spec);

@@ -5,14 +5,21 @@
 //! selectable fields and Table columns. The generic REST handlers (`crate::rest`) do the I/O
 //! and call these hooks in a fixed order:
 //!
-//! create:  decode → `prepare_for_create` → generic metadata → `validate` → store
+//! create:  decode → `prepare_for_create` → `prepare_for_create_by(requester)` → generic
+//!          metadata → `validate` (one 422 with every field error) → admission → store
 //! update:  decode → `prepare_for_update(new, old)` → generic metadata → `validate` +
-//!          `validate_update(new, old)` → store
+//!          `validate_update(new, old)` → admission → store
 //! subresource (status, approval): `prepare_for_subresource(sub, new, old)` →
-//!          `validate` + `validate_subresource(sub, new, old)` → store
+//!          `validate` + `validate_subresource(sub, new, old)` → admission → store
+//!
+//! Everything kind-specific the generic path needs is asked of the strategy, never decided
+//! by group or resource name: the kind's [`Role`] (namespaces), its name rule, its
+//! strategic-merge-patch keys, its create-only subresources ([`CreateHandler`]), its Table.
+//! Admission plugins (`crate::admission`) say themselves which kinds they handle.
 //!
 //! Objects are `serde_json::Value`s in their wire form; strategies decode into the
-//! `k8s-openapi` types where typing helps (validation, unknown-field detection).
+//! `k8s-openapi` types where typing helps (validation, unknown-field detection). Validation
+//! fails closed: an object that does not decode is invalid ([`decode`], [`decode_update`]).
 
 pub mod apiextensions;
 pub mod certificates;
@@ -42,12 +49,67 @@ pub struct Column {
     pub priority: u32,
 }
 
+/// What a kind is to the generic request path, beyond its rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Role {
+    /// An ordinary object.
+    #[default]
+    Object,
+    /// The kind whose objects are the namespaces: cluster-scoped but named where a namespace
+    /// goes in the URL (`/api/v1/namespaces/<name>`), always deleted gracefully (its content
+    /// first, by `crate::gc`; the object goes when its finalizers are gone through
+    /// `/finalize`), no `deletecollection`; NamespaceLifecycle admission looks them up.
+    Namespace,
+}
+
+/// A name rule (upstream's per-kind `ValidateName`): the problems with a name.
+pub type NameRule = fn(&str) -> Vec<String>;
+
+/// Strategic-merge-patch list strategies by field path (`patchMergeKey` of the Go types).
+pub type MergeKeys = &'static [(&'static [&'static str], crate::patch::ListStrategy)];
+
+/// The handler of a subresource whose only verb is `create` and which is not stored
+/// (a ServiceAccount's `token`: TokenRequest).
+pub type CreateHandler = for<'a> fn(
+    &'a crate::rest::Call<'a>,
+    &'a bytes::Bytes,
+    &'a str,
+) -> futures::future::BoxFuture<'a, crate::error::Result<crate::rest::Reply>>;
+
 /// The rules for one kind. Every method has no I/O.
 pub trait Strategy: Send + Sync + 'static {
     /// Decode the object into its typed form and back: Ok(pruned) with unknown fields removed,
     /// Err(message) if a known field has the wrong type (→ 400 BadRequest).
     /// The caller compares input and output to find unknown fields (fieldValidation).
     fn roundtrip(&self, obj: &Value) -> Result<Value, String>;
+
+    /// The handler of a create-only subresource (see [`CreateHandler`]); None: `sub` is an
+    /// ordinary subresource of the stored object (`status`, `approval`, `finalize`).
+    fn create_handler(&self, _sub: &str) -> Option<CreateHandler> {
+        None
+    }
+
+    /// See [`Role`].
+    fn role(&self) -> Role {
+        Role::Object
+    }
+
+    /// The rule for `metadata.name` (default: a DNS-1123 subdomain).
+    fn name_rule(&self) -> NameRule {
+        crate::validation::is_dns1123_subdomain
+    }
+
+    /// List merge keys for strategic merge patch, beyond the defaults of `crate::patch`.
+    fn merge_keys(&self) -> MergeKeys {
+        &[]
+    }
+
+    /// On create, after [`Strategy::prepare_for_create`]: what the kind records about the
+    /// requester (a CertificateSigningRequest's `spec.username`, `groups`...).
+    fn prepare_for_create_by(&self, _obj: &mut Value, _requester: &crate::authn::UserInfo) {}
+
+    /// When an object is marked for deletion (gets its `deletionTimestamp`).
+    fn mark_deleting(&self, _obj: &mut Value) {}
 
     /// Defaults and server-owned fields on create (e.g. clear `status` when the kind has a
     /// status subresource). Metadata (uid, timestamps, generation) is done by the caller.
@@ -239,6 +301,35 @@ impl Registry {
     }
 }
 
+/// The typed form of an object to validate. Validation fails closed: an object that does not
+/// decode (which `roundtrip` normally refused with 400 already) is not valid, and the error
+/// says why (→ 422).
+pub fn decode<T: serde::de::DeserializeOwned>(obj: &Value) -> Result<T, Vec<FieldError>> {
+    serde_json::from_value(obj.clone())
+        .map_err(|e| vec![FieldError::invalid("", &Value::Null, format!("the object does not decode: {e}"))])
+}
+
+/// The typed forms of an update's new object and the stored one. A stored object that does
+/// not decode is the server's problem: an `InternalError` cause, which the REST handlers
+/// answer with 500 (see [`FieldError::internal`]).
+pub fn decode_update<T: serde::de::DeserializeOwned>(new: &Value, old: &Value) -> Result<(T, T), Vec<FieldError>> {
+    let new = decode(new)?;
+    let old = serde_json::from_value(old.clone())
+        .map_err(|e| vec![FieldError::internal("", format!("the stored object does not decode: {e}"))])?;
+    Ok((new, old))
+}
+
+/// `let x = typed!(decode::<T>(obj))`: the decoded value, or return its field errors.
+#[macro_export]
+macro_rules! typed {
+    ($e:expr) => {
+        match $e {
+            Ok(v) => v,
+            Err(errs) => return errs,
+        }
+    };
+}
+
 /// Decode into a typed k8s-openapi object and encode back (helper for `Strategy::roundtrip`).
 pub fn typed_roundtrip<T>(obj: &Value) -> Result<Value, String>
 where
@@ -298,5 +389,53 @@ pub fn human_duration(secs: i64) -> String {
         }
     } else {
         format!("{}y", d / 365)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn objects_that_do_not_decode_are_not_valid() {
+        let good = serde_json::json!({"metadata": {"name": "a"}, "data": {"k": "v"}});
+        let bad = serde_json::json!({"metadata": {"name": "a"}, "data": {"k": 1}});
+        type Cm = k8s_openapi::api::core::v1::ConfigMap;
+        assert!(decode::<Cm>(&good).is_ok());
+        let errs = decode::<Cm>(&bad).err().unwrap_or_default();
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].reason, "FieldValueInvalid");
+        assert!(errs[0].message.contains("does not decode"), "{}", errs[0].message);
+        // A stored object that does not decode is the server's fault.
+        let errs = decode_update::<Cm>(&good, &bad).err().unwrap_or_default();
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].reason, crate::error::INTERNAL_ERROR);
+        let errs = decode_update::<Cm>(&bad, &good).err().unwrap_or_default();
+        assert_eq!(errs[0].reason, "FieldValueInvalid");
+        // Every strategy with a typed validation fails closed.
+        let reg = Registry::builtin();
+        for def in &reg.resources {
+            if def.create_only {
+                continue;
+            }
+            let garbage = serde_json::json!({"metadata": {"name": "a"}, "spec": 7, "data": 7, "rules": 7, "subjects": 7, "roleRef": 7});
+            let strategy = &def.strategy;
+            // Either the strategy has no typed rules (nothing to decode) or it refuses.
+            let errs = strategy.validate(&garbage);
+            let typed = [
+                "configmaps",
+                "secrets",
+                "roles",
+                "clusterroles",
+                "rolebindings",
+                "clusterrolebindings",
+                "certificatesigningrequests",
+                "flowschemas",
+                "prioritylevelconfigurations",
+            ];
+            if typed.contains(&def.resource) {
+                assert!(!errs.is_empty(), "{} accepted an object that does not decode", def.resource);
+            }
+        }
     }
 }

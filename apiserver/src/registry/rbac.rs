@@ -13,9 +13,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{json, Value};
 
 use super::core::{
-    age_column, child_obj, col, creation_age, decode, get_at, go_string_slice, invalid_shown, str_at, AGE_DESCRIPTION,
+    age_column, child_obj, col, creation_age, get_at, go_string_slice, invalid_shown, str_at, AGE_DESCRIPTION,
 };
-use super::{typed_roundtrip, Column, ResourceDef, Strategy};
+use super::{decode, decode_update, typed_roundtrip, Column, ResourceDef, Strategy};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -192,12 +192,16 @@ fn created_at(obj: &Value) -> Value {
 }
 
 impl Strategy for RoleStrategy {
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
     fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
         typed_roundtrip::<rbacv1::Role>(obj)
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        let Some(role) = decode::<rbacv1::Role>(obj) else { return Vec::new() };
+        let role: rbacv1::Role = crate::typed!(decode(obj));
         validate_rules(role.rules.as_ref(), true)
     }
 
@@ -211,12 +215,16 @@ impl Strategy for RoleStrategy {
 }
 
 impl Strategy for ClusterRoleStrategy {
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
     fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
         typed_roundtrip::<rbacv1::ClusterRole>(obj)
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        let Some(role) = decode::<rbacv1::ClusterRole>(obj) else { return Vec::new() };
+        let role: rbacv1::ClusterRole = crate::typed!(decode(obj));
         let mut errs = validate_rules(role.rules.as_ref(), false);
         if let Some(rule) = &role.aggregation_rule {
             let selectors = rule.cluster_role_selectors.as_deref().unwrap_or_default();
@@ -377,6 +385,10 @@ fn binding_cells(obj: &Value, now: DateTime<Utc>) -> Vec<Value> {
 }
 
 impl Strategy for RoleBindingStrategy {
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
     fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
         typed_roundtrip::<rbacv1::RoleBinding>(obj)
     }
@@ -390,14 +402,12 @@ impl Strategy for RoleBindingStrategy {
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        let Some(b) = decode::<rbacv1::RoleBinding>(obj) else { return Vec::new() };
+        let b: rbacv1::RoleBinding = crate::typed!(decode(obj));
         validate_binding(&b.role_ref, b.subjects.as_ref(), true)
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
-        let (Some(new), Some(old)) = (decode::<rbacv1::RoleBinding>(new), decode::<rbacv1::RoleBinding>(old)) else {
-            return Vec::new();
-        };
+        let (new, old): (rbacv1::RoleBinding, rbacv1::RoleBinding) = crate::typed!(decode_update(new, old));
         validate_role_ref_update(&new.role_ref, &old.role_ref)
     }
 
@@ -417,6 +427,10 @@ impl Strategy for RoleBindingStrategy {
 }
 
 impl Strategy for ClusterRoleBindingStrategy {
+    fn name_rule(&self) -> super::NameRule {
+        validation::validate_path_segment_name
+    }
+
     fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
         typed_roundtrip::<rbacv1::ClusterRoleBinding>(obj)
     }
@@ -430,16 +444,13 @@ impl Strategy for ClusterRoleBindingStrategy {
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        let Some(b) = decode::<rbacv1::ClusterRoleBinding>(obj) else { return Vec::new() };
+        let b: rbacv1::ClusterRoleBinding = crate::typed!(decode(obj));
         validate_binding(&b.role_ref, b.subjects.as_ref(), false)
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
-        let (Some(new), Some(old)) =
-            (decode::<rbacv1::ClusterRoleBinding>(new), decode::<rbacv1::ClusterRoleBinding>(old))
-        else {
-            return Vec::new();
-        };
+        let (new, old): (rbacv1::ClusterRoleBinding, rbacv1::ClusterRoleBinding) =
+            crate::typed!(decode_update(new, old));
         validate_role_ref_update(&new.role_ref, &old.role_ref)
     }
 
