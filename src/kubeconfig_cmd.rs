@@ -7,7 +7,7 @@ use anyhow::Context as _;
 use base64::Engine as _;
 use clap::{Args, Subcommand};
 use kube::config::Kubeconfig;
-use kustos_controllers::bootstrap_tokens::Token;
+use kustos_ca::bootstrap_token::Token;
 
 /// The user name kubeadm gives the token in the bootstrap kubeconfigs it writes.
 pub const BOOTSTRAP_USER: &str = "tls-bootstrap-token-user";

@@ -8,9 +8,10 @@ use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::Api;
-use kustos_controllers::bootstrap_tokens::{
+use kustos_ca::bootstrap_token::{
     self as bt, Token, TokenInfo, TokenSpec, NAMESPACE, SECRET_TYPE, TOKEN_ID_PATTERN, TOKEN_PATTERN,
 };
+use kustos_controllers::bootstrap_tokens as token_secrets;
 
 use crate::kubeconfig_cmd;
 
@@ -216,7 +217,7 @@ async fn create(client: kube::Client, spec: &TokenSpec) -> anyhow::Result<()> {
     {
         return Err(exists());
     }
-    match secrets.create(&PostParams::default(), &bt::to_secret(spec, Utc::now())).await {
+    match secrets.create(&PostParams::default(), &token_secrets::to_secret(spec, Utc::now())).await {
         Ok(_) => Ok(()),
         Err(e) if kustos_controllers::runtime::is_status(&e, 409) => Err(exists()),
         Err(e) => Err(anyhow::anyhow!("failed to create bootstrap token with name {name}: {}", api_message(e))),
@@ -235,7 +236,7 @@ async fn list(client: kube::Client) -> anyhow::Result<()> {
     let mut out = String::new();
     let mut header = true;
     for secret in &items {
-        match bt::from_secret(secret) {
+        match token_secrets::from_secret(secret) {
             Ok(info) => {
                 let mut lines = Vec::new();
                 if std::mem::take(&mut header) {

@@ -24,7 +24,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::ByteString;
 use kube::api::{ListParams, PostParams};
 use kube::Api;
-use kustos_controllers::bootstrap_tokens::{self as bt, Expiration, Token, TokenSpec, NAMESPACE, SECRET_TYPE};
+use kustos_ca::bootstrap_token::{self as bt, Expiration, Token, TokenSpec, NAMESPACE, SECRET_TYPE};
+use kustos_controllers::bootstrap_tokens as token_secrets;
 use kustos_controllers::runtime::is_status;
 
 /// The label that marks the token Secrets rotation manages; tokens made by hand (`token
@@ -125,7 +126,8 @@ pub struct Managed {
 impl Managed {
     fn of(secret: &Secret, now: DateTime<Utc>) -> Option<Managed> {
         let id = bt::id_from_secret_name(secret.metadata.name.as_deref()?)?.to_string();
-        let valid = bt::data(secret, bt::KEY_TOKEN_ID) == id && bt::expiration(secret, now) != Expiration::Expired;
+        let valid = token_secrets::data(secret, bt::KEY_TOKEN_ID) == id
+            && token_secrets::expiration(secret, now) != Expiration::Expired;
         let annotated = secret
             .metadata
             .annotations
@@ -190,7 +192,7 @@ fn api_message(e: kube::Error) -> String {
 async fn create(secrets: &Api<Secret>, mut spec: TokenSpec) -> anyhow::Result<()> {
     for _ in 0..ATTEMPTS {
         let now = Utc::now();
-        let mut secret = bt::to_secret(&spec, now);
+        let mut secret = token_secrets::to_secret(&spec, now);
         secret.metadata.labels = Some(BTreeMap::from([(MANAGED_LABEL.to_string(), MANAGED_VALUE.to_string())]));
         secret.metadata.annotations = Some(BTreeMap::from([(
             CREATED_AT_ANNOTATION.to_string(),
@@ -241,7 +243,7 @@ async fn expire(secrets: &Api<Secret>, id: &str) -> anyhow::Result<()> {
         else {
             return Ok(());
         };
-        if bt::expiration(&secret, now) == Expiration::Expired {
+        if token_secrets::expiration(&secret, now) == Expiration::Expired {
             return Ok(());
         }
         secret
@@ -277,18 +279,18 @@ async fn publish(tokens: &Api<Secret>, target: &Api<Secret>, ns: &str, name: &st
             .iter()
             .find(|s| s.metadata.name.as_deref() == Some(secret_name.as_str()))
             .ok_or_else(|| anyhow::anyhow!("bootstrap token {:?} vanished from the list", candidate.id))?;
-        let token = Token::from_parts(&candidate.id, bt::data(token_secret, bt::KEY_TOKEN_SECRET))
+        let token = Token::from_parts(&candidate.id, token_secrets::data(token_secret, bt::KEY_TOKEN_SECRET))
             .map_err(|_| anyhow::anyhow!("bootstrap token {:?} has a malformed secret", candidate.id))?;
         let existing = target
             .get_opt(name)
             .await
             .map_err(|e| anyhow::anyhow!("failed to read Secret {ns}/{name}: {}", api_message(e)))?;
-        let current = existing.as_ref().map(|s| bt::data(s, PUBLISHED_ID_KEY).to_string());
+        let current = existing.as_ref().map(|s| token_secrets::data(s, PUBLISHED_ID_KEY).to_string());
         let current = current.and_then(|id| all.iter().find(|m| m.id == id).cloned());
         if keep_published(current.as_ref(), &candidate) {
             return Ok(());
         }
-        let expiration = bt::data(token_secret, bt::KEY_EXPIRATION).to_string();
+        let expiration = token_secrets::data(token_secret, bt::KEY_EXPIRATION).to_string();
         let data = BTreeMap::from([
             (PUBLISHED_TOKEN_KEY.to_string(), ByteString(token.expose().into_bytes())),
             (PUBLISHED_ID_KEY.to_string(), ByteString(candidate.id.clone().into_bytes())),
@@ -393,7 +395,7 @@ mod tests {
                 groups: vec![],
                 description: String::new(),
             };
-            let mut s = bt::to_secret(&spec, at(0).unwrap_or_default());
+            let mut s = token_secrets::to_secret(&spec, at(0).unwrap_or_default());
             s.metadata.creation_timestamp = at(7).map(kustos_controllers::csr::to_time);
             s.metadata.annotations =
                 annotation.map(|a| BTreeMap::from([(CREATED_AT_ANNOTATION.to_string(), a.to_string())]));

@@ -20,100 +20,28 @@ use std::time::Duration;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Secret;
+use kustos_ca::bootstrap_token::{self as bt, AuthError, SecretView, NAMESPACE, SECRET_NAME_PREFIX};
 
 use crate::authn::{TokenAuthenticator, TokenResult, UserInfo};
 use crate::storage::{EventKind, ListOptions, Storage};
 
-pub const SECRET_TYPE: &str = "bootstrap.kubernetes.io/token";
-pub const SECRET_NAME_PREFIX: &str = "bootstrap-token-";
-pub const USER_PREFIX: &str = "system:bootstrap:";
-pub const DEFAULT_GROUP: &str = "system:bootstrappers";
-/// Extra groups must start with this.
-pub const EXTRA_GROUP_PREFIX: &str = "system:bootstrappers:";
-pub const NAMESPACE: &str = "kube-system";
-
-pub const KEY_TOKEN_ID: &str = "token-id";
-pub const KEY_TOKEN_SECRET: &str = "token-secret";
-pub const KEY_EXPIRATION: &str = "expiration";
-pub const KEY_USAGE_AUTHENTICATION: &str = "usage-bootstrap-authentication";
-pub const KEY_EXTRA_GROUPS: &str = "auth-extra-groups";
-
-/// `<id>.<secret>` → (id, secret) when the token matches `^([a-z0-9]{6})\.([a-z0-9]{16})$`.
-pub fn parse_token(token: &str) -> Option<(&str, &str)> {
-    let (id, secret) = token.split_once('.')?;
-    let ok = |s: &str, n: usize| s.len() == n && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
-    (ok(id, 6) && ok(secret, 16)).then_some((id, secret))
+/// What the rules of [`kustos_ca::bootstrap_token`] read of `secret`.
+fn view(secret: &Secret) -> SecretView<'_> {
+    SecretView {
+        namespace: secret.metadata.namespace.as_deref().unwrap_or_default(),
+        name: secret.metadata.name.as_deref().unwrap_or_default(),
+        type_: secret.type_.as_deref(),
+        being_deleted: secret.metadata.deletion_timestamp.is_some(),
+        data: secret.data.as_ref().map(|d| d.iter().map(|(k, v)| (k.as_str(), v.0.as_slice())).collect()),
+    }
 }
 
-/// `^system:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]$`
-pub fn valid_extra_group(g: &[u8]) -> bool {
-    let Some(rest) = g.strip_prefix(EXTRA_GROUP_PREFIX.as_bytes()) else { return false };
-    let alnum = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    (1..=256).contains(&rest.len())
-        && rest.iter().all(|c| alnum(c) || matches!(c, b':' | b'-'))
-        && rest.last().is_some_and(alnum)
-}
-
-/// RFC 3339 as Go's `time.Parse(time.RFC3339, ..)` reads it.
-pub use kustos_ca::rfc3339::parse as parse_rfc3339;
-
-/// A `data` value of the Secret; a missing key reads as empty (as upstream).
-fn data<'a>(secret: &'a Secret, key: &str) -> &'a [u8] {
-    secret.data.as_ref().and_then(|d| d.get(key)).map(|b| b.0.as_slice()).unwrap_or_default()
-}
-
-/// The decision for a token `<id>.<secret_part>` against the Secret found for it at `now`:
-/// the user, or why not. Reasons name the Secret and the failed rule, never the secret.
-pub fn check(secret: &Secret, id: &str, secret_part: &str, now: DateTime<Utc>) -> Result<UserInfo, String> {
-    let fail = |why: String| {
-        let ns = secret.metadata.namespace.as_deref().unwrap_or_default();
-        let name = secret.metadata.name.as_deref().unwrap_or_default();
-        Err(format!("bootstrap secret {ns}/{name} matching bearer token {why}"))
-    };
-    if secret.metadata.deletion_timestamp.is_some() {
-        return fail("is deleted and awaiting removal".into());
-    }
-    if secret.type_.as_deref() != Some(SECRET_TYPE) || secret.data.is_none() {
-        return fail(format!("has invalid type, expected {SECRET_TYPE}"));
-    }
-    if !crate::authn::constant_time_eq(data(secret, KEY_TOKEN_SECRET), secret_part.as_bytes()) {
-        return fail(format!("has invalid value for key {KEY_TOKEN_SECRET}"));
-    }
-    if data(secret, KEY_TOKEN_ID) != id.as_bytes() {
-        return fail(format!("has invalid value for key {KEY_TOKEN_ID}, expected {id}"));
-    }
-    let expiration = data(secret, KEY_EXPIRATION);
-    if !expiration.is_empty() {
-        // Unparsable counts as expired (upstream).
-        let at = std::str::from_utf8(expiration).ok().and_then(parse_rfc3339);
-        match at {
-            Some(t) if t.with_timezone(&Utc) > now => {}
-            Some(_) => return fail(format!("has expired ({KEY_EXPIRATION} {})", String::from_utf8_lossy(expiration))),
-            None => return fail(format!("has an unparsable {KEY_EXPIRATION}, treated as expired")),
-        }
-    }
-    if data(secret, KEY_USAGE_AUTHENTICATION) != b"true" {
-        return fail(format!("not marked {KEY_USAGE_AUTHENTICATION}=true"));
-    }
-    let mut groups = vec![DEFAULT_GROUP.to_string()];
-    let extra = data(secret, KEY_EXTRA_GROUPS);
-    if !extra.is_empty() {
-        for g in extra.split(|b| *b == b',') {
-            match std::str::from_utf8(g) {
-                Ok(g) if valid_extra_group(g.as_bytes()) => groups.push(g.to_string()),
-                _ => {
-                    return fail(format!(
-                        "has invalid value for key {KEY_EXTRA_GROUPS}: bootstrap group {:?} is invalid (must match \
-                         system:bootstrappers:[a-z0-9:-]{{0,255}}[a-z0-9])",
-                        String::from_utf8_lossy(g)
-                    ))
-                }
-            }
-        }
-    }
-    groups.sort();
-    groups.dedup();
-    Ok(UserInfo { name: format!("{USER_PREFIX}{id}"), groups, ..Default::default() })
+/// The decision for a token `<id>.<secret_part>` against the Secret found for it at `now`
+/// ([`bt::authenticate`]): the user, or why not. Reasons name the Secret and the failed
+/// rule, never the secret.
+pub fn check(secret: &Secret, id: &str, secret_part: &str, now: DateTime<Utc>) -> Result<UserInfo, AuthError> {
+    let user = bt::authenticate(&view(secret), id, secret_part, now)?;
+    Ok(UserInfo { name: user.name, groups: user.groups, ..Default::default() })
 }
 
 /// The audiences a response carries, as upstream's audience-agnostic wrapper decides: no
@@ -224,7 +152,7 @@ impl BootstrapTokenAuthenticator {
 #[async_trait]
 impl TokenAuthenticator for BootstrapTokenAuthenticator {
     async fn authenticate_token(&self, token: &str, requested: &[String]) -> TokenResult {
-        let Some((id, secret_part)) = parse_token(token) else { return TokenResult::NotMine };
+        let Some((id, secret_part)) = bt::parse_token(token) else { return TokenResult::NotMine };
         let Some(auds) = audiences(&self.api_audiences, requested) else {
             return TokenResult::Invalid(format!("bootstrap token {id}: not valid for the requested audiences"));
         };
@@ -247,7 +175,7 @@ impl TokenAuthenticator for BootstrapTokenAuthenticator {
         };
         match check(&secret, id, secret_part, Utc::now()) {
             Ok(user) => TokenResult::Authenticated { user, audiences: auds },
-            Err(why) => TokenResult::Invalid(why),
+            Err(why) => TokenResult::Invalid(why.to_string()),
         }
     }
 }
@@ -258,6 +186,10 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use k8s_openapi::ByteString;
+    use kustos_ca::bootstrap_token::{
+        DEFAULT_GROUP, KEY_EXPIRATION, KEY_EXTRA_GROUPS, KEY_TOKEN_ID, KEY_TOKEN_SECRET, KEY_USAGE_AUTHENTICATION,
+        SECRET_TYPE,
+    };
     use serde_json::json;
 
     const ID: &str = "abcdef";
@@ -298,60 +230,6 @@ mod tests {
     fn unset(key: &'static str) -> impl FnOnce(&mut Secret) {
         move |s| {
             s.data.as_mut().unwrap().remove(key);
-        }
-    }
-
-    #[test]
-    fn tokens_are_recognised_by_shape() {
-        assert_eq!(parse_token("abcdef.0123456789abcdef"), Some(("abcdef", "0123456789abcdef")));
-        assert_eq!(parse_token("07401b.f395accd246ae52d"), Some(("07401b", "f395accd246ae52d")));
-        for bad in [
-            "ABCDEF.0123456789abcdef",
-            "abcdef.0123456789ABCDEF",
-            "abc.def",
-            "abcde.0123456789abcdef",
-            "abcdefg.0123456789abcdef",
-            "abcdef.0123456789abcde",
-            "abcdef.0123456789abcdef0",
-            "abcdef0123456789abcdef",
-            "abcdef.0123456789abcde.",
-            "abcdef.0123456789abcdef.x",
-            "abcdef-0123456789abcdef",
-            " abcdef.0123456789abcdef",
-            "abcdef.0123456789abcdef ",
-            "abcd_f.0123456789abcdef",
-            "",
-            ".",
-            "abcdé.0123456789abcdef",
-        ] {
-            assert_eq!(parse_token(bad), None, "{bad:?}");
-        }
-    }
-
-    #[test]
-    fn extra_group_names() {
-        let long_ok = format!("system:bootstrappers:{}", "a".repeat(256));
-        let long_bad = format!("system:bootstrappers:{}", "a".repeat(257));
-        let cases: &[(&str, bool)] = &[
-            ("system:bootstrappers:worker", true),
-            ("system:bootstrappers:kubeadm:default-node-token", true),
-            ("system:bootstrappers:a", true),
-            ("system:bootstrappers:0", true),
-            (&long_ok, true),
-            (&long_bad, false),
-            ("system:bootstrappers:", false),
-            ("system:bootstrappers", false),
-            ("system:bootstrappers:worker-", false),
-            ("system:bootstrappers:worker:", false),
-            ("system:bootstrappers:Worker", false),
-            ("system:bootstrappers:wor ker", false),
-            (" system:bootstrappers:worker", false),
-            ("system:masters", false),
-            ("system:nodes", false),
-            ("", false),
-        ];
-        for (g, want) in cases {
-            assert_eq!(valid_extra_group(g.as_bytes()), *want, "{g:?}");
         }
     }
 
@@ -431,6 +309,7 @@ mod tests {
                     assert!(u.uid.is_empty() && u.extra.is_empty(), "{name}");
                 }
                 (Err(e), Err(w)) => {
+                    let e = e.to_string();
                     assert!(e.contains(w), "{name}: {e}");
                     assert!(e.contains("kube-system/bootstrap-token-abcdef"), "{name}: names the secret: {e}");
                     assert!(!e.contains("0123456789abcde"), "{name}: the reason never holds the secret: {e}");

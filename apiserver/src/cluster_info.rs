@@ -20,9 +20,7 @@ use crate::request_info::RequestInfo;
 use crate::rest::{self, Call, Params};
 use crate::AppState;
 
-pub const NAMESPACE: &str = "kube-public";
-pub const NAME: &str = "cluster-info";
-pub const KUBECONFIG_KEY: &str = "kubeconfig";
+pub use kustos_ca::bootstrap_token::{CLUSTER_INFO_NAME as NAME, CLUSTER_INFO_NAMESPACE as NAMESPACE, KUBECONFIG_KEY};
 
 /// The `kubeconfig` value: one unnamed cluster with `server` and `certificate-authority-data`,
 /// no contexts and no users, keys in kubeadm's order; the empty lists are written `[]`, as

@@ -362,7 +362,7 @@ pub fn check_legacy(
     secret: Option<&Value>,
     service_account: Option<&Value>,
 ) -> Result<UserInfo, String> {
-    claims.check()?;
+    claims.check().map_err(|e| e.to_string())?;
     let secret = secret.ok_or(LEGACY_TOKEN_INVALIDATED)?;
     if deletion_time(secret).is_some()
         || secret.get("type").and_then(Value::as_str) != Some(SERVICE_ACCOUNT_TOKEN_SECRET_TYPE)
@@ -471,7 +471,7 @@ impl ServiceAccountAuthenticator {
         now: DateTime<Utc>,
     ) -> Result<UserInfo, String> {
         let claims = LegacyClaims::from_claims(claims).map_err(|e| e.to_string())?;
-        claims.check()?;
+        claims.check().map_err(|e| e.to_string())?;
         let ns = &claims.namespace;
         let secret = self.read(&self.secrets, ns, &claims.secret_name).await?;
         let sa = self.read(&self.service_accounts, ns, &claims.service_account_name).await?;

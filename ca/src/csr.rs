@@ -39,6 +39,27 @@ pub const MIN_DURATION: Duration = Duration::minutes(10);
 /// Lifetimes from this long are backdated at both ends.
 pub const SHORT: Duration = Duration::hours(8);
 
+/// The condition types of a CertificateSigningRequest (`status.conditions[].type`), and the
+/// reasons kustos' controllers write, as upstream's: every reader and writer (the apiserver's
+/// strategy and printer, the approvers, the signer, the cleaner) uses these.
+pub mod condition {
+    /// Approved by an approver (`/approval`); with [`DENIED`] the request is denied.
+    pub const APPROVED: &str = "Approved";
+    pub const DENIED: &str = "Denied";
+    /// The signer will not issue (`/status`).
+    pub const FAILED: &str = "Failed";
+    /// The three built-in types, each allowed at most once, only with status `True`.
+    pub const BUILT_IN: [&str; 3] = [APPROVED, DENIED, FAILED];
+
+    /// Reason of the Approved condition the approvers write.
+    pub const REASON_AUTO_APPROVED: &str = "AutoApproved";
+    /// Reason of the Denied condition the policy approver writes.
+    pub const REASON_AUTO_DENIED: &str = "AutoDenied";
+    /// Reason of the Failed condition the signer writes when a signer rule refuses the request
+    /// (the message is the rule's, from [`super::validate`]).
+    pub const REASON_SIGNER_VALIDATION_FAILURE: &str = "SignerValidationFailure";
+}
+
 /// The message for a request that is not a `CERTIFICATE REQUEST` PEM block (upstream's).
 pub const PEM_TYPE_MESSAGE: &str = "PEM block type must be CERTIFICATE REQUEST";
 
@@ -58,7 +79,20 @@ pub enum CsrError {
     Signature(String),
     /// The subject breaks the subject rule, or does not read as Go reads it.
     #[error("{0}")]
-    Subject(String),
+    Subject(#[from] SubjectError),
+}
+
+/// Why a subject is refused: it does not read as Go reads it, or it breaks the subject rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubjectError {
+    #[error("{0}")]
+    Name(#[from] crate::name::NameError),
+    #[error("subject has {} common names {values:?}; a request may have at most one (Go reads the last)", values.len())]
+    CommonNames { values: Vec<String> },
+    #[error(
+        "subject {attribute} {value:?} is a {string_type}; only UTF8String, PrintableString and IA5String are allowed"
+    )]
+    StringType { attribute: String, value: String, string_type: &'static str },
 }
 
 /// A parsed PKCS#10 request whose subject follows the subject rule.
@@ -107,26 +141,21 @@ pub fn parse_der(der: &[u8]) -> Result<CertificateRequest, CsrError> {
 
 /// The subject rule, on a subject read as Go reads it: at most one CN; CN, O and OU only as
 /// UTF8String, PrintableString or IA5String.
-pub fn check_subject(subject: &crate::name::Name) -> Result<(), String> {
+pub fn check_subject(subject: &crate::name::Name) -> Result<(), SubjectError> {
     let cns = subject.common_names();
     if cns.len() > 1 {
-        let values: Vec<&str> = cns.iter().map(|a| a.value.as_str()).collect();
-        return Err(format!(
-            "subject has {} common names {values:?}; a request may have at most one (Go reads the last)",
-            cns.len()
-        ));
+        return Err(SubjectError::CommonNames { values: cns.iter().map(|a| a.value.clone()).collect() });
     }
     for a in &subject.attributes {
         let checked = [&OID_COMMON_NAME[..], &OID_ORGANIZATION, &OID_ORGANIZATIONAL_UNIT];
         if checked.contains(&a.oid.as_slice())
             && !matches!(a.string_type, StringType::Utf8 | StringType::Printable | StringType::Ia5)
         {
-            return Err(format!(
-                "subject {} {:?} is a {}; only UTF8String, PrintableString and IA5String are allowed",
-                a.short_name(),
-                a.value,
-                a.string_type.name()
-            ));
+            return Err(SubjectError::StringType {
+                attribute: a.short_name(),
+                value: a.value.clone(),
+                string_type: a.string_type.name(),
+            });
         }
     }
     Ok(())
@@ -139,7 +168,7 @@ fn parse(der: &[u8], verify: bool) -> Result<CertificateRequest, CsrError> {
         return Err(CsrError::Malformed("asn1: syntax error: trailing data".into()));
     }
     let info = &csr.certification_request_info;
-    let subject = crate::name::parse(info.subject.as_raw()).map_err(CsrError::Subject)?;
+    let subject = crate::name::parse(info.subject.as_raw()).map_err(SubjectError::from)?;
     if verify {
         csr.verify_signature().map_err(|_| {
             // Go's CheckSignature wording per key algorithm.
@@ -154,7 +183,7 @@ fn parse(der: &[u8], verify: bool) -> Result<CertificateRequest, CsrError> {
             )
         })?;
     }
-    check_subject(&subject).map_err(CsrError::Subject)?;
+    check_subject(&subject)?;
     check_extension_requests(info.raw)?;
     let mut req = CertificateRequest {
         common_name: subject.common_name().to_string(),
@@ -274,75 +303,102 @@ fn exactly_one_of(usages: &[String], options: [&[&str]; 2]) -> bool {
     })
 }
 
+/// Why a `kubernetes.io/*` signer refuses a request: upstream's reason, the message of a
+/// SignerValidationFailure condition.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignerRuleError {
+    #[error("subject organization is not {NODES_GROUP}")]
+    NotNodesOrganization,
+    /// `kind` is `DNS`, `Email`, `IP` or `URI`.
+    #[error("{kind} subjectAltNames are not allowed")]
+    SanNotAllowed { kind: &'static str },
+    #[error("DNS or IP subjectAltName is required")]
+    SanRequired,
+    #[error("subject common name does not begin with {NODE_PREFIX}")]
+    NotNodeCommonName,
+    /// `expected` is upstream's rendering of the usage set, e.g. `[client auth digital signature]`.
+    #[error("usages did not match {expected}")]
+    Usages { expected: &'static str },
+    #[error("invalid usage for client certificate: {usage}")]
+    ClientUsage { usage: String },
+    #[error("missing required usage for client certificate: client auth")]
+    NoClientAuth,
+    #[error("the legacy-unknown signer does not issue certificates through certificates.k8s.io/v1")]
+    LegacyUnknown,
+}
+
 /// Whether `signer` may issue for this request and these `spec.usages`; Err carries
-/// upstream's reason (the message of a SignerValidationFailure condition).
-pub fn validate(signer: Signer, req: &CertificateRequest, usages: &[String]) -> std::result::Result<(), String> {
+/// upstream's reason.
+pub fn validate(
+    signer: Signer,
+    req: &CertificateRequest,
+    usages: &[String],
+) -> std::result::Result<(), SignerRuleError> {
+    use SignerRuleError as E;
     match signer {
         Signer::KubeletClient => {
             if req.organizations != [NODES_GROUP] {
-                return Err("subject organization is not system:nodes".into());
+                return Err(E::NotNodesOrganization);
             }
             if !req.dns_names.is_empty() {
-                return Err("DNS subjectAltNames are not allowed".into());
+                return Err(E::SanNotAllowed { kind: "DNS" });
             }
             if !req.email_addresses.is_empty() {
-                return Err("Email subjectAltNames are not allowed".into());
+                return Err(E::SanNotAllowed { kind: "Email" });
             }
             if !req.ip_addresses.is_empty() {
-                return Err("IP subjectAltNames are not allowed".into());
+                return Err(E::SanNotAllowed { kind: "IP" });
             }
             if !req.uris.is_empty() {
-                return Err("URI subjectAltNames are not allowed".into());
+                return Err(E::SanNotAllowed { kind: "URI" });
             }
             if !req.common_name.starts_with(NODE_PREFIX) {
-                return Err(format!("subject common name does not begin with {NODE_PREFIX}"));
+                return Err(E::NotNodeCommonName);
             }
             if !exactly_one_of(
                 usages,
                 [&["digital signature", "key encipherment", "client auth"], &["digital signature", "client auth"]],
             ) {
-                return Err("usages did not match [client auth digital signature key encipherment]".into());
+                return Err(E::Usages { expected: "[client auth digital signature key encipherment]" });
             }
             Ok(())
         }
         Signer::KubeletServing => {
             if req.organizations != [NODES_GROUP] {
-                return Err("subject organization is not system:nodes".into());
+                return Err(E::NotNodesOrganization);
             }
             if req.dns_names.is_empty() && req.ip_addresses.is_empty() {
-                return Err("DNS or IP subjectAltName is required".into());
+                return Err(E::SanRequired);
             }
             if !req.email_addresses.is_empty() {
-                return Err("Email subjectAltNames are not allowed".into());
+                return Err(E::SanNotAllowed { kind: "Email" });
             }
             if !req.uris.is_empty() {
-                return Err("URI subjectAltNames are not allowed".into());
+                return Err(E::SanNotAllowed { kind: "URI" });
             }
             if !exactly_one_of(
                 usages,
                 [&["digital signature", "key encipherment", "server auth"], &["digital signature", "server auth"]],
             ) {
-                return Err("usages did not match [digital signature key encipherment server auth]".into());
+                return Err(E::Usages { expected: "[digital signature key encipherment server auth]" });
             }
             if !req.common_name.starts_with(NODE_PREFIX) {
-                return Err(format!("subject common name does not begin with {NODE_PREFIX}"));
+                return Err(E::NotNodeCommonName);
             }
             Ok(())
         }
         Signer::KubeApiserverClient => {
             for u in usages {
                 if !matches!(u.as_str(), "digital signature" | "key encipherment" | "client auth") {
-                    return Err(format!("invalid usage for client certificate: {u}"));
+                    return Err(E::ClientUsage { usage: u.clone() });
                 }
             }
             if !usages.iter().any(|u| u == "client auth") {
-                return Err("missing required usage for client certificate: client auth".into());
+                return Err(E::NoClientAuth);
             }
             Ok(())
         }
-        Signer::LegacyUnknown => {
-            Err("the legacy-unknown signer does not issue certificates through certificates.k8s.io/v1".into())
-        }
+        Signer::LegacyUnknown => Err(E::LegacyUnknown),
     }
 }
 
@@ -629,7 +685,7 @@ mod tests {
                     assert_eq!(r.common_name, cn, "{what}");
                     assert_eq!(r.organizations, orgs, "{what}");
                 }
-                (Err(CsrError::Subject(e)), Err(w)) => assert!(e.contains(w), "{what}: {e}"),
+                (Err(CsrError::Subject(e)), Err(w)) => assert!(e.to_string().contains(w), "{what}: {e}"),
                 (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
             }
         }
@@ -772,7 +828,7 @@ mod tests {
             let req = parse_pem(&pem).unwrap();
             match (validate(signer, &req, &usages), want) {
                 (Ok(()), Ok(())) => {}
-                (Err(e), Err(w)) => assert!(e.contains(w), "{what}: {e}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{what}: {e}"),
                 (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
             }
         }

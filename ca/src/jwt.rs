@@ -837,22 +837,33 @@ impl LegacyClaims {
 
     /// Upstream's checks of the claims alone: all present, and `sub` names the same
     /// service account.
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), LegacyClaimsError> {
         let missing = [
-            (self.subject.is_empty(), "sub claim is missing"),
-            (self.namespace.is_empty(), "namespace claim is missing"),
-            (self.secret_name.is_empty(), "secretName claim is missing"),
-            (self.service_account_name.is_empty(), "serviceAccountName claim is missing"),
-            (self.service_account_uid.is_empty(), "serviceAccountUID claim is missing"),
+            (self.subject.is_empty(), "sub"),
+            (self.namespace.is_empty(), "namespace"),
+            (self.secret_name.is_empty(), "secretName"),
+            (self.service_account_name.is_empty(), "serviceAccountName"),
+            (self.service_account_uid.is_empty(), "serviceAccountUID"),
         ];
-        if let Some((_, msg)) = missing.iter().find(|(m, _)| *m) {
-            return Err((*msg).into());
+        if let Some((_, claim)) = missing.iter().find(|(m, _)| *m) {
+            return Err(LegacyClaimsError::Missing { claim });
         }
         match split_service_account_username(&self.subject) {
             Some((ns, name)) if ns == self.namespace && name == self.service_account_name => Ok(()),
-            _ => Err("sub claim is invalid".into()),
+            _ => Err(LegacyClaimsError::InvalidSubject),
         }
     }
+}
+
+/// Why legacy claims are refused ([`LegacyClaims::check`]), in upstream's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LegacyClaimsError {
+    /// `claim` is upstream's name of the claim: `sub`, `namespace`, `secretName`,
+    /// `serviceAccountName`, `serviceAccountUID`.
+    #[error("{claim} claim is missing")]
+    Missing { claim: &'static str },
+    #[error("sub claim is invalid")]
+    InvalidSubject,
 }
 
 /// A legacy token for the Secret `secret_name` of service account `sa_name` (uid `sa_uid`),
@@ -1388,7 +1399,7 @@ mod tests {
             ("sub not an sa", |c| c.subject = "admin".into(), "sub claim is invalid"),
         ];
         for (what, f, want) in cases {
-            assert_eq!(with(f), Err(want.to_string()), "{what}");
+            assert_eq!(with(f).map_err(|e| e.to_string()), Err(want.to_string()), "{what}");
         }
         let bad_type = json!({"iss": LEGACY_ISSUER, "kubernetes.io/serviceaccount/namespace": 3});
         assert!(LegacyClaims::from_claims(bad_type.as_object().unwrap()).is_err());

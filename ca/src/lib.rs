@@ -11,7 +11,10 @@
 //! - [`SignerBundle`] ([`bundle`]): a CA file holding several CA certificates (rotation):
 //!   the one matching the key signs, the unexpired ones are trusted.
 //! - [`csr`]: the one reader of certificate signing requests (PEM, signature, the subject
-//!   rule), the `kubernetes.io/*` signer rules, certificate lifetime, signing.
+//!   rule), the `kubernetes.io/*` signer rules, certificate lifetime, signing, and the
+//!   condition names and reasons ([`csr::condition`]).
+//! - [`bootstrap_token`]: bootstrap tokens — their format, their Secret's keys, and the rules
+//!   of the authenticator, the token cleaner, the bootstrap signer and `kustos token`.
 //! - [`name`]: subjects and issuers read as Go's `crypto/x509` reads them (last CN, every O);
 //!   [`pem`]: PEM as Go's `encoding/pem` reads it.
 //! - [`parse_certificate_der`] / [`CertInfo`]: the fields callers check (subject, SANs,
@@ -25,6 +28,7 @@
 //! [`BACKDATE`], NotAfter capped at the CA's NotAfter, a random 128-bit serial, CA:false,
 //! subject key identifier, and an authority key identifier matching the CA's.
 
+pub mod bootstrap_token;
 pub mod bundle;
 pub mod csr;
 mod der;
@@ -401,8 +405,8 @@ pub fn parse_certificate_der(der: &[u8]) -> Result<CertInfo> {
     let cerr = |e: x509_parser::error::X509Error| Error::Certificate(e.to_string());
     // Subject and issuer as Go's crypto/x509 reads them: the last CN, every O; a name Go
     // would refuse (or might read otherwise) refuses the certificate.
-    let subject = name::parse(cert.subject().as_raw()).map_err(Error::Certificate)?;
-    let issuer = name::parse(cert.issuer().as_raw()).map_err(Error::Certificate)?;
+    let subject = name::parse(cert.subject().as_raw()).map_err(|e| Error::Certificate(e.to_string()))?;
+    let issuer = name::parse(cert.issuer().as_raw()).map_err(|e| Error::Certificate(e.to_string()))?;
     let common_name = subject.common_name().to_string();
     let organizations = subject.organizations();
     let issuer_common_name = issuer.common_name().to_string();

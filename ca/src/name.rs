@@ -123,44 +123,60 @@ impl Name {
     }
 }
 
-/// Read a DER Name (the whole input) as Go does; `Err` holds Go's wording where Go refuses
-/// too, or says what kustos refuses beyond Go.
-pub fn parse(der: &[u8]) -> Result<Name, String> {
-    const INVALID: &str = "x509: invalid RDNSequence";
-    let (seq, rest) = read_der(der).map_err(|_| INVALID.to_string())?;
+/// Why a DER Name does not read: Go's wording where Go refuses too, or what kustos refuses
+/// beyond Go.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NameError {
+    #[error("x509: invalid RDNSequence")]
+    Sequence,
+    #[error("x509: invalid RDNSequence: invalid attribute")]
+    Attribute,
+    #[error("x509: invalid RDNSequence: invalid attribute type")]
+    AttributeType,
+    #[error("x509: invalid RDNSequence: invalid attribute value: {0}")]
+    AttributeValue(String),
+    #[error("x509: invalid RDNSequence: data after an attribute value")]
+    DataAfterValue,
+    #[error("x509: invalid RDNSequence: attribute value of unsupported type {0}")]
+    UnsupportedType(String),
+}
+
+/// Read a DER Name (the whole input) as Go does.
+pub fn parse(der: &[u8]) -> Result<Name, NameError> {
+    let (seq, rest) = read_der(der).map_err(|_| NameError::Sequence)?;
     if seq.tag != TAG_SEQUENCE || !rest.is_empty() {
-        return Err(INVALID.into());
+        return Err(NameError::Sequence);
     }
     let mut name = Name::default();
     let mut rdns = seq.content;
     while !rdns.is_empty() {
-        let (set, next) = read_der(rdns).map_err(|_| INVALID.to_string())?;
+        let (set, next) = read_der(rdns).map_err(|_| NameError::Sequence)?;
         if set.tag != TAG_SET {
-            return Err(INVALID.into());
+            return Err(NameError::Sequence);
         }
         rdns = next;
         let mut atvs = set.content;
         while !atvs.is_empty() {
-            let (atv, next) = read_der(atvs).map_err(|_| format!("{INVALID}: invalid attribute"))?;
+            let (atv, next) = read_der(atvs).map_err(|_| NameError::Attribute)?;
             if atv.tag != TAG_SEQUENCE {
-                return Err(format!("{INVALID}: invalid attribute"));
+                return Err(NameError::Attribute);
             }
             atvs = next;
-            let (oid, value_rest) = read_der(atv.content).map_err(|_| format!("{INVALID}: invalid attribute type"))?;
+            let (oid, value_rest) = read_der(atv.content).map_err(|_| NameError::AttributeType)?;
             if oid.tag != TAG_OID {
-                return Err(format!("{INVALID}: invalid attribute type"));
+                return Err(NameError::AttributeType);
             }
-            let oid = parse_oid(oid.content).ok_or_else(|| format!("{INVALID}: invalid attribute type"))?;
-            let (value, after) = read_der(value_rest)
-                .map_err(|_| format!("{INVALID}: invalid attribute value: invalid ASN.1 element"))?;
+            let oid = parse_oid(oid.content).ok_or(NameError::AttributeType)?;
+            let (value, after) =
+                read_der(value_rest).map_err(|_| NameError::AttributeValue("invalid ASN.1 element".into()))?;
             if !after.is_empty() {
-                return Err(format!("{INVALID}: data after an attribute value"));
+                return Err(NameError::DataAfterValue);
             }
             let Some(string_type) = StringType::from_tag(value.tag) else {
-                return Err(format!("{INVALID}: attribute value of unsupported type {}", tag_name(value.tag)));
+                return Err(NameError::UnsupportedType(tag_name(value.tag)));
             };
-            let value = read_string(string_type, value.content)
-                .map_err(|e| format!("{INVALID}: invalid attribute value: {e}"))?;
+            let value =
+                read_string(string_type, value.content).map_err(|e| NameError::AttributeValue(e.to_string()))?;
             name.attributes.push(Attribute { oid, string_type, value });
         }
     }
@@ -366,7 +382,7 @@ mod tests {
                     assert_eq!(n.common_name(), cn, "{what}");
                     assert_eq!(n.organizations(), orgs, "{what}");
                 }
-                (Err(e), Err(w)) => assert!(e.contains(w), "{what}: {e}"),
+                (Err(e), Err(w)) => assert!(e.to_string().contains(w), "{what}: {e}"),
                 (got, want) => panic!("{what}: got {got:?}, want {want:?}"),
             }
         }

@@ -21,11 +21,11 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
-
-use crate::bootstrap_tokens::{
-    expiration, signing_token, Expiration, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, JWS_KEY_PREFIX, KUBECONFIG_KEY,
-    NAMESPACE, SECRET_TYPE,
+use kustos_ca::bootstrap_token::{
+    Expiration, CLUSTER_INFO_NAME, CLUSTER_INFO_NAMESPACE, JWS_KEY_PREFIX, KUBECONFIG_KEY, NAMESPACE, SECRET_TYPE,
 };
+
+use crate::bootstrap_tokens::{expiration, signing_token};
 use crate::runtime::{changes, tolerate_races, whole_world_until};
 
 #[derive(Debug, Clone, PartialEq)]

@@ -8,11 +8,12 @@ use kube::api::{ListParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Api, Client};
 
+use crate::labels::SelectorError;
 use crate::runtime::{changes, tolerate_races, whole_world};
 
 /// The rules `target` should have, or None when it does not aggregate. Err when a selector
 /// is invalid (the role is then left as it is).
-pub fn aggregate(target: &ClusterRole, all: &[ClusterRole]) -> Option<Result<Vec<PolicyRule>, String>> {
+pub fn aggregate(target: &ClusterRole, all: &[ClusterRole]) -> Option<Result<Vec<PolicyRule>, SelectorError>> {
     let selectors = target.aggregation_rule.as_ref()?.cluster_role_selectors.clone().unwrap_or_default();
     let mut sorted: Vec<&ClusterRole> = all.iter().collect();
     sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));

@@ -5,9 +5,8 @@ use chrono::{DateTime, Utc};
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-pub const APPROVED: &str = "Approved";
-pub const DENIED: &str = "Denied";
-pub const FAILED: &str = "Failed";
+use kustos_ca::csr::condition::{APPROVED, DENIED};
+use kustos_ca::csr::{CertificateRequest, CsrError};
 
 /// When a write lost a race, look again soon (the watch brings the new version too).
 pub const AFTER_CONFLICT: std::time::Duration = std::time::Duration::from_millis(100);
@@ -45,14 +44,14 @@ pub fn usages(csr: &CertificateSigningRequest) -> &[String] {
 /// The request read by the one CSR reader ([`kustos_ca::csr::parse_pem`]: a single PEM
 /// block, the subject rule, the self-signature checked as upstream's CA does before
 /// signing), or why the reader refuses it.
-pub fn parse_request(csr: &CertificateSigningRequest) -> Result<kustos_ca::csr::CertificateRequest, String> {
-    kustos_ca::csr::parse_pem(&csr.spec.request.0).map_err(|e| e.to_string())
+pub fn parse_request(csr: &CertificateSigningRequest) -> Result<CertificateRequest, CsrError> {
+    kustos_ca::csr::parse_pem(&csr.spec.request.0)
 }
 
 /// The request read by the one CSR reader without checking its self-signature (the
 /// apiserver did at create and `spec` is immutable), as upstream's approver reads it.
-pub fn read_request(csr: &CertificateSigningRequest) -> Result<kustos_ca::csr::CertificateRequest, String> {
-    kustos_ca::csr::parse_pem_unverified(&csr.spec.request.0).map_err(|e| e.to_string())
+pub fn read_request(csr: &CertificateSigningRequest) -> Result<CertificateRequest, CsrError> {
+    kustos_ca::csr::parse_pem_unverified(&csr.spec.request.0)
 }
 
 pub fn creation_time(csr: &CertificateSigningRequest) -> Option<DateTime<Utc>> {

@@ -24,13 +24,13 @@ use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateS
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt as _};
-use kustos_ca::csr::{CertificateRequest, Signer};
+use kustos_ca::csr::condition::{self, REASON_AUTO_APPROVED};
+use kustos_ca::csr::{CertificateRequest, CsrError, Signer};
 
 use crate::csr;
 use crate::runtime::{self, Backoff};
 
 pub const NAME: &str = "csrapproving";
-pub const REASON: &str = "AutoApproved";
 
 /// A kind of CSR the approver knows, and the permission that approves it (upstream's
 /// `csrRecognizer`).
@@ -82,7 +82,7 @@ pub enum Decision<'r> {
     /// Nothing, for this reason.
     Skip(&'static str),
     /// The request does not parse (it never will: `spec` is immutable).
-    Unparseable(String),
+    Unparseable(CsrError),
     /// Ask a SubjectAccessReview for each, in order; approve with the first allowed.
     Authorize(Vec<&'r Recognizer>),
 }
@@ -90,7 +90,7 @@ pub enum Decision<'r> {
 /// Decide for `csr`; `parse` is called at most once, only when the CSR is still pending.
 pub fn decide<'r>(
     csr: &CertificateSigningRequest,
-    parse: impl FnOnce(&CertificateSigningRequest) -> Result<CertificateRequest, String>,
+    parse: impl FnOnce(&CertificateSigningRequest) -> Result<CertificateRequest, CsrError>,
     recognizers: &'r [Recognizer],
 ) -> Decision<'r> {
     if !csr::certificate(csr).is_empty() {
@@ -137,9 +137,9 @@ pub fn approved(csr: &CertificateSigningRequest, message: &str) -> CertificateSi
     let mut out = csr.clone();
     out.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new).push(
         CertificateSigningRequestCondition {
-            type_: csr::APPROVED.into(),
+            type_: condition::APPROVED.into(),
             status: "True".into(),
-            reason: Some(REASON.into()),
+            reason: Some(REASON_AUTO_APPROVED.into()),
             message: Some(message.into()),
             ..Default::default()
         },

@@ -26,6 +26,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt as _};
+use kustos_ca::csr::condition;
 
 use crate::csr;
 use crate::runtime::{self, Backoff};
@@ -66,15 +67,15 @@ pub fn deadlines(csr: &CertificateSigningRequest) -> Vec<(&'static str, DateTime
             .filter_map(|c| c.last_update_time.as_ref().and_then(csr::to_chrono))
             .collect()
     };
-    let approved = conds.iter().any(|c| c.type_ == csr::APPROVED);
+    let approved = conds.iter().any(|c| c.type_ == condition::APPROVED);
     let issued = !csr::certificate(csr).is_empty();
     let created = csr::creation_time(csr);
     let mut out = Vec::new();
     if issued {
-        out.extend(updated(csr::APPROVED).into_iter().map(|t| ("approved and issued", t + APPROVED_EXPIRATION)));
+        out.extend(updated(condition::APPROVED).into_iter().map(|t| ("approved and issued", t + APPROVED_EXPIRATION)));
     }
-    out.extend(updated(csr::DENIED).into_iter().map(|t| ("denied", t + DENIED_EXPIRATION)));
-    out.extend(updated(csr::FAILED).into_iter().map(|t| ("failed", t + DENIED_EXPIRATION)));
+    out.extend(updated(condition::DENIED).into_iter().map(|t| ("denied", t + DENIED_EXPIRATION)));
+    out.extend(updated(condition::FAILED).into_iter().map(|t| ("failed", t + DENIED_EXPIRATION)));
     if conds.is_empty() {
         out.extend(created.map(|t| ("pending", t + PENDING_EXPIRATION)));
     }

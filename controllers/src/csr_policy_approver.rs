@@ -38,7 +38,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::{Api, Client, ResourceExt as _};
-use kustos_ca::csr::CertificateRequest;
+use kustos_ca::csr::condition::{self, REASON_AUTO_APPROVED, REASON_AUTO_DENIED};
+use kustos_ca::csr::{CertificateRequest, CsrError};
 use kustos_crds::certificate_approval_policy::{Compiled, CONDITION_VALID, NODE_USER_PREFIX};
 use kustos_crds::{CertificateApprovalPolicy, CertificateApprovalPolicySpec, CertificateApprovalPolicyStatus};
 
@@ -46,10 +47,6 @@ use crate::csr;
 use crate::runtime::{self, Backoff};
 
 pub const NAME: &str = "csrpolicyapproving";
-/// The reason of the Approved condition (as upstream's approver).
-pub const APPROVED_REASON: &str = "AutoApproved";
-/// The reason of the Denied condition.
-pub const DENIED_REASON: &str = "AutoDenied";
 
 /// What to do with one CSR.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,7 +63,7 @@ pub enum Decision {
 /// applies to the pending CSR.
 pub fn decide(
     csr: &CertificateSigningRequest,
-    parse: impl FnOnce(&CertificateSigningRequest) -> Result<CertificateRequest, String>,
+    parse: impl FnOnce(&CertificateSigningRequest) -> Result<CertificateRequest, CsrError>,
     policies: &[Arc<CertificateApprovalPolicy>],
 ) -> Decision {
     if !csr::certificate(csr).is_empty() {
@@ -75,7 +72,7 @@ pub fn decide(
     if csr::approval(csr) != (false, false) {
         return Decision::Ignore("already approved or denied".into());
     }
-    if csr::has_true_condition(csr, csr::FAILED) {
+    if csr::has_true_condition(csr, condition::FAILED) {
         return Decision::Ignore("failed".into());
     }
     let username = csr.spec.username.as_deref().unwrap_or_default();
@@ -292,7 +289,8 @@ fn set(v: &[String]) -> Vec<&str> {
 /// The CSR with an Approved (`approve`) or Denied condition added.
 pub fn with_decision(csr: &CertificateSigningRequest, approve: bool, message: &str) -> CertificateSigningRequest {
     let mut out = csr.clone();
-    let (type_, reason) = if approve { (csr::APPROVED, APPROVED_REASON) } else { (csr::DENIED, DENIED_REASON) };
+    let (type_, reason) =
+        if approve { (condition::APPROVED, REASON_AUTO_APPROVED) } else { (condition::DENIED, REASON_AUTO_DENIED) };
     out.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new).push(
         CertificateSigningRequestCondition {
             type_: type_.into(),

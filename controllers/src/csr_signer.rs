@@ -31,14 +31,14 @@ use k8s_openapi::ByteString;
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt as _};
-use kustos_ca::csr::{CertificateRequest, Signer};
+use kustos_ca::csr::condition::{self, REASON_SIGNER_VALIDATION_FAILURE};
+use kustos_ca::csr::{CertificateRequest, CsrError, Signer};
 
 use crate::ca_files::CaFiles;
 use crate::csr;
 use crate::runtime::{self, Backoff};
 
 pub const NAME: &str = "csrsigning";
-pub const REASON_VALIDATION_FAILURE: &str = "SignerValidationFailure";
 /// `--cluster-signing-duration`'s default: one year.
 pub const DEFAULT_DURATION: chrono::Duration = chrono::Duration::hours(8760);
 /// The signers this controller issues for.
@@ -237,14 +237,14 @@ pub enum Decision {
 /// called at most once, only when there is something to sign.
 pub fn decide(
     csr: &CertificateSigningRequest,
-    parse: impl FnOnce(&CertificateSigningRequest) -> Result<CertificateRequest, String>,
+    parse: impl FnOnce(&CertificateSigningRequest) -> Result<CertificateRequest, CsrError>,
     signers: &[Signer],
     max_duration: chrono::Duration,
 ) -> Decision {
     if !csr::is_approved(csr) {
         return Decision::Skip("not approved");
     }
-    if csr::has_true_condition(csr, csr::FAILED) {
+    if csr::has_true_condition(csr, condition::FAILED) {
         return Decision::Skip("failed");
     }
     if !csr::certificate(csr).is_empty() {
@@ -260,8 +260,8 @@ pub fn decide(
         Ok(r) => r,
         Err(e) => return Decision::Fail(format!("unable to parse csr: {e}")),
     };
-    if let Err(message) = kustos_ca::csr::validate(signer, &request, csr::usages(csr)) {
-        return Decision::Fail(message);
+    if let Err(rule) = kustos_ca::csr::validate(signer, &request, csr::usages(csr)) {
+        return Decision::Fail(rule.to_string());
     }
     let duration = kustos_ca::csr::duration(csr.spec.expiration_seconds.map(i64::from), max_duration);
     Decision::Sign { signer, request: Box::new(request), duration }
@@ -272,9 +272,9 @@ pub fn failed(csr: &CertificateSigningRequest, message: &str, now: DateTime<Utc>
     let mut out = csr.clone();
     out.status.get_or_insert_with(Default::default).conditions.get_or_insert_with(Vec::new).push(
         CertificateSigningRequestCondition {
-            type_: csr::FAILED.into(),
+            type_: condition::FAILED.into(),
             status: "True".into(),
-            reason: Some(REASON_VALIDATION_FAILURE.into()),
+            reason: Some(REASON_SIGNER_VALIDATION_FAILURE.into()),
             message: Some(message.into()),
             last_update_time: Some(csr::to_time(now)),
             ..Default::default()

@@ -4,9 +4,20 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+/// Why a selector is invalid, in upstream's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("for 'in', 'notin' operators, values set can't be empty (key {key})")]
+    NoValues { key: String },
+    #[error("values set must be empty for exists and does not exist (key {key})")]
+    UnexpectedValues { key: String },
+    #[error("{operator:?} is not a valid label selector operator")]
+    Operator { operator: String },
+}
+
 /// Whether `selector` selects an object with `labels`. An empty selector selects everything;
 /// an unknown operator (or values where none are allowed) makes the selector invalid: Err.
-pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> Result<bool, SelectorError> {
     for (k, v) in selector.match_labels.iter().flatten() {
         if labels.get(k) != Some(v) {
             return Ok(false);
@@ -20,13 +31,9 @@ pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> R
             "NotIn" if !values.is_empty() => have.is_none_or(|v| !values.contains(v)),
             "Exists" if values.is_empty() => have.is_some(),
             "DoesNotExist" if values.is_empty() => have.is_none(),
-            "In" | "NotIn" => {
-                return Err(format!("for 'in', 'notin' operators, values set can't be empty (key {})", e.key))
-            }
-            "Exists" | "DoesNotExist" => {
-                return Err(format!("values set must be empty for exists and does not exist (key {})", e.key))
-            }
-            other => return Err(format!("{other:?} is not a valid label selector operator")),
+            "In" | "NotIn" => return Err(SelectorError::NoValues { key: e.key.clone() }),
+            "Exists" | "DoesNotExist" => return Err(SelectorError::UnexpectedValues { key: e.key.clone() }),
+            other => return Err(SelectorError::Operator { operator: other.to_string() }),
         };
         if !ok {
             return Ok(false);

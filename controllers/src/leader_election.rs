@@ -55,34 +55,49 @@ pub struct Config {
     pub retry_period: Duration,
 }
 
+/// Why a leader-election [`Config`] is refused, worded for the flags.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    #[error("--leader-elect-lease-duration must be at least 1s, got {0:?}")]
+    LeaseTooShort(Duration),
+    #[error("--leader-elect-renew-deadline must be greater than zero")]
+    NoRenewDeadline,
+    #[error("--leader-elect-retry-period must be greater than zero")]
+    NoRetryPeriod,
+    #[error(
+        "--leader-elect-lease-duration ({lease:?}) must be greater than --leader-elect-renew-deadline ({renew:?})"
+    )]
+    LeaseNotAboveRenew { lease: Duration, renew: Duration },
+    #[error(
+        "--leader-elect-renew-deadline ({renew:?}) must be greater than --leader-elect-retry-period ({retry:?}) \
+         times {JITTER_FACTOR}"
+    )]
+    RenewNotAboveRetry { renew: Duration, retry: Duration },
+    #[error("--leader-elect-resource-name and --leader-elect-resource-namespace must not be empty")]
+    NoResource,
+}
+
 impl Config {
     /// The checks of client-go's `NewLeaderElector`, in its order, worded for the flags.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ConfigError> {
         if self.lease_duration < Duration::from_secs(1) {
             // leaseDurationSeconds is whole seconds: less than 1 s would be 0.
-            return Err(format!("--leader-elect-lease-duration must be at least 1s, got {:?}", self.lease_duration));
+            return Err(ConfigError::LeaseTooShort(self.lease_duration));
         }
         if self.renew_deadline.is_zero() {
-            return Err("--leader-elect-renew-deadline must be greater than zero".into());
+            return Err(ConfigError::NoRenewDeadline);
         }
         if self.retry_period.is_zero() {
-            return Err("--leader-elect-retry-period must be greater than zero".into());
+            return Err(ConfigError::NoRetryPeriod);
         }
         if self.lease_duration <= self.renew_deadline {
-            return Err(format!(
-                "--leader-elect-lease-duration ({:?}) must be greater than --leader-elect-renew-deadline ({:?})",
-                self.lease_duration, self.renew_deadline
-            ));
+            return Err(ConfigError::LeaseNotAboveRenew { lease: self.lease_duration, renew: self.renew_deadline });
         }
         if self.renew_deadline <= self.retry_period.mul_f64(JITTER_FACTOR) {
-            return Err(format!(
-                "--leader-elect-renew-deadline ({:?}) must be greater than --leader-elect-retry-period ({:?}) \
-                 times {JITTER_FACTOR}",
-                self.renew_deadline, self.retry_period
-            ));
+            return Err(ConfigError::RenewNotAboveRetry { renew: self.renew_deadline, retry: self.retry_period });
         }
         if self.name.is_empty() || self.namespace.is_empty() {
-            return Err("--leader-elect-resource-name and --leader-elect-resource-namespace must not be empty".into());
+            return Err(ConfigError::NoResource);
         }
         Ok(())
     }
@@ -553,7 +568,7 @@ mod tests {
             let c = Config { lease_duration: *lease, renew_deadline: *renew, retry_period: *retry, ..cfg() };
             match (c.validate(), want) {
                 (Ok(()), None) => {}
-                (Err(e), Some(w)) => assert!(e.contains(w), "{name}: {e}"),
+                (Err(e), Some(w)) => assert!(e.to_string().contains(w), "{name}: {e}"),
                 (got, want) => panic!("{name}: got {got:?}, want an error containing {want:?}"),
             }
         }

@@ -18,8 +18,9 @@ use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, Client};
+use kustos_ca::bootstrap_token::{Expiration, NAMESPACE, SECRET_TYPE};
 
-use crate::bootstrap_tokens::{expiration, is_token_secret, Expiration, NAMESPACE, SECRET_TYPE};
+use crate::bootstrap_tokens::{expiration, is_token_secret};
 use crate::runtime::{self, is_status, Backoff};
 
 /// The furthest ahead a re-check is queued: tokens living longer are looked at again after

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::certificates::v1 as certv1;
+use kustos_ca::csr::{condition, Signer};
 use serde_json::{json, Value};
 
 use super::core::{
@@ -46,10 +47,6 @@ pub fn resources() -> Vec<ResourceDef> {
 /// `certificatesigningrequests` (and its `status` and `approval` subresources).
 pub struct CertificateSigningRequestStrategy;
 
-pub const CONDITION_APPROVED: &str = "Approved";
-pub const CONDITION_DENIED: &str = "Denied";
-pub const CONDITION_FAILED: &str = "Failed";
-const LEGACY_UNKNOWN_SIGNER: &str = "kubernetes.io/legacy-unknown";
 const DNS1123_SUBDOMAIN_MAX: usize = 253;
 const DNS1123_LABEL_MAX: usize = 63;
 
@@ -239,9 +236,9 @@ fn options(new: &Csr, old: Option<&Csr>) -> Options {
     let Some(old) = old else { return Options::default() };
     let old_conds = conditions(old);
     Options {
-        allow_both_approved_and_denied: old_conds.iter().any(|c| c.type_ == CONDITION_APPROVED)
-            && old_conds.iter().any(|c| c.type_ == CONDITION_DENIED),
-        allow_legacy_signer_name: old.spec.signer_name == LEGACY_UNKNOWN_SIGNER,
+        allow_both_approved_and_denied: old_conds.iter().any(|c| c.type_ == condition::APPROVED)
+            && old_conds.iter().any(|c| c.type_ == condition::DENIED),
+        allow_legacy_signer_name: old.spec.signer_name == Signer::LegacyUnknown.name(),
         allow_duplicate_condition_types: has_duplicates(old_conds.iter().map(|c| c.type_.as_str())),
         allow_empty_condition_type: old_conds.iter().any(|c| c.type_.is_empty()),
         allow_arbitrary_certificate: certificate(new) == certificate(old)
@@ -268,11 +265,8 @@ fn validate_conditions(csr: &Csr, opts: Options) -> Vec<FieldError> {
         if !opts.allow_empty_condition_type && c.type_.is_empty() {
             errs.push(FieldError::required(format!("{path}.type"), ""));
         }
-        let allowed: &[&str] = if [CONDITION_APPROVED, CONDITION_DENIED, CONDITION_FAILED].contains(&c.type_.as_str()) {
-            &["True"]
-        } else {
-            &["False", "True", "Unknown"]
-        };
+        let allowed: &[&str] =
+            if condition::BUILT_IN.contains(&c.type_.as_str()) { &["True"] } else { &["False", "True", "Unknown"] };
         if c.status.is_empty() {
             errs.push(FieldError::required(format!("{path}.status"), ""));
         } else if !allowed.contains(&c.status.as_str()) {
@@ -280,11 +274,11 @@ fn validate_conditions(csr: &Csr, opts: Options) -> Vec<FieldError> {
         }
         if !opts.allow_both_approved_and_denied {
             let clash = match c.type_.as_str() {
-                CONDITION_APPROVED => {
+                condition::APPROVED => {
                     approved = true;
                     denied
                 }
-                CONDITION_DENIED => {
+                condition::DENIED => {
                     denied = true;
                     approved
                 }
@@ -337,7 +331,7 @@ fn validate_csr(wire: &Value, csr: &Csr, opts: Options) -> Vec<FieldError> {
         }
     }
     let signer = csr.spec.signer_name.as_str();
-    if !opts.allow_legacy_signer_name && signer == LEGACY_UNKNOWN_SIGNER {
+    if !opts.allow_legacy_signer_name && signer == Signer::LegacyUnknown.name() {
         errs.push(FieldError::invalid(
             "spec.signerName",
             &json!(signer),
@@ -369,7 +363,7 @@ fn find_conditions<'a>(csr: &'a Csr, type_: &str) -> Vec<&'a Condition> {
 /// The update-only half of `validateCertificateSigningRequestUpdate`.
 fn validate_csr_update(new: &Csr, old: &Csr, opts: Options) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    for t in [CONDITION_APPROVED, CONDITION_DENIED, CONDITION_FAILED] {
+    for t in condition::BUILT_IN {
         if find_conditions(new, t).len() < find_conditions(old, t).len() {
             errs.push(FieldError::forbidden(
                 "status.conditions",
@@ -378,7 +372,7 @@ fn validate_csr_update(new: &Csr, old: &Csr, opts: Options) -> Vec<FieldError> {
         }
     }
     if !opts.allow_setting_approval_conditions {
-        for t in [CONDITION_APPROVED, CONDITION_DENIED] {
+        for t in [condition::APPROVED, condition::DENIED] {
             let (old_c, new_c) = (find_conditions(old, t), find_conditions(new, t));
             if new_c.len() > old_c.len() {
                 errs.push(FieldError::forbidden(
@@ -473,8 +467,8 @@ fn prepare_status(new: &mut Value, old: &Value, now: &str) {
     let present = get_at(new, &["status", "conditions"]).is_some_and(Value::is_array);
     let mut conds = wire_conditions(new);
     let old_conds = wire_conditions(old);
-    preserve_condition_instances(&mut conds, &old_conds, CONDITION_APPROVED);
-    preserve_condition_instances(&mut conds, &old_conds, CONDITION_DENIED);
+    preserve_condition_instances(&mut conds, &old_conds, condition::APPROVED);
+    preserve_condition_instances(&mut conds, &old_conds, condition::DENIED);
     populate_condition_timestamps(&mut conds, &old_conds, now);
     if present {
         set_conditions(new, Some(conds));
@@ -499,14 +493,14 @@ fn prepare_approval(new: &mut Value, old: &Value, now: &str) {
 fn condition_summary(obj: &Value) -> String {
     let conds = wire_conditions(obj);
     let has = |t: &str| conds.iter().any(|c| cond_str(c, "type") == t);
-    let mut s = if has(CONDITION_DENIED) {
-        "Denied".to_string()
-    } else if has(CONDITION_APPROVED) {
-        "Approved".to_string()
+    let mut s = if has(condition::DENIED) {
+        condition::DENIED.to_string()
+    } else if has(condition::APPROVED) {
+        condition::APPROVED.to_string()
     } else {
         "Pending".to_string()
     };
-    if has(CONDITION_FAILED) {
+    if has(condition::FAILED) {
         s.push_str(",Failed");
     }
     if str_at(obj, &["status", "certificate"]).is_some_and(|c| !c.is_empty()) {
