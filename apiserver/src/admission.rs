@@ -39,7 +39,7 @@ use crate::registry::{ResourceDef, Role};
 use crate::request_info::RequestInfo;
 use crate::AppState;
 
-const BOOTSTRAPPERS_GROUP: &str = "system:bootstrappers";
+const BOOTSTRAPPERS_GROUP: &str = kustos_ca::bootstrap_token::DEFAULT_GROUP;
 const CSR_GROUP: &str = "certificates.k8s.io";
 const KUBE_APISERVER_CLIENT: &str = "kubernetes.io/kube-apiserver-client";
 
@@ -365,7 +365,9 @@ impl Plugin for CertificateSubjectRestriction {
         let name = csr_name(new);
         let request = new.and_then(|v| v.pointer("/spec/request")).and_then(Value::as_str).unwrap_or_default();
         use base64::Engine as _;
-        let pem = base64::engine::general_purpose::STANDARD.decode(request).unwrap_or_default();
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(request)
+            .map_err(|e| csr_forbidden(&name, format!("failed to parse CSR: spec.request is not base64: {e}")))?;
         let parsed =
             kustos_ca::csr::parse_pem(&pem).map_err(|e| csr_forbidden(&name, format!("failed to parse CSR: {e}")))?;
         if parsed.organizations.iter().any(|o| o == crate::authz::MASTERS_GROUP) {
