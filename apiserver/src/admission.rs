@@ -240,7 +240,7 @@ impl Plugin for NamespaceLifecycle {
             return Ok(());
         }
         let ns = a.info.namespace.as_str();
-        let Some(ns_def) = state.registry.resources.iter().find(|d| d.strategy.role() == Role::Namespace) else {
+        let Some(ns_def) = state.registry.namespace_kind() else {
             return Err(ApiError::internal("no kind holds the namespaces"));
         };
         let kv = state

@@ -257,7 +257,7 @@ async fn finish_owner(state: &Arc<AppState>, def: &ResourceDef, ns: &str, name: 
 
 /// Delete everything in a Terminating namespace, then the namespace.
 pub async fn finish_namespace(state: &Arc<AppState>, ns: &str) {
-    let key = format!("/registry/core/namespaces/{ns}");
+    let Some(key) = state.registry.namespace_kind().map(|d| d.key(None, ns)) else { return };
     // Objects held by someone else's finalizer keep the namespace Terminating (as upstream);
     // check again with a growing pause, up to MAX_RETRY.
     let mut pause = RETRY;

@@ -274,6 +274,11 @@ impl Registry {
         self.resources.iter().find(|r| r.group == group && r.version == version && r.resource == resource)
     }
 
+    /// The kind whose objects are the namespaces (its strategy's role is [`Role::Namespace`]).
+    pub fn namespace_kind(&self) -> Option<&ResourceDef> {
+        self.resources.iter().find(|d| d.strategy.role() == Role::Namespace)
+    }
+
     pub fn find_kind(&self, group: &str, kind: &str) -> Option<&ResourceDef> {
         self.resources.iter().find(|r| r.group == group && r.kind == kind)
     }
