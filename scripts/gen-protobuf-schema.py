@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Generate apiserver/src/protobuf/schema.rs: the field tables of the Kubernetes protobuf
+"""Generate apiserver/src/api/protobuf/schema.rs: the field tables of the Kubernetes protobuf
 messages kustos decodes, read from upstream's generated.proto files.
 
-Usage: scripts/gen-protobuf-schema.py API_GIT_DIR APIMACHINERY_GIT_DIR > apiserver/src/protobuf/schema.rs
+Usage: scripts/gen-protobuf-schema.py API_GIT_DIR APIMACHINERY_GIT_DIR > apiserver/src/api/protobuf/schema.rs
 
 API_GIT_DIR / APIMACHINERY_GIT_DIR are git directories of the public kubernetes/api and
 kubernetes/apimachinery repositories; the files are read with `git show HEAD:<path>`.

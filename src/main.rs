@@ -80,7 +80,7 @@ struct ServerArgs {
     controllers: Vec<String>,
     /// Issuer of service-account tokens (repeatable): the first one is put into new tokens,
     /// all are accepted.
-    #[arg(long = "service-account-issuer", default_value = kustos_apiserver::serviceaccount::DEFAULT_ISSUER)]
+    #[arg(long = "service-account-issuer", default_value = kustos_apiserver::authn::serviceaccount::DEFAULT_ISSUER)]
     service_account_issuer: Vec<String>,
     /// PEM file of keys that verify service-account tokens, besides the apiserver's own
     /// (repeatable; public or private RSA/ECDSA keys, several per file).
@@ -429,7 +429,7 @@ fn in_process_client(running: &kustos_apiserver::Running) -> anyhow::Result<kube
         chrono::Duration::days(3650),
     );
     let issued = running.pki.ca().issue(params, chrono::Utc::now())?;
-    let service = kustos_apiserver::serve::InProcess::new(
+    let service = kustos_apiserver::http::serve::InProcess::new(
         kustos_apiserver::router(running.state.clone()),
         vec![issued.cert_der.clone().into()],
     );

@@ -168,7 +168,7 @@ async fn token_review_of_garbage_is_not_authenticated() {
 
 /// A protobuf body as client-go sends it: `k8s\0`, then `runtime.Unknown{typeMeta, raw}`.
 fn protobuf(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
-    kustos_apiserver::protobuf::encode::envelope(api_version, kind, raw)
+    kustos_apiserver::api::protobuf::encode::envelope(api_version, kind, raw)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

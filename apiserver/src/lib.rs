@@ -1,15 +1,19 @@
 //! kustos-apiserver: a minimal Kubernetes-compatible apiserver.
 //!
-//! The request path, outermost first (each a small unit with its own tests):
+//! The request path, outermost first, one folder per stage (docs/ARCHITECTURE.md draws it
+//! with every file):
 //!
 //! ```text
-//! TLS (serve.rs: rustls, client certificate captured per connection)
-//!  → panic catch → authentication (authn.rs: x509 client cert; none → anonymous; bad → 401)
-//!  → request info (request_info.rs: verb, group, version, resource, namespace, name)
-//!  → authorization (authz.rs: system:masters, then RBAC (rbac/); deny by default → 403)
-//!  → dispatch: discovery.rs, openapi.rs, health.rs, or the REST handlers (rest.rs, watch.rs)
-//!      → registry strategy (registry/: defaults, validation, subresources, Table columns)
-//!      → admission (admission.rs: the ordered chain of named plugins)
+//! TLS (http/serve.rs: rustls, client certificate captured per connection; pki/)
+//!  → panic catch → authentication (authn/: x509 client cert, bootstrap token, service-account
+//!    JWT; none → anonymous; bad → 401) → impersonation (authn/impersonation.rs)
+//!  → request info (http/request_info.rs: verb, group, version, resource, namespace, name)
+//!  → flow control (flowcontrol/: API Priority and Fairness; 429)
+//!  → authorization (authz/: system:masters, the Node authorizer, RBAC; deny → 403)
+//!  → dispatch: api/discovery.rs, api/openapi.rs, http/health.rs, or the generic API
+//!    handlers (api/: rest.rs, watch.rs, patch.rs, gc.rs)
+//!      → the kind's strategy (registry/: defaults, validation, subresources, Table columns)
+//!      → admission (admission/: the ordered chain of named plugins)
 //!      → storage (storage/: revisioned KV with compare-and-swap, history and watch)
 //! ```
 //!
@@ -17,60 +21,37 @@
 //! `k8s-openapi` types by each kind's strategy.
 
 pub mod admission;
+pub mod api;
 pub mod authn;
 pub mod authz;
-pub mod bootstrap_token;
-pub mod client_ca;
-pub mod cluster_info;
-pub mod crd;
-pub mod data_dir;
-pub mod discovery;
-pub mod dupcheck;
 pub mod error;
 pub mod flowcontrol;
-pub mod gc;
-pub mod health;
-pub mod impersonation;
+pub mod http;
 pub mod meta;
-pub mod negotiate;
-pub mod node_restriction;
-pub mod openapi;
-pub mod patch;
 pub mod pki;
-pub mod protobuf;
-pub mod rbac;
 pub mod registry;
-pub mod request_info;
-pub mod rest;
-pub mod reviews;
-pub mod schema;
-pub mod selectors;
-pub mod serve;
-pub mod serviceaccount;
 pub mod storage;
-pub mod table;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod validation;
-pub mod watch;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use ::http::{header, HeaderValue, StatusCode};
 use axum::extract::{Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::Router;
-use http::{header, HeaderValue, StatusCode};
 use serde_json::json;
 
+use crate::api::rest::{Call, Params, Reply};
 use crate::authn::UserInfo;
 use crate::error::ApiError;
+use crate::http::request_info::RequestInfo;
 use crate::registry::Registry;
-use crate::request_info::RequestInfo;
-use crate::rest::{Call, Params, Reply};
 use crate::storage::Storage;
 
 /// Everything the handlers share.
@@ -80,8 +61,8 @@ pub struct AppState {
     pub storage: Arc<dyn Storage>,
     /// Built-in kinds plus the resources of established CRDs, and the OpenAPI documents:
     /// swapped when CRDs change (`crd`).
-    pub crds: crd::Dynamic,
-    pub health: health::Health,
+    pub crds: api::crd::Dynamic,
+    pub health: http::health::Health,
     /// `host:port` clients use (for `/api` serverAddressByClientCIDRs).
     pub server_address: String,
     pub security: Security,
@@ -97,21 +78,21 @@ pub struct Security {
     pub authn: Arc<authn::AuthnChain>,
     pub authz: Arc<dyn authz::Authorizer>,
     /// The RBAC objects (roleRef resolution for escalation checks), current after writes.
-    pub rbac: Arc<rbac::cache::RbacCache>,
+    pub rbac: Arc<authz::rbac::cache::RbacCache>,
     /// Service-account token issuing and checking (None: TokenRequest and OIDC discovery
     /// are not served).
-    pub service_accounts: Option<Arc<serviceaccount::ServiceAccountTokens>>,
+    pub service_accounts: Option<Arc<authn::serviceaccount::ServiceAccountTokens>>,
 }
 
 impl AppState {
     pub fn new(storage: Arc<dyn Storage>, server_address: String, security: Security) -> Arc<Self> {
         let registry = Registry::builtin();
-        let crds = crd::Dynamic::new(&registry);
+        let crds = api::crd::Dynamic::new(&registry);
         Arc::new(AppState {
             registry,
             storage,
             crds,
-            health: health::Health::default(),
+            health: http::health::Health::default(),
             server_address,
             security,
             limiter: std::sync::OnceLock::new(),
@@ -130,7 +111,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(authz, authz::authorize))
         .layer(middleware::from_fn_with_state(state, flowcontrol::filter::filter))
         .layer(middleware::from_fn(resolve_request_info))
-        .layer(middleware::from_fn_with_state(impersonate_authz, impersonation::impersonate))
+        .layer(middleware::from_fn_with_state(impersonate_authz, authn::impersonation::impersonate))
         .layer(middleware::from_fn_with_state(authn, authn::authenticate))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             ApiError::internal("the server panicked while handling the request").into_response()
@@ -138,7 +119,7 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 async fn resolve_request_info(mut req: Request, next: Next) -> Response {
-    let info = request_info::resolve(req.method(), req.uri().path(), req.uri().query());
+    let info = http::request_info::resolve(req.method(), req.uri().path(), req.uri().query());
     req.extensions_mut().insert(info);
     next.run(req).await
 }
@@ -175,14 +156,14 @@ fn json_response(body: &serde_json::Value, content_type: &'static str) -> Respon
 async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -> Result<Response, ApiError> {
     let path = req.uri().path().trim_end_matches('/').to_string();
     let query = req.uri().query().map(str::to_string);
-    if req.method() != http::Method::GET && req.method() != http::Method::HEAD {
+    if req.method() != ::http::Method::GET && req.method() != ::http::Method::HEAD {
         return Err(ApiError::MethodNotAllowed(format!(
             "the server does not allow this method on the requested resource ({})",
             info.verb
         )));
     }
     let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
-    if let Some((code, body)) = health::respond(&path, query.as_deref(), &state.health, &state.storage).await {
+    if let Some((code, body)) = http::health::respond(&path, query.as_deref(), &state.health, &state.storage).await {
         let mut r = (StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body).into_response();
         r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
         r.headers_mut().insert("x-content-type-options", HeaderValue::from_static("nosniff"));
@@ -192,32 +173,32 @@ async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -
     let reg = &served.registry;
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
-        ["api"] => Ok(match discovery::wants_aggregated(&accept) {
-            Some(v) => aggregated_response(discovery::aggregated(reg, true, v), v),
-            None => json_response(&discovery::api_versions(&state.server_address), "application/json"),
+        ["api"] => Ok(match api::discovery::wants_aggregated(&accept) {
+            Some(v) => aggregated_response(api::discovery::aggregated(reg, true, v), v),
+            None => json_response(&api::discovery::api_versions(&state.server_address), "application/json"),
         }),
-        ["apis"] => Ok(match discovery::wants_aggregated(&accept) {
-            Some(v) => aggregated_response(discovery::aggregated(reg, false, v), v),
-            None => json_response(&discovery::api_group_list(reg), "application/json"),
+        ["apis"] => Ok(match api::discovery::wants_aggregated(&accept) {
+            Some(v) => aggregated_response(api::discovery::aggregated(reg, false, v), v),
+            None => json_response(&api::discovery::api_group_list(reg), "application/json"),
         }),
-        ["api", v] => discovery::api_resource_list(reg, "", v)
+        ["api", v] => api::discovery::api_resource_list(reg, "", v)
             .map(|b| json_response(&b, "application/json"))
             .ok_or_else(not_found_path),
         ["apis", g] => {
-            discovery::api_group(reg, g).map(|b| json_response(&b, "application/json")).ok_or_else(not_found_path)
+            api::discovery::api_group(reg, g).map(|b| json_response(&b, "application/json")).ok_or_else(not_found_path)
         }
-        ["apis", g, v] => discovery::api_resource_list(reg, g, v)
+        ["apis", g, v] => api::discovery::api_resource_list(reg, g, v)
             .map(|b| json_response(&b, "application/json"))
             .ok_or_else(not_found_path),
-        ["version"] => Ok(json_response(&discovery::version_info(), "application/json")),
+        ["version"] => Ok(json_response(&api::discovery::version_info(), "application/json")),
         ["metrics"] => Ok(metrics_response(state)),
         ["debug", "api_priority_and_fairness", dump] => {
             flowcontrol_dump(state, dump, query.as_deref()).ok_or_else(not_found_path)
         }
         [".well-known", "openid-configuration"] => {
-            serviceaccount::openid_configuration_response(state).ok_or_else(not_found_path)
+            authn::serviceaccount::openid_configuration_response(state).ok_or_else(not_found_path)
         }
-        ["openid", "v1", "jwks"] => serviceaccount::jwks_response(state).ok_or_else(not_found_path),
+        ["openid", "v1", "jwks"] => authn::serviceaccount::jwks_response(state).ok_or_else(not_found_path),
         ["openapi", "v2"] => Ok(served.openapi.v2_response(&accept)),
         ["openapi", "v3"] => Ok(served.openapi.v3_index_response()),
         ["openapi", "v3", rest @ ..] => {
@@ -250,7 +231,8 @@ fn flowcontrol_dump(state: &AppState, dump: &str, query: Option<&str>) -> Option
         "dump_priority_levels" => flowcontrol::debug::priority_levels(fc),
         "dump_queues" => flowcontrol::debug::queues(fc),
         "dump_requests" => {
-            let details = request_info::query_param(query, "includeRequestDetails").is_some_and(|v| !v.is_empty());
+            let details =
+                http::request_info::query_param(query, "includeRequestDetails").is_some_and(|v| !v.is_empty());
             flowcontrol::debug::requests(fc, details)
         }
         _ => return None,
@@ -318,7 +300,7 @@ async fn resource(
     }
     let headers = req.headers().clone();
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let out = negotiate::negotiate(accept.as_deref())?;
+    let out = http::negotiate::negotiate(accept.as_deref())?;
     let params = Params::parse(req.uri().query());
     if matches!(info.verb.as_str(), "list" | "watch") {
         let a = admission::Attributes {
@@ -331,35 +313,35 @@ async fn resource(
         admission::chain().admit(state, &a, None, None).await?;
     }
     let pretty = params.flag("pretty").unwrap_or(false);
-    let content_type = negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
-    let body = match axum::body::to_bytes(req.into_body(), rest::MAX_BODY).await {
+    let content_type = http::negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
+    let body = match axum::body::to_bytes(req.into_body(), api::rest::MAX_BODY).await {
         Ok(b) => b,
         Err(_) => {
             return Err(ApiError::RequestEntityTooLarge(format!(
                 "Request entity too large: limit is {}",
-                rest::MAX_BODY
+                api::rest::MAX_BODY
             )));
         }
     };
     let call = Call { state, def, info, user, params, out: out.clone() };
     let reply: Reply = match (info.verb.as_str(), handler) {
-        ("create", _) if def.create_only => reviews::create(&call, &body, &content_type).await?,
+        ("create", _) if def.create_only => api::reviews::create(&call, &body, &content_type).await?,
         ("create", Some(h)) => h(&call, &body, &content_type).await?,
-        ("get", _) => rest::get(&call).await?,
-        ("list", _) => return rest::list(&call, &headers, pretty).await,
-        ("watch", _) => return watch::watch(&call).await,
-        ("create", _) => rest::create(&call, &body, &content_type).await?,
-        ("update", _) => rest::update(&call, &body, &content_type).await?,
-        ("patch", _) => rest::patch(&call, &body, &content_type).await?,
-        ("delete", _) => rest::delete(&call, &body, &content_type).await?,
-        ("deletecollection", _) => rest::delete_collection(&call, &body, &content_type).await?,
+        ("get", _) => api::rest::get(&call).await?,
+        ("list", _) => return api::rest::list(&call, &headers, pretty).await,
+        ("watch", _) => return api::watch::watch(&call).await,
+        ("create", _) => api::rest::create(&call, &body, &content_type).await?,
+        ("update", _) => api::rest::update(&call, &body, &content_type).await?,
+        ("patch", _) => api::rest::patch(&call, &body, &content_type).await?,
+        ("delete", _) => api::rest::delete(&call, &body, &content_type).await?,
+        ("deletecollection", _) => api::rest::delete_collection(&call, &body, &content_type).await?,
         (other, _) => {
             return Err(ApiError::MethodNotAllowed(format!(
                 "the server does not allow this method on the requested resource ({other})"
             )))
         }
     };
-    Ok(rest::render(reply.code, &reply.body, &out, &headers, pretty, &reply.warnings))
+    Ok(api::rest::render(reply.code, &reply.body, &out, &headers, pretty, &reply.warnings))
 }
 
 /// Create what a fresh cluster has: the four system namespaces.
@@ -383,7 +365,7 @@ pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
         let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
         let body =
             bytes::Bytes::from(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}).to_string());
-        match rest::create(&call, &body, "application/json").await {
+        match api::rest::create(&call, &body, "application/json").await {
             Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
             Err(e) => anyhow::bail!("creating namespace {ns}: {e}"),
         }
@@ -392,12 +374,12 @@ pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
 }
 
 /// The authorizers every server asks, in order: `system:masters`, the Node authorizer, RBAC
-/// (over `rbac`, the cache [`rbac::cache::install`] returned with the store).
-pub fn default_authorizer(rbac: Arc<rbac::cache::RbacCache>) -> Arc<dyn authz::Authorizer> {
+/// (over `rbac`, the cache [`authz::rbac::cache::install`] returned with the store).
+pub fn default_authorizer(rbac: Arc<authz::rbac::cache::RbacCache>) -> Arc<dyn authz::Authorizer> {
     Arc::new(authz::Chain(vec![
         Arc::new(authz::MastersAuthorizer),
-        Arc::new(rbac::node::NodeAuthorizer::from_default_policy()),
-        Arc::new(rbac::authorizer::RbacAuthorizer::new(rbac)),
+        Arc::new(authz::rbac::node::NodeAuthorizer::from_default_policy()),
+        Arc::new(authz::rbac::authorizer::RbacAuthorizer::new(rbac)),
     ]))
 }
 
@@ -406,13 +388,13 @@ pub fn default_authorizer(rbac: Arc<rbac::cache::RbacCache>) -> Arc<dyn authz::A
 /// them), legacy token tracking, the default RBAC policy and the flow-control objects.
 pub async fn prepare(
     state: &Arc<AppState>,
-    policy: &rbac::defaults::PolicyOptions,
+    policy: &authz::rbac::defaults::PolicyOptions,
     now: chrono::DateTime<chrono::Utc>,
 ) -> anyhow::Result<()> {
     bootstrap(state).await?;
-    crd::start(state).await?;
-    serviceaccount::ensure_legacy_token_tracking(state, now).await?;
-    rbac::reconcile::ensure_default_policy(state, policy).await?;
+    api::crd::start(state).await?;
+    authn::serviceaccount::ensure_legacy_token_tracking(state, now).await?;
+    authz::rbac::reconcile::ensure_default_policy(state, policy).await?;
     flowcontrol::maintain::ensure(state).await?;
     Ok(())
 }
@@ -476,7 +458,7 @@ impl Config {
             compaction_interval: std::time::Duration::from_secs(30),
             tls_bootstrap_bindings: true,
             enable_bootstrap_token_auth: true,
-            service_account_issuers: vec![serviceaccount::DEFAULT_ISSUER.to_string()],
+            service_account_issuers: vec![authn::serviceaccount::DEFAULT_ISSUER.to_string()],
             service_account_key_files: Vec::new(),
             api_audiences: Vec::new(),
             service_account_max_token_expiration: None,
@@ -578,7 +560,7 @@ async fn open_storage(cfg: &Config) -> anyhow::Result<Arc<dyn Storage>> {
 
 /// Start the apiserver: PKI, store, bootstrap objects, admin kubeconfig, HTTPS listener.
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
-    data_dir::secure(&cfg.data_dir)?;
+    pki::data_dir::secure(&cfg.data_dir)?;
     let now = chrono::Utc::now();
     let pki = pki::ensure(&cfg.data_dir, &cfg.tls_sans, now)?;
     let listener = listen(SocketAddr::new(cfg.bind_address, cfg.secure_port))?;
@@ -587,20 +569,20 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let server_address = SocketAddr::new(host, addr.port()).to_string();
     let store = open_storage(&cfg).await?;
     // Every writer uses the wrapped store, so RBAC writes are seen by the next request.
-    let (store, rbac_cache) = rbac::cache::install(store);
+    let (store, rbac_cache) = authz::rbac::cache::install(store);
     if matches!(cfg.storage, StorageConfig::Etcd(_)) {
         // Other apiservers write RBAC objects too.
-        rbac::cache::spawn_follower(&rbac_cache);
+        authz::rbac::cache::spawn_follower(&rbac_cache);
     }
-    let sa_tokens = Arc::new(serviceaccount::ServiceAccountTokens::load(&cfg, &pki, &server_address)?);
-    let sa_authn = serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?;
+    let sa_tokens = Arc::new(authn::serviceaccount::ServiceAccountTokens::load(&cfg, &pki, &server_address)?);
+    let sa_authn = authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?;
     let api_audiences = sa_tokens.api_audiences().to_vec();
     let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?
         .with(Arc::new(sa_authn))
         .with_api_audiences(api_audiences.clone());
     if cfg.enable_bootstrap_token_auth {
         let registry = Registry::builtin();
-        chain = chain.with(Arc::new(bootstrap_token::BootstrapTokenAuthenticator::for_registry(
+        chain = chain.with(Arc::new(authn::bootstrap_token::BootstrapTokenAuthenticator::for_registry(
             store.clone(),
             &registry,
             api_audiences,
@@ -613,25 +595,25 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         server_address.clone(),
         Security { authn, authz, rbac: rbac_cache, service_accounts: Some(sa_tokens) },
     );
-    let policy = rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
+    let policy = authz::rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     prepare(&state, &policy, now).await?;
     flowcontrol::maintain::spawn(state.clone(), flowcontrol::maintain::PERIOD);
-    cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
+    pki::cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
     start_flow_control(&state, &cfg).await?;
-    gc::spawn_startup_sweep(state.clone());
+    api::gc::spawn_startup_sweep(state.clone());
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());
-    let (tls_tx, tls_rx) = tokio::sync::watch::channel(serve::tls_config(&pki)?);
-    client_ca::spawn(
+    let (tls_tx, tls_rx) = tokio::sync::watch::channel(http::serve::tls_config(&pki)?);
+    pki::client_ca::spawn(
         pki.dir.join("ca.crt"),
-        client_ca::State::new(kustos_ca::bundle::ca_certificates(&pki.ca_bundle_pem)?, now),
+        pki::client_ca::State::new(kustos_ca::bundle::ca_certificates(&pki.ca_bundle_pem)?, now),
         state.security.authn.clone(),
         tls_tx,
         (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),
         cfg.client_ca_reload_interval,
     );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
-    let task = tokio::spawn(serve::serve_dynamic(listener, tls_rx, app, async move {
+    let task = tokio::spawn(http::serve::serve_dynamic(listener, tls_rx, app, async move {
         let _ = rx.await;
     }));
     state.health.started.store(true, Ordering::SeqCst);

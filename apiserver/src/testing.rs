@@ -222,10 +222,13 @@ impl TestServer {
 
     /// A server over `store` (e.g. one whose history a test compacts).
     pub async fn with_storage(store: Arc<dyn Storage>) -> anyhow::Result<Self> {
-        let (store, rbac) = crate::rbac::cache::install(store);
+        let (store, rbac) = crate::authz::rbac::cache::install(store);
         let registry = crate::registry::Registry::builtin();
-        let bootstrap_tokens =
-            crate::bootstrap_token::BootstrapTokenAuthenticator::for_registry(store.clone(), &registry, Vec::new())?;
+        let bootstrap_tokens = crate::authn::bootstrap_token::BootstrapTokenAuthenticator::for_registry(
+            store.clone(),
+            &registry,
+            Vec::new(),
+        )?;
         let authn = AuthnChain::from_parts(None, vec![Arc::new(TestUsers), Arc::new(bootstrap_tokens)], true);
         let security = Security {
             authn: Arc::new(authn),
@@ -234,7 +237,7 @@ impl TestServer {
             service_accounts: None,
         };
         let state = AppState::new(store, "127.0.0.1:6443".into(), security);
-        let policy = crate::rbac::defaults::PolicyOptions { tls_bootstrap_bindings: true };
+        let policy = crate::authz::rbac::defaults::PolicyOptions { tls_bootstrap_bindings: true };
         crate::prepare(&state, &policy, chrono::Utc::now()).await?;
         state.health.started.store(true, std::sync::atomic::Ordering::SeqCst);
         let router = crate::router(state.clone());

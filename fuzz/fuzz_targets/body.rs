@@ -6,9 +6,9 @@
 use std::sync::OnceLock;
 
 use bytes::Bytes;
-use kustos_apiserver::protobuf;
+use kustos_apiserver::api::protobuf;
 use kustos_apiserver::registry::{Registry, ResourceDef};
-use kustos_apiserver::rest::{decode_body, duplicate_fields, typed_check, FieldValidation};
+use kustos_apiserver::api::rest::{decode_body, duplicate_fields, typed_check, FieldValidation};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

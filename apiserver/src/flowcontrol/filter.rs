@@ -22,7 +22,7 @@ use super::estimate;
 use super::metrics::KindLabels;
 use crate::authn::UserInfo;
 use crate::error::ApiError;
-use crate::request_info::{query_param, RequestInfo};
+use crate::http::request_info::{query_param, RequestInfo};
 use crate::AppState;
 
 pub const FLOW_SCHEMA_UID: &str = "x-kubernetes-pf-flowschema-uid";

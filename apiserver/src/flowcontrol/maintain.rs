@@ -221,12 +221,12 @@ fn find_def(state: &AppState, kind: ConfigKind) -> anyhow::Result<&ResourceDef> 
 async fn write(
     state: &Arc<AppState>,
     def: &ResourceDef,
-    verb: crate::rest::Write,
+    verb: crate::api::rest::Write,
     name: &str,
     subresource: &str,
     body: &Value,
 ) -> Result<(), ApiError> {
-    crate::rest::write_as_apiserver(state, def, verb, "", name, subresource, body).await
+    crate::api::rest::write_as_apiserver(state, def, verb, "", name, subresource, body).await
 }
 
 async fn read(state: &AppState, def: &ResourceDef, name: &str) -> anyhow::Result<Option<Value>> {
@@ -255,10 +255,10 @@ async fn ensure_one(
         let outcome = match decide(Some(default), existing.as_ref(), mandatory) {
             Action::Nothing | Action::Delete => return Ok(()),
             Action::Create(body) => {
-                write(state, def, crate::rest::Write::Create, name, "", &body).await.map(|()| "created")
+                write(state, def, crate::api::rest::Write::Create, name, "", &body).await.map(|()| "created")
             }
             Action::Update(body) => {
-                write(state, def, crate::rest::Write::Update, name, "", &body).await.map(|()| "updated")
+                write(state, def, crate::api::rest::Write::Update, name, "", &body).await.map(|()| "updated")
             }
         };
         match outcome {
@@ -286,7 +286,7 @@ async fn remove_unwanted(state: &Arc<AppState>, def: &ResourceDef, wanted: &[Def
         }
         let pre = json!({"apiVersion": "v1", "kind": "DeleteOptions",
                          "preconditions": {"uid": crate::meta::uid(&obj), "resourceVersion": crate::meta::rv(&obj)}});
-        match write(state, def, crate::rest::Write::Delete, &name, "", &pre).await {
+        match write(state, def, crate::api::rest::Write::Delete, &name, "", &pre).await {
             Ok(()) => {
                 tracing::info!(object = %format!("{}.{}/{name}", def.singular, def.group), "deleted unwanted APF configuration object")
             }
@@ -308,7 +308,7 @@ async fn sync_dangling(state: &Arc<AppState>, fs_def: &ResourceDef, pl_def: &Res
         let mut body = fs.clone();
         body["status"] = status;
         let name = crate::meta::name(&fs).to_string();
-        match write(state, fs_def, crate::rest::Write::Update, &name, "status", &body).await {
+        match write(state, fs_def, crate::api::rest::Write::Update, &name, "status", &body).await {
             // Changed or deleted meanwhile: the change triggers another pass.
             Ok(()) | Err(ApiError::NotFound { .. } | ApiError::Conflict { .. }) => {}
             Err(e) => anyhow::bail!("updating the status of flowschemas/{name}: {e}"),

@@ -5,7 +5,7 @@
 //!
 //! Everything here is pure: the status a CRD should have ([`decide_status`]) and the
 //! resources an established CRD serves ([`served_resources`]) are computed from values;
-//! `crate::crd` does the I/O.
+//! `crate::api::crd` does the I/O.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -16,8 +16,8 @@ use serde_json::{json, Value};
 use super::custom::{self, CustomStrategy};
 use super::intern::{intern, intern_list};
 use super::{typed_roundtrip, ResourceDef, Strategy};
+use crate::api::schema::Structural;
 use crate::error::FieldError;
-use crate::schema::Structural;
 use crate::validation;
 
 pub const GROUP: &str = "apiextensions.k8s.io";

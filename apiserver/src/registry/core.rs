@@ -178,7 +178,7 @@ impl Strategy for NamespaceStrategy {
     }
 
     fn merge_keys(&self) -> super::MergeKeys {
-        &[(&["status", "conditions"], crate::patch::ListStrategy::MergeByKey("type"))]
+        &[(&["status", "conditions"], crate::api::patch::ListStrategy::MergeByKey("type"))]
     }
 
     fn mark_deleting(&self, obj: &mut Value) {
@@ -558,12 +558,13 @@ impl Strategy for ServiceAccountStrategy {
     }
 
     fn merge_keys(&self) -> super::MergeKeys {
-        &[(&["secrets"], crate::patch::ListStrategy::MergeByKey("name"))]
+        &[(&["secrets"], crate::api::patch::ListStrategy::MergeByKey("name"))]
     }
 
     fn create_handler(&self, sub: &str) -> Option<super::CreateHandler> {
-        (sub == "token")
-            .then_some(|c, body, content_type| Box::pin(crate::serviceaccount::token_request(c, body, content_type)))
+        (sub == "token").then_some(|c, body, content_type| {
+            Box::pin(crate::authn::serviceaccount::token_request(c, body, content_type))
+        })
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {

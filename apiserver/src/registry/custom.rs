@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::{human_duration, Column, Strategy};
+use crate::api::schema::Structural;
 use crate::error::FieldError;
-use crate::schema::Structural;
 
 /// One `additionalPrinterColumns` entry, compiled.
 #[derive(Debug, Clone)]

@@ -2,7 +2,7 @@
 //!
 //! A `Strategy` holds the kind's rules with no I/O (like upstream's `rest.RESTCreateStrategy`):
 //! defaults, validation, what a write to the main resource or a subresource may change,
-//! selectable fields and Table columns. The generic REST handlers (`crate::rest`) do the I/O
+//! selectable fields and Table columns. The generic REST handlers (`crate::api::rest`) do the I/O
 //! and call these hooks in a fixed order:
 //!
 //! create:  decode → `prepare_for_create` → `prepare_for_create_by(requester)` → generic
@@ -57,7 +57,7 @@ pub enum Role {
     Object,
     /// The kind whose objects are the namespaces: cluster-scoped but named where a namespace
     /// goes in the URL (`/api/v1/namespaces/<name>`), always deleted gracefully (its content
-    /// first, by `crate::gc`; the object goes when its finalizers are gone through
+    /// first, by `crate::api::gc`; the object goes when its finalizers are gone through
     /// `/finalize`), no `deletecollection`; NamespaceLifecycle admission looks them up.
     Namespace,
 }
@@ -66,15 +66,15 @@ pub enum Role {
 pub type NameRule = fn(&str) -> Vec<String>;
 
 /// Strategic-merge-patch list strategies by field path (`patchMergeKey` of the Go types).
-pub type MergeKeys = &'static [(&'static [&'static str], crate::patch::ListStrategy)];
+pub type MergeKeys = &'static [(&'static [&'static str], crate::api::patch::ListStrategy)];
 
 /// The handler of a subresource whose only verb is `create` and which is not stored
 /// (a ServiceAccount's `token`: TokenRequest).
 pub type CreateHandler = for<'a> fn(
-    &'a crate::rest::Call<'a>,
+    &'a crate::api::rest::Call<'a>,
     &'a bytes::Bytes,
     &'a str,
-) -> futures::future::BoxFuture<'a, crate::error::Result<crate::rest::Reply>>;
+) -> futures::future::BoxFuture<'a, crate::error::Result<crate::api::rest::Reply>>;
 
 /// The rules for one kind. Every method has no I/O.
 pub trait Strategy: Send + Sync + 'static {
@@ -99,7 +99,7 @@ pub trait Strategy: Send + Sync + 'static {
         crate::validation::is_dns1123_subdomain
     }
 
-    /// List merge keys for strategic merge patch, beyond the defaults of `crate::patch`.
+    /// List merge keys for strategic merge patch, beyond the defaults of `crate::api::patch`.
     fn merge_keys(&self) -> MergeKeys {
         &[]
     }
@@ -206,7 +206,7 @@ pub struct ResourceDef {
     /// Subresources besides the main one: `status`, `approval`.
     pub subresources: &'static [&'static str],
     /// A create-only kind that is never stored (TokenReview, SubjectAccessReview...): the
-    /// only verb is `create`, which answers with the computed object (`crate::reviews`).
+    /// only verb is `create`, which answers with the computed object (`crate::api::reviews`).
     pub create_only: bool,
     pub strategy: Arc<dyn Strategy>,
     /// JSON schema of the kind: `|g| g.subschema_for::<k8s_openapi::api::core::v1::ConfigMap>()`
@@ -264,7 +264,7 @@ impl Registry {
         resources.extend(coordination::resources());
         resources.extend(certificates::resources());
         resources.extend(rbac::resources());
-        resources.extend(crate::reviews::resources());
+        resources.extend(crate::api::reviews::resources());
         resources.extend(apiextensions::resources());
         resources.extend(flowcontrol::resources());
         Registry { resources }

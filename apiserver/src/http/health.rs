@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::request_info::url_pairs;
+use crate::http::request_info::url_pairs;
 use crate::storage::Storage;
 
 /// Readiness flags the server flips as it starts and stops.

@@ -20,8 +20,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::Value;
 
+use crate::api::openapi::OpenApi;
 use crate::meta;
-use crate::openapi::OpenApi;
 use crate::registry::apiextensions::{self, TakenNames, CLEANUP_FINALIZER};
 use crate::registry::Registry;
 use crate::storage::{ListOptions, Rev};

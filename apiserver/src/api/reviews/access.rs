@@ -19,11 +19,11 @@ use serde_json::{json, Map, Value};
 
 use super::{invalid, invalid_rendered, metadata_is_empty, metadata_of, omit_empty, render_go_object_meta, typed};
 use super::{response_metadata, AUTHORIZATION_GROUP};
+use crate::api::selectors::{self, Operator};
 use crate::authn::UserInfo;
 use crate::authz::{Attributes, Authorizer, Decision, Verdict};
 use crate::error::{ApiError, FieldError};
-use crate::request_info::RequestInfo;
-use crate::selectors::{self, Operator};
+use crate::http::request_info::RequestInfo;
 use crate::validation;
 
 /// What an access review asks about: exactly one of the two must be set.

@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::rbac::v1::{PolicyRule, Subject};
 
+use crate::api::selectors::go_quote;
 use crate::authn::UserInfo;
-use crate::request_info::RequestInfo;
-use crate::selectors::go_quote;
+use crate::http::request_info::RequestInfo;
 
 /// The wildcard of verbs, apiGroups, resources and nonResourceURLs.
 pub const ALL: &str = "*";
@@ -368,7 +368,7 @@ mod tests {
             ("url rule never matches a resource", url_rule(&["get"], &["*"]), Method::GET, "/api/v1/pods", false),
         ];
         for (name, r, m, path, want) in cases {
-            let info = crate::request_info::resolve(m, path, None);
+            let info = crate::http::request_info::resolve(m, path, None);
             assert_eq!(rule_allows(&info, r), *want, "{name}");
         }
     }

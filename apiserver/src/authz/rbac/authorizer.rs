@@ -97,9 +97,9 @@ impl Authorizer for RbacAuthorizer {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use crate::authz::rbac::cache::install;
     use crate::authz::Chain;
-    use crate::rbac::cache::install;
-    use crate::request_info::{resolve, RequestInfo};
+    use crate::http::request_info::{resolve, RequestInfo};
     use crate::storage::Storage;
     use http::Method;
     use serde_json::{json, Value};
@@ -109,7 +109,7 @@ mod tests {
     }
 
     async fn put(store: &Arc<dyn Storage>, resource: &str, obj: Value) {
-        crate::rbac::testutil::put(store, resource, &obj).await;
+        crate::authz::rbac::testutil::put(store, resource, &obj).await;
     }
 
     fn cluster_role(name: &str, rules: Value) -> Value {

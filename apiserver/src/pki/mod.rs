@@ -11,7 +11,7 @@
 //! `ca.crt` may hold several CA certificates (a CA rotation: the new CA and the old one).
 //! The one whose public key matches `ca.key` signs; every CA certificate in it that has not
 //! expired is trusted for client certificates ([`Pki::ca_bundle_pem`]). The running
-//! apiserver follows changes of `ca.crt` without a restart (see [`crate::client_ca`]).
+//! apiserver follows changes of `ca.crt` without a restart (see [`crate::pki::client_ca`]).
 //!
 //! Private keys are created with mode 0600 (never chmod-ed after the fact) and written
 //! atomically (temporary file, fsync, rename). A CA or service-account key that exists but
@@ -21,6 +21,14 @@
 //! `DIR/admin.kubeconfig` (0600) holds an x509 client certificate for `kustos-admin` in group
 //! `system:masters`, reused while it is signed by the current CA and valid for more than 30
 //! days.
+//!
+//! In this folder: files in, keys and certificates out. [`data_dir`] keeps the data
+//! directory private, [`client_ca`] follows the client-CA bundle, [`cluster_info`] writes
+//! `kube-public/cluster-info`.
+
+pub mod client_ca;
+pub mod cluster_info;
+pub mod data_dir;
 
 use std::collections::BTreeSet;
 use std::fmt;

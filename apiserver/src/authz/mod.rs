@@ -5,6 +5,12 @@
 //! Besides the request path, the same [`Authorizer`] answers SubjectAccessReviews, the
 //! `impersonate`, `escalate`, `bind`, `approve` and `sign` checks, and (through
 //! [`Authorizer::rules_for`]) SelfSubjectRulesReview and RBAC escalation prevention.
+//!
+//! In this folder: what enters is a request with its user and `RequestInfo`; what leaves is
+//! the request, or a 403 Status. [`rbac`] holds the RBAC authorizer, its cache, the Node
+//! authorizer, escalation checks and the default policy.
+
+pub mod rbac;
 
 use std::sync::Arc;
 
@@ -13,7 +19,7 @@ use axum::{extract::Request, middleware::Next, response::Response};
 
 use crate::authn::UserInfo;
 use crate::error::ApiError;
-use crate::request_info::RequestInfo;
+use crate::http::request_info::RequestInfo;
 
 /// What is asked: who does what to which thing.
 #[derive(Debug, Clone)]
@@ -223,7 +229,7 @@ pub async fn authorize(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request_info::resolve;
+    use crate::http::request_info::resolve;
     use http::Method;
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {
@@ -232,9 +238,11 @@ mod tests {
 
     #[tokio::test]
     async fn chain_decides_like_the_default_policy() {
-        let (_, cache) = crate::rbac::testutil::default_policy_store().await;
-        let chain =
-            Chain(vec![Arc::new(MastersAuthorizer), Arc::new(crate::rbac::authorizer::RbacAuthorizer::new(cache))]);
+        let (_, cache) = crate::authz::rbac::testutil::default_policy_store().await;
+        let chain = Chain(vec![
+            Arc::new(MastersAuthorizer),
+            Arc::new(crate::authz::rbac::authorizer::RbacAuthorizer::new(cache)),
+        ]);
         let admin = user("kustos-admin", &["system:masters", "system:authenticated"]);
         let bob = user("bob", &["system:authenticated"]);
         let anon = user("system:anonymous", &["system:unauthenticated"]);

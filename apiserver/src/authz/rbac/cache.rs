@@ -20,9 +20,9 @@ use futures::stream::BoxStream;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef};
 
 use super::rules::{applies_to, describe_subject};
+use crate::api::selectors::go_quote;
 use crate::authn::UserInfo;
 use crate::registry::rbac::GROUP;
-use crate::selectors::go_quote;
 use crate::storage::{self, Event, KeyValue, ListOptions, ListResult, Rev, Storage};
 
 /// Storage prefix of every RBAC object.

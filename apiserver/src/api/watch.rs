@@ -16,12 +16,12 @@ use futures::StreamExt;
 use http::{header, HeaderValue, StatusCode};
 use serde_json::{json, Value};
 
+use crate::api::rest::{Call, Filter};
+use crate::api::table::{self, IncludeObject};
 use crate::error::{ApiError, FieldError, Result};
 use crate::meta;
 use crate::registry::ResourceDef;
-use crate::rest::{Call, Filter};
 use crate::storage::{self, EventKind, ListOptions, Rev, Storage};
-use crate::table::{self, IncludeObject};
 
 /// How often a watch with `allowWatchBookmarks` gets a progress BOOKMARK.
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
@@ -88,7 +88,7 @@ async fn plan(c: &Call<'_>, filter: &Filter) -> Result<std::result::Result<Plan,
         return Ok(Ok(Plan { initial: Vec::new(), after: parse_rv(rv)?, end_bookmark: false }));
     }
     if !rv.is_empty() && rv != "0" {
-        crate::rest::wait_for_rv(&c.state.storage, parse_rv(rv)?).await?;
+        crate::api::rest::wait_for_rv(&c.state.storage, parse_rv(rv)?).await?;
     }
     // A consistent snapshot, then changes after it.
     let store = &c.state.storage;
@@ -217,7 +217,7 @@ async fn run(
     let plan = match planned {
         Ok(p) => p,
         Err(e) => {
-            let _ = tx.send(enc.error(&crate::rest::map_storage_error(&def, "", e))).await;
+            let _ = tx.send(enc.error(&crate::api::rest::map_storage_error(&def, "", e))).await;
             return;
         }
     };
@@ -236,7 +236,7 @@ async fn run(
     let mut events = match events {
         Ok(s) => s,
         Err(e) => {
-            let _ = tx.send(enc.error(&crate::rest::map_storage_error(&def, "", e))).await;
+            let _ = tx.send(enc.error(&crate::api::rest::map_storage_error(&def, "", e))).await;
             return;
         }
     };
@@ -249,7 +249,7 @@ async fn run(
                 let ev = match ev {
                     Ok(ev) => ev,
                     Err(e) => {
-                        let _ = tx.send(enc.error(&crate::rest::map_storage_error(&def, "", e))).await;
+                        let _ = tx.send(enc.error(&crate::api::rest::map_storage_error(&def, "", e))).await;
                         return;
                     }
                 };

@@ -332,7 +332,7 @@ fn find_def<'a>(state: &'a AppState, group: &str, resource: &str) -> anyhow::Res
     state.registry.find(group, "v1", resource).ok_or_else(|| anyhow::anyhow!("{resource} are not registered"))
 }
 
-use crate::rest::Write;
+use crate::api::rest::Write;
 
 async fn write(
     state: &Arc<AppState>,
@@ -342,7 +342,7 @@ async fn write(
     name: &str,
     body: Value,
 ) -> Result<(), ApiError> {
-    crate::rest::write_as_apiserver(state, def, verb, namespace, name, "", &body).await
+    crate::api::rest::write_as_apiserver(state, def, verb, namespace, name, "", &body).await
 }
 
 /// The stored object (with its resourceVersion), if any.

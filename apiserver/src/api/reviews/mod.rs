@@ -25,11 +25,11 @@ use http::StatusCode;
 use k8s_openapi::api::{authentication::v1 as authnv1, authorization::v1 as authzv1};
 use serde_json::{json, Map, Value};
 
+use crate::api::rest::{self, Call, Params, Reply};
 use crate::authn::{AuthnChain, UserInfo};
 use crate::authz::Authorizer;
 use crate::error::{ApiError, FieldError};
 use crate::registry::{typed_roundtrip, ResourceDef, SchemaFn, Strategy};
-use crate::rest::{self, Call, Params, Reply};
 
 pub const AUTHENTICATION_GROUP: &str = "authentication.k8s.io";
 pub const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
@@ -519,7 +519,7 @@ mod tests {
                 &sar,
                 "",
                 Bytes::from_static(b"k8s\x00\xff\xff"),
-                crate::protobuf::MEDIA_TYPE,
+                crate::api::protobuf::MEDIA_TYPE,
                 "",
                 Err(400),
             ),
@@ -602,7 +602,7 @@ mod tests {
 
     /// A protobuf body as client-go sends it.
     fn protobuf_body(api_version: &str, kind: &str, raw: &[u8]) -> Bytes {
-        Bytes::from(crate::protobuf::encode::envelope(api_version, kind, raw))
+        Bytes::from(crate::api::protobuf::encode::envelope(api_version, kind, raw))
     }
 
     #[tokio::test]
@@ -627,7 +627,7 @@ mod tests {
         ld(3, b"", &mut raw);
         let d = def("selfsubjectaccessreviews");
         let b = protobuf_body("authorization.k8s.io/v1", "SelfSubjectAccessReview", &raw);
-        let (obj, _) = decode(&d, &Params::default(), &b, crate::protobuf::MEDIA_TYPE, "").unwrap();
+        let (obj, _) = decode(&d, &Params::default(), &b, crate::api::protobuf::MEDIA_TYPE, "").unwrap();
         let authn = chain();
         let dev = user("dev", &["devs", "system:authenticated"]);
         let env = Env { authz: &FakeAuthorizer, authn: &authn, user: &dev, now: Utc::now() };
@@ -647,7 +647,7 @@ mod tests {
     #[test]
     fn registered_like_upstream_discovery() {
         let reg = Registry::builtin();
-        let list = crate::discovery::api_resource_list(&reg, AUTHORIZATION_GROUP, "v1").unwrap();
+        let list = crate::api::discovery::api_resource_list(&reg, AUTHORIZATION_GROUP, "v1").unwrap();
         assert_eq!(
             list["resources"],
             json!([
@@ -661,19 +661,19 @@ mod tests {
                  "kind": "SubjectAccessReview", "verbs": ["create"]},
             ])
         );
-        let list = crate::discovery::api_resource_list(&reg, AUTHENTICATION_GROUP, "v1").unwrap();
+        let list = crate::api::discovery::api_resource_list(&reg, AUTHENTICATION_GROUP, "v1").unwrap();
         let names: Vec<&str> =
             list["resources"].as_array().unwrap().iter().filter_map(|r| r["name"].as_str()).collect();
         assert_eq!(names, ["selfsubjectreviews", "tokenreviews"]);
         for r in reg.resources.iter().filter(|r| r.create_only) {
-            assert!(crate::protobuf::message_for(&r.api_version(), r.kind).is_some(), "{}", r.kind);
+            assert!(crate::api::protobuf::message_for(&r.api_version(), r.kind).is_some(), "{}", r.kind);
         }
     }
 
     #[test]
     fn openapi_has_post_only_paths_and_no_list_types() {
         let reg = Registry::builtin();
-        let api = crate::openapi::OpenApi::new(&reg);
+        let api = crate::api::openapi::OpenApi::new(&reg);
         let v2: Value = serde_json::from_slice(api.v2()).unwrap();
         let paths = v2["paths"].as_object().unwrap();
         for (path, op) in [

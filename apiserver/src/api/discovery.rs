@@ -158,7 +158,7 @@ pub fn subresource_kind(def: &ResourceDef, sub: &str) -> (&'static str, &'static
 /// Upstream's `storageVersionHash`: base64 of the first 8 bytes of
 /// sha256("<group>/<version>/<kind>") of the storage version.
 pub fn storage_version_hash(def: &ResourceDef) -> String {
-    let digest = crate::openapi::sha256(format!("{}/{}/{}", def.group, def.version, def.kind).as_bytes());
+    let digest = crate::api::openapi::sha256(format!("{}/{}/{}", def.group, def.version, def.kind).as_bytes());
     base64::engine::general_purpose::STANDARD.encode(&digest[..8])
 }
 

@@ -11,17 +11,17 @@ use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde_json::{json, Map, Value};
 
 use crate::admission::{self, Attributes, Operation};
+use crate::api::dupcheck::{FieldPath, StrictErrors};
+use crate::api::patch::{self, PatchType};
+use crate::api::selectors::{FieldSelector, LabelSelector};
+use crate::api::table::{self, IncludeObject};
 use crate::authn::UserInfo;
-use crate::dupcheck::{FieldPath, StrictErrors};
 use crate::error::{ApiError, FieldError, Result};
+use crate::http::negotiate::Output;
+use crate::http::request_info::RequestInfo;
 use crate::meta;
-use crate::negotiate::Output;
-use crate::patch::{self, PatchType};
 use crate::registry::{ResourceDef, Role};
-use crate::request_info::RequestInfo;
-use crate::selectors::{FieldSelector, LabelSelector};
 use crate::storage::{self, ListOptions, Rev, Storage};
-use crate::table::{self, IncludeObject};
 use crate::validation;
 use crate::AppState;
 
@@ -40,7 +40,7 @@ pub struct Params {
 
 impl Params {
     pub fn parse(query: Option<&str>) -> Self {
-        Params { pairs: query.map(crate::request_info::url_pairs).unwrap_or_default() }
+        Params { pairs: query.map(crate::http::request_info::url_pairs).unwrap_or_default() }
     }
     pub fn get(&self, k: &str) -> Option<&str> {
         self.pairs.iter().find(|(pk, _)| pk == k).map(|(_, v)| v.as_str())
@@ -656,7 +656,7 @@ pub fn decode_body(def: &ResourceDef, body: &Bytes, content_type: &str) -> Resul
             .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body)
             .map_err(|e| ApiError::BadRequest(format!("error converting YAML to JSON: {e}")))?,
-        crate::protobuf::MEDIA_TYPE => crate::protobuf::decode(body).map_err(|e| {
+        crate::api::protobuf::MEDIA_TYPE => crate::api::protobuf::decode(body).map_err(|e| {
             ApiError::BadRequest(format!("{} in version \"{}\" cannot be handled as a {}: {e}", def.kind, def.version, def.kind))
         })?,
         other => {
@@ -768,9 +768,9 @@ pub fn typed_check(
 }
 
 /// Keys that appear twice in one JSON object of `body`, as dotted paths (bounded: see
-/// [`crate::dupcheck`]).
+/// [`crate::api::dupcheck`]).
 pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
-    crate::dupcheck::duplicate_keys(body)
+    crate::api::dupcheck::duplicate_keys(body)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1020,7 +1020,7 @@ pub async fn finish_update(
     if completes_deletion {
         let rev = c.store().delete(&key, old_rev).await.map_err(|e| c.storage_err(&name, e))?;
         meta::set_rv(&mut new, rev);
-        crate::gc::after_delete(c.state, c.def, &new);
+        crate::api::gc::after_delete(c.state, c.def, &new);
         return Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings });
     }
     let rev = c.store().update(&key, stored, old_rev).await.map_err(|e| c.storage_err(&name, e))?;
@@ -1037,7 +1037,7 @@ fn check_subresource(c: &Call<'_>, verb: &str) -> Result<()> {
     if !sub.is_empty() && !c.def.subresources.contains(&sub) {
         return Err(ApiError::not_found(c.def.group, &format!("{}/{sub}", c.def.resource), &c.info.name));
     }
-    if !sub.is_empty() && !crate::discovery::subresource_verbs(sub).contains(&verb) {
+    if !sub.is_empty() && !crate::api::discovery::subresource_verbs(sub).contains(&verb) {
         return Err(ApiError::MethodNotAllowed(format!("{verb} is not supported on {}/{sub}", c.def.resource)));
     }
     Ok(())
@@ -1181,8 +1181,9 @@ pub fn delete_options(params: &Params, body: &Bytes, content_type: &str) -> Resu
         o.propagation.get_or_insert_with(|| "Orphan".into());
     }
     if !body.is_empty() {
-        let v: Value = if content_type == crate::protobuf::MEDIA_TYPE {
-            crate::protobuf::decode(body).map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
+        let v: Value = if content_type == crate::api::protobuf::MEDIA_TYPE {
+            crate::api::protobuf::decode(body)
+                .map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
         } else {
             serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
         };
@@ -1303,7 +1304,7 @@ pub async fn delete_one(c: &Call<'_>, name: &str, opts: &DeleteOptions) -> Resul
             }
             match c.store().delete(&key, kv.mod_rev).await {
                 Ok(_) => {
-                    crate::gc::after_delete(c.state, c.def, &obj);
+                    crate::api::gc::after_delete(c.state, c.def, &obj);
                     return Ok(deleted_status(c.def, &obj));
                 }
                 Err(storage::Error::Conflict { .. }) => continue,
@@ -1334,7 +1335,7 @@ pub async fn delete_one(c: &Call<'_>, name: &str, opts: &DeleteOptions) -> Resul
         match c.store().update(&key, meta::to_stored(&obj)?, kv.mod_rev).await {
             Ok(rev) => {
                 meta::set_rv(&mut obj, rev);
-                crate::gc::after_mark_deleting(c.state, c.def, &obj);
+                crate::api::gc::after_mark_deleting(c.state, c.def, &obj);
                 return Ok(obj);
             }
             Err(storage::Error::Conflict { .. }) => continue,
@@ -1566,9 +1567,9 @@ mod tests {
         let mut out = StrictErrors::default();
         unknown_fields(&input, &pruned, &mut FieldPath::default(), &mut out);
         let got = out.into_vec();
-        assert_eq!(got.len(), crate::dupcheck::MAX_STRICT_ERRORS);
+        assert_eq!(got.len(), crate::api::dupcheck::MAX_STRICT_ERRORS);
         for p in &got {
-            assert!(p.len() <= crate::dupcheck::MAX_FIELD_PATH_BYTES + 20, "{} bytes", p.len());
+            assert!(p.len() <= crate::api::dupcheck::MAX_FIELD_PATH_BYTES + 20, "{} bytes", p.len());
             assert!(p.contains("..."), "{p}");
         }
     }

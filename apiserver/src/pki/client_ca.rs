@@ -108,7 +108,7 @@ pub fn spawn(
             }
             let Some(trust) = d.replace else { continue };
             let applied = authn.x509().map_or(Ok(()), |x| x.set_trust(&trust)).and_then(|()| {
-                let config = crate::serve::tls_config_with(&serving.0, &serving.1, &trust)?;
+                let config = crate::http::serve::tls_config_with(&serving.0, &serving.1, &trust)?;
                 tls.send_replace(config);
                 Ok(())
             });

@@ -17,7 +17,7 @@ use http::HeaderMap;
 use crate::authn::{UserInfo, ANONYMOUS_USER, AUTHENTICATED_GROUP, UNAUTHENTICATED_GROUP};
 use crate::authz::{forbidden_with_reason, Attributes, Authorizer};
 use crate::error::ApiError;
-use crate::request_info::RequestInfo;
+use crate::http::request_info::RequestInfo;
 
 const USER: &str = "impersonate-user";
 const GROUP: &str = "impersonate-group";

@@ -14,10 +14,10 @@ use base64::Engine as _;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
+use crate::api::rest::{self, Call, Params};
 use crate::authn::UserInfo;
 use crate::error::ApiError;
-use crate::request_info::RequestInfo;
-use crate::rest::{self, Call, Params};
+use crate::http::request_info::RequestInfo;
 use crate::AppState;
 
 pub use kustos_ca::bootstrap_token::{CLUSTER_INFO_NAME as NAME, CLUSTER_INFO_NAMESPACE as NAMESPACE, KUBECONFIG_KEY};
@@ -179,7 +179,7 @@ mod tests {
     }
 
     async fn state() -> Arc<AppState> {
-        let (store, rbac) = crate::rbac::cache::install(Arc::new(SqliteStorage::open_in_memory().unwrap()));
+        let (store, rbac) = crate::authz::rbac::cache::install(Arc::new(SqliteStorage::open_in_memory().unwrap()));
         let security = Security {
             authn: Arc::new(AuthnChain::from_parts(None, vec![], true)),
             authz: Arc::new(crate::authz::MastersAuthorizer),

@@ -2,7 +2,7 @@
 //! in group `system:nodes`) writes Leases only in `kube-node-lease` and only the one named
 //! after itself.
 //!
-//! The Node authorizer ([`crate::rbac::node`]) already limits a node to its own Lease by the
+//! The Node authorizer ([`crate::authz::rbac::node`]) already limits a node to its own Lease by the
 //! name in the URL; a create has no name in the URL, so the name in the body is checked here,
 //! as upstream's NodeRestriction plugin does (same messages). Writes by anyone who is not a
 //! node are not this plugin's business.
@@ -37,7 +37,7 @@ pub fn admit(user: &UserInfo, write: &Write<'_>) -> Result<(), ApiError> {
     if (write.group, write.resource) != (LEASE_GROUP, LEASES) {
         return Ok(());
     }
-    let Some(node) = crate::rbac::node::node_name(user) else { return Ok(()) };
+    let Some(node) = crate::authz::rbac::node::node_name(user) else { return Ok(()) };
     // A create has no name in the URL: the one in the proposed object counts (and names the
     // object in the error, as upstream's).
     let name = match write.op {

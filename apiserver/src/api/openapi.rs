@@ -30,7 +30,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use schemars::SchemaGenerator;
 use serde_json::{json, Map, Value};
 
-use crate::discovery::{resource_verbs, subresource_kind, subresource_verbs};
+use crate::api::discovery::{resource_verbs, subresource_kind, subresource_verbs};
 use crate::registry::{Registry, ResourceDef, SchemaFn};
 
 /// `info.version` of the documents.

@@ -84,7 +84,7 @@ impl NodeAuthorizer {
 
 /// A node may get, create, update, patch and delete only its own Lease in kube-node-lease.
 /// A create has no name in the URL: the name in its body is checked at admission
-/// ([`crate::node_restriction`]).
+/// ([`crate::admission::node_restriction`]).
 fn lease(node: &str, attrs: &Attributes<'_>) -> Verdict {
     let info = attrs.info;
     let deny = |reason: &str| Verdict { reason: reason.into(), ..Verdict::no_opinion() };
@@ -123,7 +123,7 @@ impl Authorizer for NodeAuthorizer {
 mod tests {
     use super::*;
     use crate::authz::Decision;
-    use crate::request_info::resolve;
+    use crate::http::request_info::resolve;
     use http::Method;
 
     fn user(name: &str, groups: &[&str]) -> UserInfo {

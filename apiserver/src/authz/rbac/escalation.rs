@@ -17,12 +17,12 @@ use serde_json::Value;
 
 use super::cache::{RbacCache, RefError};
 use super::rules::{compact_rules, compact_string, covers, go_quote_list};
+use crate::api::selectors::go_quote;
 use crate::authn::UserInfo;
 use crate::authz::{Attributes, Authorizer, MASTERS_GROUP};
 use crate::error::{group_resource, ApiError};
+use crate::http::request_info::RequestInfo;
 use crate::registry::rbac::GROUP;
-use crate::request_info::RequestInfo;
-use crate::selectors::go_quote;
 
 /// Who asks and what decides.
 pub struct Context<'a> {
@@ -184,9 +184,9 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::authz::rbac::authorizer::RbacAuthorizer;
+    use crate::authz::rbac::cache::install;
     use crate::authz::{Chain, MastersAuthorizer};
-    use crate::rbac::authorizer::RbacAuthorizer;
-    use crate::rbac::cache::install;
     use crate::storage::Storage;
     use serde_json::json;
 
@@ -195,7 +195,7 @@ mod tests {
     }
 
     async fn put(store: &Arc<dyn Storage>, resource: &str, obj: Value) {
-        crate::rbac::testutil::put(store, resource, &obj).await;
+        crate::authz::rbac::testutil::put(store, resource, &obj).await;
     }
 
     fn cr(name: &str, rules: Value) -> Value {

@@ -14,6 +14,17 @@
 //! The [`authenticate`] middleware puts the [`UserInfo`] into the request extensions and
 //! removes the `Authorization` header. Failure reasons are logged at debug level; they never
 //! contain credentials (authenticators must not put tokens into them).
+//!
+//! In this folder: what enters is a request with its TLS connection's client certificate and
+//! its headers; what leaves is the request with a `UserInfo` in its extensions, or a 401.
+//! Authenticators in order: x509 client certificates (here), bootstrap tokens
+//! ([`bootstrap_token`]), service-account JWTs ([`serviceaccount`], which also serves
+//! TokenRequest and the OIDC discovery documents), anonymous. [`impersonation`] then swaps
+//! the user for an `Impersonate-*` one when the real user may impersonate.
+
+pub mod bootstrap_token;
+pub mod impersonation;
+pub mod serviceaccount;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -30,8 +41,8 @@ use rustls::server::WebPkiClientVerifier;
 use rustls::{CertificateError, RootCertStore};
 
 use crate::error::ApiError;
+use crate::http::serve::PeerCertificates;
 use crate::pki::Pki;
-use crate::serve::PeerCertificates;
 
 pub const ANONYMOUS_USER: &str = "system:anonymous";
 pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";

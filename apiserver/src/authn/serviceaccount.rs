@@ -32,12 +32,12 @@ use k8s_openapi::api::authentication::v1 as authnv1;
 use kustos_ca::jwt::{self, BoundClaims, JwtError, LegacyClaims, ObjectRef, PublicKey, SigningKey};
 use serde_json::{json, Map, Value};
 
+use crate::api::rest::{self, Call, Params, Reply};
 use crate::authn::{TokenAuthenticator, TokenResult, UserInfo};
 use crate::error::{ApiError, FieldError};
+use crate::http::request_info::RequestInfo;
 use crate::meta;
 use crate::registry::{typed_roundtrip, Registry, ResourceDef, Strategy};
-use crate::request_info::RequestInfo;
-use crate::rest::{self, Call, Params, Reply};
 use crate::storage::{KeyValue, Storage};
 use crate::AppState;
 
@@ -1233,7 +1233,7 @@ mod tests {
             )
             .unwrap(),
         );
-        let (store, rbac) = crate::rbac::cache::install(Arc::new(SqliteStorage::open_in_memory().unwrap()));
+        let (store, rbac) = crate::authz::rbac::cache::install(Arc::new(SqliteStorage::open_in_memory().unwrap()));
         let authenticator = ServiceAccountAuthenticator::new(tokens.clone(), store.clone()).unwrap();
         let chain = AuthnChain::from_parts(
             None,

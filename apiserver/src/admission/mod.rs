@@ -8,11 +8,11 @@
 //! | plugin | phase | what |
 //! |---|---|---|
 //! | NamespaceLifecycle | mutating | a namespaced object is created only in a namespace that exists and is not terminating; `default`, `kube-system`, `kube-public` are never deleted |
-//! | NodeRestriction | mutating | a node writes only its own Lease ([`crate::node_restriction`]) |
+//! | NodeRestriction | mutating | a node writes only its own Lease ([`crate::admission::node_restriction`]) |
 //! | CertificateApproval | validating | a write to a CSR's `/approval` needs verb `approve` on `signers` for the signerName or `<domain>/*` |
 //! | CertificateSigning | validating | changing `status.certificate` through `/status` needs `sign` |
 //! | CertificateSubjectRestriction | validating | no `system:masters` in a `kube-apiserver-client` request |
-//! | RBACEscalation | validating | no granting or binding of rights the requester lacks ([`crate::rbac::escalation`]; upstream checks this in the RBAC storage) |
+//! | RBACEscalation | validating | no granting or binding of rights the requester lacks ([`crate::authz::rbac::escalation`]; upstream checks this in the RBAC storage) |
 //! | BootstrapCSRReads | read | see below |
 //!
 //! Semantics follow upstream's chain: every mutating plugin that handles the request runs,
@@ -28,6 +28,12 @@
 //! own certificate), so it cannot enumerate the CSRs of other nodes. Upstream's
 //! `system:node-bootstrapper` role grants list on all CSRs; kustos keeps the role as it is
 //! and narrows its use by the short-lived, widely shared bootstrap credentials.
+//!
+//! In this folder: what enters is a write (or a read, for the read plugin) with its user,
+//! the new and the stored object; what leaves is the same write, or the first plugin's
+//! error (403, or 422 for a malformed object). [`node_restriction`] is NodeRestriction.
+
+pub mod node_restriction;
 
 use std::sync::LazyLock;
 
@@ -35,8 +41,8 @@ use serde_json::Value;
 
 use crate::authn::UserInfo;
 use crate::error::ApiError;
+use crate::http::request_info::RequestInfo;
 use crate::registry::{ResourceDef, Role};
-use crate::request_info::RequestInfo;
 use crate::AppState;
 
 const BOOTSTRAPPERS_GROUP: &str = kustos_ca::bootstrap_token::DEFAULT_GROUP;
@@ -145,7 +151,7 @@ pub fn chain() -> &'static Chain {
     static CHAIN: LazyLock<Chain> = LazyLock::new(|| Chain {
         plugins: vec![
             Box::new(NamespaceLifecycle),
-            Box::new(crate::node_restriction::NodeRestriction),
+            Box::new(crate::admission::node_restriction::NodeRestriction),
             Box::new(CertificateApproval),
             Box::new(CertificateSigning),
             Box::new(CertificateSubjectRestriction),
@@ -247,7 +253,7 @@ impl Plugin for NamespaceLifecycle {
             .storage
             .get(&ns_def.key(None, ns))
             .await
-            .map_err(|e| crate::rest::map_storage_error(ns_def, ns, e))?;
+            .map_err(|e| crate::api::rest::map_storage_error(ns_def, ns, e))?;
         let Some(kv) = kv else {
             return Err(ApiError::not_found(ns_def.group, ns_def.resource, ns));
         };
@@ -407,14 +413,14 @@ impl Plugin for RbacEscalation {
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
         let Some(new) = new else { return Ok(()) };
-        let cx = crate::rbac::escalation::Context {
+        let cx = crate::authz::rbac::escalation::Context {
             authz: state.security.authz.as_ref(),
             rbac: &state.security.rbac,
             user: a.user,
             info: a.info,
         };
         let old = if a.op == Operation::Update { old } else { None };
-        crate::rbac::escalation::check(&cx, a.def.resource, new, old).await
+        crate::authz::rbac::escalation::check(&cx, a.def.resource, new, old).await
     }
 }
 
@@ -480,7 +486,7 @@ pub fn restrict_read(info: &RequestInfo, user: &UserInfo, field_selector: Option
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::request_info::resolve;
+    use crate::http::request_info::resolve;
     use http::Method;
 
     use std::sync::{Arc, Mutex};
@@ -591,7 +597,7 @@ mod tests {
 
     async fn state() -> Arc<AppState> {
         let Ok(sqlite) = crate::storage::sqlite::SqliteStorage::open_in_memory() else { panic!("in-memory storage") };
-        let (store, rbac) = crate::rbac::cache::install(Arc::new(sqlite));
+        let (store, rbac) = crate::authz::rbac::cache::install(Arc::new(sqlite));
         let security = crate::Security {
             authn: Arc::new(crate::authn::AuthnChain::from_parts(None, vec![], true)),
             authz: Arc::new(crate::authz::MastersAuthorizer),

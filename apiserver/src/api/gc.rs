@@ -14,12 +14,12 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use crate::api::rest::{self, Call, DeleteOptions, Params};
 use crate::authn::UserInfo;
+use crate::http::negotiate::Output;
+use crate::http::request_info::RequestInfo;
 use crate::meta;
-use crate::negotiate::Output;
 use crate::registry::ResourceDef;
-use crate::request_info::RequestInfo;
-use crate::rest::{self, Call, DeleteOptions, Params};
 use crate::storage::ListOptions;
 use crate::AppState;
 

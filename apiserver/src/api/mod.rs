@@ -1,0 +1,31 @@
+//! The generic API handlers: what enters is an authorized request for a resource (its
+//! `RequestInfo`, user and body) and the kind's registration (`crate::registry::ResourceDef`);
+//! what leaves is a response (object, list, Table, watch stream or `Status`) after the kind's
+//! strategy, the admission chain and storage have had their say. Nothing here names a group
+//! or a resource: what is kind-specific hangs off the registration.
+//!
+//! - [`rest`]: get, list, create, update, patch, delete, deletecollection; body decoding and
+//!   response rendering.
+//! - [`watch`]: watch streams (bookmarks, `sendInitialEvents`, 410 Expired).
+//! - [`patch`]: JSON patch, merge patch, strategic merge patch, with their limits.
+//! - [`dupcheck`], [`selectors`], [`table`]: strict decoding reports, label and field
+//!   selectors, Table rendering.
+//! - [`gc`]: finalizers, owner references, namespace deletion.
+//! - [`discovery`], [`openapi`], [`schema`]: discovery documents and OpenAPI v2/v3.
+//! - [`crd`]: serving CustomResourceDefinitions' kinds.
+//! - [`reviews`]: the create-only review kinds (TokenReview, SubjectAccessReview, ...).
+//! - [`protobuf`]: the Kubernetes protobuf wire format.
+
+pub mod crd;
+pub mod discovery;
+pub mod dupcheck;
+pub mod gc;
+pub mod openapi;
+pub mod patch;
+pub mod protobuf;
+pub mod rest;
+pub mod reviews;
+pub mod schema;
+pub mod selectors;
+pub mod table;
+pub mod watch;

@@ -1,0 +1,15 @@
+//! HTTP: what enters is a TCP connection; what leaves is a request handed to the router
+//! (`crate::router`: authentication, impersonation, request info, flow control,
+//! authorization, dispatch) and its response written back.
+//!
+//! - [`serve`]: TLS (rustls) with the client certificate captured per connection, HTTP/1.1 and
+//!   HTTP/2.
+//! - [`request_info`]: verb, API group, version, resource, subresource, namespace and name of
+//!   a request path, as upstream's `RequestInfoFactory`.
+//! - [`negotiate`]: content negotiation (JSON, YAML, Table, protobuf, metadata-only).
+//! - [`health`]: `/livez`, `/readyz`, `/healthz`.
+
+pub mod health;
+pub mod negotiate;
+pub mod request_info;
+pub mod serve;
