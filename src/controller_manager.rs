@@ -121,7 +121,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
                  (or per-signer files), or leave it out with --controllers=*,-csrsigning"
             );
         }
-        kustos_controllers::csr_signer::check(&csr_signing).map_err(anyhow::Error::msg)?;
+        kustos_controllers::csr_signer::check(&csr_signing)?;
     }
     let legacy_token_clean_up_period = chrono::Duration::from_std(args.legacy_service_account_token_clean_up_period)
         .context("--legacy-service-account-token-clean-up-period is too long")?;

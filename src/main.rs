@@ -241,7 +241,7 @@ impl SigningArgs {
             duration: chrono::Duration::from_std(self.cluster_signing_duration)
                 .map_err(|_| anyhow::anyhow!("--cluster-signing-duration is too long"))?,
         };
-        cfg.validate().map_err(anyhow::Error::msg)?;
+        cfg.validate()?;
         if let (false, Some((cert, key))) = (cfg.any_set(), default_files) {
             cfg.cluster = FilePair::new(cert, key);
         }
@@ -322,7 +322,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     // only be created by the first start, so they are checked right after it.
     let signs = with_controllers && controllers.iter().any(|c| c == "csrsigning");
     if signs && args.signing.config(None)?.any_set() {
-        kustos_controllers::csr_signer::check(&csr_signing).map_err(anyhow::Error::msg)?;
+        kustos_controllers::csr_signer::check(&csr_signing)?;
     }
     let storage = args.storage()?;
     let mut cfg = kustos_apiserver::Config::new(args.data_dir.clone());

@@ -17,6 +17,23 @@ use std::time::Duration;
 
 use kustos_ca::SignerBundle;
 
+/// Why a certificate and key file pair does not load. One line naming the files, never key
+/// material. The message includes the underlying error (it is not also a `source`, so that a
+/// chain printed in full does not say it twice).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CaFilesError {
+    /// A file could not be read.
+    #[error("reading {}: {error}", path.display())]
+    Read { path: PathBuf, error: Arc<std::io::Error> },
+    /// A file is not UTF-8.
+    #[error("{} or {} is not PEM text", cert.display(), key.display())]
+    NotText { cert: PathBuf, key: PathBuf },
+    /// The PEM does not make a signing CA (no certificate, a bad key, a key of none of the
+    /// certificates...).
+    #[error("loading the CA from {} and {}: {error}", cert.display(), key.display())]
+    Bundle { cert: PathBuf, key: PathBuf, error: kustos_ca::Error },
+}
+
 /// What to do with the files' contents.
 #[derive(Debug)]
 pub enum Reload {
@@ -25,15 +42,15 @@ pub enum Reload {
     /// A new pair that loads: sign with it from now on.
     Replace(Box<SignerBundle>),
     /// The pair does not load (the reason); keep signing with the last good CA.
-    Reject(String),
+    Reject(CaFilesError),
 }
 
 /// Decide from the contents last seen (`None` before the first load) and the files' current
 /// contents (or why they could not be read).
 pub fn reload(
     seen: Option<(&[u8], &[u8])>,
-    cert: Result<&[u8], String>,
-    key: Result<&[u8], String>,
+    cert: Result<&[u8], CaFilesError>,
+    key: Result<&[u8], CaFilesError>,
     names: (&Path, &Path),
 ) -> Reload {
     let (cert, key) = match (cert, key) {
@@ -43,13 +60,23 @@ pub fn reload(
     if seen == Some((cert, key)) {
         return Reload::Unchanged;
     }
-    let (Ok(cert_text), Ok(key_text)) = (std::str::from_utf8(cert), std::str::from_utf8(key)) else {
-        return Reload::Reject(format!("{} or {} is not PEM text", names.0.display(), names.1.display()));
-    };
-    match SignerBundle::from_pem(cert_text, key_text) {
+    match bundle(cert, key, names) {
         Ok(b) => Reload::Replace(Box::new(b)),
-        Err(e) => Reload::Reject(format!("loading the CA from {} and {}: {e}", names.0.display(), names.1.display())),
+        Err(e) => Reload::Reject(e),
     }
+}
+
+/// The signing CA of the pair's contents.
+fn bundle(cert: &[u8], key: &[u8], names: (&Path, &Path)) -> Result<SignerBundle, CaFilesError> {
+    let (cert_path, key_path) = (names.0.to_path_buf(), names.1.to_path_buf());
+    let (Ok(cert_text), Ok(key_text)) = (std::str::from_utf8(cert), std::str::from_utf8(key)) else {
+        return Err(CaFilesError::NotText { cert: cert_path, key: key_path });
+    };
+    SignerBundle::from_pem(cert_text, key_text).map_err(|error| CaFilesError::Bundle {
+        cert: cert_path,
+        key: key_path,
+        error,
+    })
 }
 
 /// Identity and version of a file: changes whenever it is rewritten or replaced.
@@ -107,24 +134,21 @@ impl std::fmt::Debug for CaFiles {
     }
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))
+fn read(path: &Path) -> Result<Vec<u8>, CaFilesError> {
+    std::fs::read(path).map_err(|e| CaFilesError::Read { path: path.to_path_buf(), error: Arc::new(e) })
 }
 
 impl CaFiles {
     /// Load the pair; an error (one line, no key material) when it does not load.
-    pub fn load(cert: &Path, key: &Path) -> Result<CaFiles, String> {
+    pub fn load(cert: &Path, key: &Path) -> Result<CaFiles, CaFilesError> {
         let stamps = Stamp::of(cert).zip(Stamp::of(key));
         let (c, k) = (read(cert)?, read(key)?);
-        match reload(None, Ok(&c), Ok(&k), (cert, key)) {
-            Reload::Replace(b) => Ok(CaFiles {
-                cert: cert.to_path_buf(),
-                key: key.to_path_buf(),
-                state: Mutex::new(State { stamps, seen: (c, k), current: Arc::from(b), problem: None }),
-            }),
-            Reload::Reject(e) => Err(e),
-            Reload::Unchanged => Err("unreachable: nothing was loaded before".into()),
-        }
+        let current = Arc::new(bundle(&c, &k, (cert, key))?);
+        Ok(CaFiles {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            state: Mutex::new(State { stamps, seen: (c, k), current, problem: None }),
+        })
     }
 
     pub fn paths(&self) -> (&Path, &Path) {
@@ -164,6 +188,8 @@ impl CaFiles {
                 );
             }
             Reload::Reject(problem) => {
+                // Reported once per distinct message.
+                let problem = problem.to_string();
                 if state.problem.as_ref() != Some(&problem) {
                     tracing::warn!(problem = %problem, "the signing CA files do not load; the last good CA keeps signing");
                     state.problem = Some(problem);
@@ -205,7 +231,7 @@ mod tests {
         }
     }
 
-    type Files = fn(&World) -> (Result<String, String>, Result<String, String>);
+    type Files = fn(&World) -> (Result<String, CaFilesError>, Result<String, CaFilesError>);
     /// name, seen (cert, key) or none, files now, wanted: "unchanged", "replace <signer CN>",
     /// or "reject <text>".
     const CASES: &[(&str, Option<Files>, Files, &str)] = &[
@@ -243,7 +269,10 @@ mod tests {
         (
             "key file gone",
             Some(|w| (Ok(w.old.cert_pem().into()), Ok(w.old.key_pem()))),
-            |w| (Ok(w.old.cert_pem().into()), Err("reading ca.key: No such file or directory".into())),
+            |w| {
+                let gone = std::io::Error::from_raw_os_error(2);
+                (Ok(w.old.cert_pem().into()), Err(CaFilesError::Read { path: "ca.key".into(), error: Arc::new(gone) }))
+            },
             "reject No such file",
         ),
     ];
@@ -268,6 +297,7 @@ mod tests {
                 Reload::Unchanged => "unchanged".to_string(),
                 Reload::Replace(b) => format!("replace {}", b.signer().common_name()),
                 Reload::Reject(e) => {
+                    let e = e.to_string();
                     assert!(!e.contains("PRIVATE KEY"), "{name}: no key material in {e}");
                     format!("reject {e}")
                 }
@@ -311,6 +341,6 @@ mod tests {
         }
         std::fs::remove_file(&key).unwrap();
         assert_eq!(files.current().signer().common_name(), "old-ca", "key file removed");
-        assert!(CaFiles::load(&crt, &key).unwrap_err().contains("ca.key"), "loading fails naming the file");
+        assert!(CaFiles::load(&crt, &key).unwrap_err().to_string().contains("ca.key"), "loading fails naming the file");
     }
 }

@@ -117,13 +117,94 @@ pub fn decide(
     Decision::Deny { policies, message: format!("Denied: {}.", failures.join("; ")) }
 }
 
-/// The first rule of `spec` the request breaks, as a message naming the field and value.
+/// The first rule of a policy a request breaks: the message (in a `Denied` condition) names
+/// the field and the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denial {
+    /// `subject.nodeIdentity`: the requester is not `system:node:<name>`.
+    #[error("requester {requester:?} is not a node ({NODE_USER_PREFIX}<name>)")]
+    NotANode { requester: String },
+    /// `subject.nodeIdentity` or `subject.commonNameIsRequester`.
+    #[error("subject common name {common_name:?} is not the requester {requester:?}")]
+    CommonNameNotRequester { common_name: String, requester: String },
+    /// `subject.nodeIdentity`: the node's name matches `dnsNames.deniedPatterns`.
+    #[error("node name {node:?} is refused (it matches the dnsNames.deniedPatterns pattern {pattern:?})")]
+    NodeNameDenied { node: String, pattern: String },
+    /// `subject.commonNamePattern`.
+    #[error("subject common name {common_name:?} does not match the pattern {pattern:?}")]
+    CommonNamePattern { common_name: String, pattern: String },
+    /// `subject.organizations`.
+    #[error("subject organizations {got:?} are not exactly {want:?}")]
+    Organizations { got: Vec<String>, want: Vec<String> },
+    /// No `dnsNames` rules: DNS names are not allowed.
+    #[error("dnsNames[0] {first:?}: DNS subjectAltNames are not allowed")]
+    DnsNamesNotAllowed { first: String },
+    /// `dnsNames.maxCount`.
+    #[error("{count} DNS names, more than the maximum {max}")]
+    TooManyDnsNames { count: usize, max: i32 },
+    /// `dnsNames.allowWildcards` is false.
+    #[error("dnsNames[{index}] {name:?} is a wildcard")]
+    DnsWildcard { index: usize, name: String },
+    /// `dnsNames.deniedPatterns`.
+    #[error("dnsNames[{index}] {name:?} is refused (it matches the deniedPatterns pattern {pattern:?})")]
+    DnsNameDenied { index: usize, name: String, pattern: String },
+    /// `dnsNames.nodeNamePrefix` without `subject.nodeIdentity`.
+    #[error("dnsNames[{index}] {name:?}: no node name to compare with")]
+    DnsNameWithoutNode { index: usize, name: String },
+    /// `dnsNames.nodeNamePrefix`: neither the node's name nor under one of `domains`.
+    #[error(
+        "dnsNames[{index}] {name:?} is neither the node name {node:?} nor \"{node}.<domain>\" ({})",
+        node_domains(.domains)
+    )]
+    DnsNameNotOfNode { index: usize, name: String, node: String, domains: Vec<String> },
+    /// `dnsNames.patterns`.
+    #[error("dnsNames[{index}] {name:?} matches none of the dnsNames patterns")]
+    DnsNamePattern { index: usize, name: String },
+    /// No `ipAddresses` rules: IP addresses are not allowed.
+    #[error("ipAddresses[0] {first}: IP subjectAltNames are not allowed")]
+    IpAddressesNotAllowed { first: std::net::IpAddr },
+    /// `ipAddresses.maxCount`.
+    #[error("{count} IP addresses, more than the maximum {max}")]
+    TooManyIpAddresses { count: usize, max: i32 },
+    /// `ipAddresses.deniedCidrs` (`cidr`: the one it is in, as parsed).
+    #[error("ipAddresses[{index}] {ip} is refused (it is in the deniedCidrs {cidr})")]
+    IpAddressDenied { index: usize, ip: std::net::IpAddr, cidr: String },
+    /// `ipAddresses.cidrs`.
+    #[error("ipAddresses[{index}] {ip} is not in {}", .cidrs.join(", "))]
+    IpAddressNotInCidrs { index: usize, ip: std::net::IpAddr, cidrs: Vec<String> },
+    /// `allowEmailAddresses` is false.
+    #[error("emailAddresses[0] {first:?}: email subjectAltNames are not allowed")]
+    EmailAddressesNotAllowed { first: String },
+    /// `allowUris` is false.
+    #[error("uris[0] {first:?}: URI subjectAltNames are not allowed")]
+    UrisNotAllowed { first: String },
+    /// `usages`.
+    #[error("usage {usage:?} is not allowed (allowed: {})", .allowed.join(", "))]
+    Usage { usage: String, allowed: Vec<String> },
+    /// `maxExpirationSeconds`.
+    #[error("expirationSeconds {seconds} is more than the maximum {max}")]
+    ExpirationTooLong { seconds: i32, max: i32 },
+    /// `maxExpirationSeconds` without `allowUnsetExpirationSeconds`.
+    #[error("expirationSeconds is not set (the signer's default lifetime may exceed the maximum {max})")]
+    ExpirationUnset { max: i32 },
+}
+
+/// `dnsNames.nodeDomains`, as a denial names them.
+fn node_domains(domains: &[String]) -> String {
+    if domains.is_empty() {
+        "no nodeDomains are listed".to_string()
+    } else {
+        format!("nodeDomains: {}", domains.join(", "))
+    }
+}
+
+/// The first rule of `spec` the request breaks ([`Denial`]).
 pub fn check(
     spec: &CertificateApprovalPolicySpec,
     compiled: &Compiled,
     csr: &CertificateSigningRequest,
     req: &CertificateRequest,
-) -> Result<(), String> {
+) -> Result<(), Denial> {
     let username = csr.spec.username.as_deref().unwrap_or_default();
     let cn = req.common_name.as_str();
     let mut node_name = None;
@@ -131,74 +212,68 @@ pub fn check(
         if subject.node_identity {
             let name = username.strip_prefix(NODE_USER_PREFIX).filter(|n| !n.is_empty());
             let Some(name) = name else {
-                return Err(format!("requester {username:?} is not a node ({NODE_USER_PREFIX}<name>)"));
+                return Err(Denial::NotANode { requester: username.into() });
             };
             if cn != username {
-                return Err(format!("subject common name {cn:?} is not the requester {username:?}"));
+                return Err(Denial::CommonNameNotRequester { common_name: cn.into(), requester: username.into() });
             }
             if let Some(pattern) = denied(spec, compiled, name) {
-                return Err(format!(
-                    "node name {name:?} is refused (it matches the dnsNames.deniedPatterns pattern {pattern:?})"
-                ));
+                return Err(Denial::NodeNameDenied { node: name.into(), pattern: pattern.into() });
             }
             node_name = Some(name);
         }
         if subject.common_name_is_requester && cn != username {
-            return Err(format!("subject common name {cn:?} is not the requester {username:?}"));
+            return Err(Denial::CommonNameNotRequester { common_name: cn.into(), requester: username.into() });
         }
         if let Some(re) = &compiled.common_name_pattern {
             if !re.is_match(cn) {
-                return Err(format!(
-                    "subject common name {cn:?} does not match the pattern {:?}",
-                    subject.common_name_pattern.as_deref().unwrap_or_default()
-                ));
+                return Err(Denial::CommonNamePattern {
+                    common_name: cn.into(),
+                    pattern: subject.common_name_pattern.clone().unwrap_or_default(),
+                });
             }
         }
         if let Some(want) = &subject.organizations {
             if set(&req.organizations) != set(want) {
-                return Err(format!("subject organizations {:?} are not exactly {want:?}", req.organizations));
+                return Err(Denial::Organizations { got: req.organizations.clone(), want: want.clone() });
             }
         }
     }
     match &spec.dns_names {
         None => {
             if let Some(d) = req.dns_names.first() {
-                return Err(format!("dnsNames[0] {d:?}: DNS subjectAltNames are not allowed"));
+                return Err(Denial::DnsNamesNotAllowed { first: d.clone() });
             }
         }
         Some(rules) => {
             if let Some(max) = rules.max_count {
                 if req.dns_names.len() > usize::try_from(max).unwrap_or(0) {
-                    return Err(format!("{} DNS names, more than the maximum {max}", req.dns_names.len()));
+                    return Err(Denial::TooManyDnsNames { count: req.dns_names.len(), max });
                 }
             }
             for (i, d) in req.dns_names.iter().enumerate() {
                 if !rules.allow_wildcards && d.contains('*') {
-                    return Err(format!("dnsNames[{i}] {d:?} is a wildcard"));
+                    return Err(Denial::DnsWildcard { index: i, name: d.clone() });
                 }
                 if let Some(pattern) = denied(spec, compiled, d) {
-                    return Err(format!(
-                        "dnsNames[{i}] {d:?} is refused (it matches the deniedPatterns pattern {pattern:?})"
-                    ));
+                    return Err(Denial::DnsNameDenied { index: i, name: d.clone(), pattern: pattern.into() });
                 }
                 if rules.node_name_prefix {
                     let Some(node) = node_name else {
-                        return Err(format!("dnsNames[{i}] {d:?}: no node name to compare with"));
+                        return Err(Denial::DnsNameWithoutNode { index: i, name: d.clone() });
                     };
                     if !is_node_dns_name(d, node, &rules.node_domains) {
-                        let domains = if rules.node_domains.is_empty() {
-                            "no nodeDomains are listed".to_string()
-                        } else {
-                            format!("nodeDomains: {}", rules.node_domains.join(", "))
-                        };
-                        return Err(format!(
-                            "dnsNames[{i}] {d:?} is neither the node name {node:?} nor \"{node}.<domain>\" ({domains})"
-                        ));
+                        return Err(Denial::DnsNameNotOfNode {
+                            index: i,
+                            name: d.clone(),
+                            node: node.into(),
+                            domains: rules.node_domains.clone(),
+                        });
                     }
                 }
                 if !compiled.dns_name_patterns.is_empty() && !compiled.dns_name_patterns.iter().any(|re| re.is_match(d))
                 {
-                    return Err(format!("dnsNames[{i}] {d:?} matches none of the dnsNames patterns"));
+                    return Err(Denial::DnsNamePattern { index: i, name: d.clone() });
                 }
             }
         }
@@ -206,13 +281,13 @@ pub fn check(
     match &spec.ip_addresses {
         None => {
             if let Some(ip) = req.ip_addresses.first() {
-                return Err(format!("ipAddresses[0] {ip}: IP subjectAltNames are not allowed"));
+                return Err(Denial::IpAddressesNotAllowed { first: *ip });
             }
         }
         Some(rules) => {
             if let Some(max) = rules.max_count {
                 if req.ip_addresses.len() > usize::try_from(max).unwrap_or(0) {
-                    return Err(format!("{} IP addresses, more than the maximum {max}", req.ip_addresses.len()));
+                    return Err(Denial::TooManyIpAddresses { count: req.ip_addresses.len(), max });
                 }
             }
             for (i, ip) in req.ip_addresses.iter().enumerate() {
@@ -220,39 +295,35 @@ pub fn check(
                 let canonical = ip.to_canonical();
                 if let Some(net) = compiled.denied_cidrs.iter().find(|net| net.contains(ip) || net.contains(&canonical))
                 {
-                    return Err(format!("ipAddresses[{i}] {ip} is refused (it is in the deniedCidrs {net})"));
+                    return Err(Denial::IpAddressDenied { index: i, ip: *ip, cidr: net.to_string() });
                 }
                 if !compiled.cidrs.iter().any(|net| net.contains(ip)) {
-                    return Err(format!("ipAddresses[{i}] {ip} is not in {}", rules.cidrs.join(", ")));
+                    return Err(Denial::IpAddressNotInCidrs { index: i, ip: *ip, cidrs: rules.cidrs.clone() });
                 }
             }
         }
     }
     if !spec.allow_email_addresses {
         if let Some(e) = req.email_addresses.first() {
-            return Err(format!("emailAddresses[0] {e:?}: email subjectAltNames are not allowed"));
+            return Err(Denial::EmailAddressesNotAllowed { first: e.clone() });
         }
     }
     if !spec.allow_uris {
         if let Some(u) = req.uris.first() {
-            return Err(format!("uris[0] {u:?}: URI subjectAltNames are not allowed"));
+            return Err(Denial::UrisNotAllowed { first: u.clone() });
         }
     }
     if let Some(allowed) = &spec.usages {
         for u in csr::usages(csr) {
             if !allowed.contains(u) {
-                return Err(format!("usage {u:?} is not allowed (allowed: {})", allowed.join(", ")));
+                return Err(Denial::Usage { usage: u.clone(), allowed: allowed.clone() });
             }
         }
     }
     if let Some(max) = spec.max_expiration_seconds {
         match csr.spec.expiration_seconds {
-            Some(s) if s > max => return Err(format!("expirationSeconds {s} is more than the maximum {max}")),
-            None if !spec.allow_unset_expiration_seconds => {
-                return Err(format!(
-                    "expirationSeconds is not set (the signer's default lifetime may exceed the maximum {max})"
-                ))
-            }
+            Some(s) if s > max => return Err(Denial::ExpirationTooLong { seconds: s, max }),
+            None if !spec.allow_unset_expiration_seconds => return Err(Denial::ExpirationUnset { max }),
             _ => {}
         }
     }
@@ -970,6 +1041,95 @@ mod tests {
             Want::Ignore("already issued"),
         ),
     ];
+
+    /// Each denial's message, as the Denied condition carries it (the texts are part of the
+    /// API: clients and people read them).
+    #[test]
+    fn denial_messages() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let ip: std::net::IpAddr = "10.0.0.1".parse().unwrap();
+        let cases: Vec<(Denial, &str)> = vec![
+            (Denial::NotANode { requester: "alice".into() }, r#"requester "alice" is not a node (system:node:<name>)"#),
+            (
+                Denial::CommonNameNotRequester { common_name: "a".into(), requester: "b".into() },
+                r#"subject common name "a" is not the requester "b""#,
+            ),
+            (
+                Denial::NodeNameDenied { node: "n".into(), pattern: "n*".into() },
+                r#"node name "n" is refused (it matches the dnsNames.deniedPatterns pattern "n*")"#,
+            ),
+            (
+                Denial::CommonNamePattern { common_name: "a".into(), pattern: "b.*".into() },
+                r#"subject common name "a" does not match the pattern "b.*""#,
+            ),
+            (
+                Denial::Organizations { got: s(&["x"]), want: s(&["system:nodes"]) },
+                r#"subject organizations ["x"] are not exactly ["system:nodes"]"#,
+            ),
+            (
+                Denial::DnsNamesNotAllowed { first: "a.b".into() },
+                r#"dnsNames[0] "a.b": DNS subjectAltNames are not allowed"#,
+            ),
+            (Denial::TooManyDnsNames { count: 3, max: 2 }, "3 DNS names, more than the maximum 2"),
+            (Denial::DnsWildcard { index: 1, name: "*.b".into() }, r#"dnsNames[1] "*.b" is a wildcard"#),
+            (
+                Denial::DnsNameDenied { index: 0, name: "k".into(), pattern: "k.*".into() },
+                r#"dnsNames[0] "k" is refused (it matches the deniedPatterns pattern "k.*")"#,
+            ),
+            (
+                Denial::DnsNameWithoutNode { index: 2, name: "a".into() },
+                r#"dnsNames[2] "a": no node name to compare with"#,
+            ),
+            (
+                Denial::DnsNameNotOfNode { index: 0, name: "x".into(), node: "n1".into(), domains: vec![] },
+                r#"dnsNames[0] "x" is neither the node name "n1" nor "n1.<domain>" (no nodeDomains are listed)"#,
+            ),
+            (
+                Denial::DnsNameNotOfNode { index: 0, name: "x".into(), node: "n1".into(), domains: s(&["a", "b"]) },
+                r#"dnsNames[0] "x" is neither the node name "n1" nor "n1.<domain>" (nodeDomains: a, b)"#,
+            ),
+            (
+                Denial::DnsNamePattern { index: 0, name: "x".into() },
+                r#"dnsNames[0] "x" matches none of the dnsNames patterns"#,
+            ),
+            (
+                Denial::IpAddressesNotAllowed { first: ip },
+                "ipAddresses[0] 10.0.0.1: IP subjectAltNames are not allowed",
+            ),
+            (Denial::TooManyIpAddresses { count: 2, max: 1 }, "2 IP addresses, more than the maximum 1"),
+            (
+                Denial::IpAddressDenied { index: 0, ip, cidr: "10.0.0.0/8".into() },
+                "ipAddresses[0] 10.0.0.1 is refused (it is in the deniedCidrs 10.0.0.0/8)",
+            ),
+            (
+                Denial::IpAddressNotInCidrs { index: 1, ip, cidrs: s(&["192.0.2.0/24", "::1/128"]) },
+                "ipAddresses[1] 10.0.0.1 is not in 192.0.2.0/24, ::1/128",
+            ),
+            (
+                Denial::EmailAddressesNotAllowed { first: "a@b".into() },
+                r#"emailAddresses[0] "a@b": email subjectAltNames are not allowed"#,
+            ),
+            (
+                Denial::UrisNotAllowed { first: "spiffe://x".into() },
+                r#"uris[0] "spiffe://x": URI subjectAltNames are not allowed"#,
+            ),
+            (
+                Denial::Usage { usage: "client auth".into(), allowed: s(&["server auth", "digital signature"]) },
+                r#"usage "client auth" is not allowed (allowed: server auth, digital signature)"#,
+            ),
+            (
+                Denial::ExpirationTooLong { seconds: 90000, max: 86400 },
+                "expirationSeconds 90000 is more than the maximum 86400",
+            ),
+            (
+                Denial::ExpirationUnset { max: 86400 },
+                "expirationSeconds is not set (the signer's default lifetime may exceed the maximum 86400)",
+            ),
+        ];
+        for (denial, want) in cases {
+            assert_eq!(denial.to_string(), want, "{denial:?}");
+        }
+    }
 
     #[test]
     fn default_policy_decisions_against_the_attacker_model() {

@@ -34,7 +34,7 @@ use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::condition::{self, REASON_SIGNER_VALIDATION_FAILURE};
 use kustos_ca::csr::{CertificateRequest, CsrError, Signer};
 
-use crate::ca_files::CaFiles;
+use crate::ca_files::{CaFiles, CaFilesError};
 use crate::csr;
 use crate::runtime::{self, Backoff};
 
@@ -128,27 +128,24 @@ impl SigningConfig {
     }
 
     /// Upstream's option validation: each per-signer pair complete or empty, and the general
-    /// pair not combined with per-signer files. One line (several problems: `[a, b]`).
-    pub fn validate(&self) -> Result<(), String> {
-        let mut errs: Vec<String> = Vec::new();
+    /// pair not combined with per-signer files. Every problem found, in that order.
+    pub fn validate(&self) -> Result<(), InvalidSigningConfig> {
+        let mut errs = Vec::new();
         for (label, pair) in self.specific() {
-            if let Err(e) = pair.check() {
-                errs.push(format!("{label:?}: {e}"));
+            if let Err(problem) = pair.check() {
+                errs.push(SigningFlagError::Incomplete { label, problem });
             }
         }
         if self.cluster.any() && self.any_specific() {
-            errs.push(
-                "cannot specify --cluster-signing-{cert,key}-file and other --cluster-signing-*-file flags at the same time"
-                    .into(),
-            );
+            errs.push(SigningFlagError::GeneralWithSpecific);
         }
         if self.duration <= chrono::Duration::zero() {
-            errs.push(format!("--cluster-signing-duration must be positive, not {}s", self.duration.num_seconds()));
+            errs.push(SigningFlagError::Duration { seconds: self.duration.num_seconds() });
         }
-        match errs.len() {
-            0 => Ok(()),
-            1 => Err(errs.remove(0)),
-            _ => Err(format!("[{}]", errs.join(", "))),
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(InvalidSigningConfig(errs))
         }
     }
 
@@ -172,6 +169,46 @@ impl SigningConfig {
     }
 }
 
+/// One problem of the signing flags, in upstream's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SigningFlagError {
+    /// A per-signer pair with only one of its files (upstream's label for the pair).
+    #[error("{label:?}: {problem}")]
+    Incomplete { label: &'static str, problem: &'static str },
+    #[error(
+        "cannot specify --cluster-signing-{{cert,key}}-file and other --cluster-signing-*-file flags at the same time"
+    )]
+    GeneralWithSpecific,
+    #[error("--cluster-signing-duration must be positive, not {seconds}s")]
+    Duration { seconds: i64 },
+}
+
+/// The signing flags' problems (at least one). One line: the problem, or several as `[a, b]`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub struct InvalidSigningConfig(pub Vec<SigningFlagError>);
+
+impl std::fmt::Display for InvalidSigningConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0.as_slice() {
+            [one] => write!(f, "{one}"),
+            all => {
+                let all: Vec<String> = all.iter().map(ToString::to_string).collect();
+                write!(f, "[{}]", all.join(", "))
+            }
+        }
+    }
+}
+
+/// A signer's CA files do not load, so its controller cannot start. The message includes the
+/// files' error (not also a `source`, so that a chain printed in full says it once).
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("failed to start {signer} certificate controller: {error}")]
+pub struct SignerLoadError {
+    /// The signer's name.
+    pub signer: &'static str,
+    pub error: CaFilesError,
+}
+
 /// The CA of each issuing signer (signers sharing files share one [`CaFiles`]).
 #[derive(Debug, Clone, Default)]
 pub struct Signers {
@@ -180,7 +217,7 @@ pub struct Signers {
 
 impl Signers {
     /// Load every configured pair; the first that does not load is the error (one line).
-    pub fn load(cfg: &SigningConfig) -> Result<Signers, String> {
+    pub fn load(cfg: &SigningConfig) -> Result<Signers, SignerLoadError> {
         let mut loaded: Vec<Arc<CaFiles>> = Vec::new();
         let mut by_signer = BTreeMap::new();
         for (signer, cert, key) in cfg.configured() {
@@ -188,8 +225,7 @@ impl Signers {
                 Some(f) => f.clone(),
                 None => {
                     let f = Arc::new(
-                        CaFiles::load(&cert, &key)
-                            .map_err(|e| format!("failed to start {} certificate controller: {e}", signer.name()))?,
+                        CaFiles::load(&cert, &key).map_err(|error| SignerLoadError { signer: signer.name(), error })?,
                     );
                     loaded.push(f.clone());
                     f
@@ -419,7 +455,7 @@ pub async fn run(
 }
 
 /// Check that the configured CA files load (e.g. before starting anything).
-pub fn check(cfg: &SigningConfig) -> Result<(), String> {
+pub fn check(cfg: &SigningConfig) -> Result<(), SignerLoadError> {
     Signers::load(cfg).map(|_| ())
 }
 
@@ -683,6 +719,7 @@ WZShDp2CcbwdKtgW/0JxiAUafV3R5RZNbXqQBMI=
             match (cfg.validate(), want_err.is_empty()) {
                 (Ok(()), true) => {}
                 (Err(e), false) => {
+                    let e = e.to_string();
                     assert!(e.contains(want_err), "{name}: {e}");
                     assert!(!e.contains('\n'), "{name}: one line");
                 }
