@@ -58,15 +58,45 @@ pub fn decode(data: &[u8]) -> Option<(Block, &[u8])> {
 
 /// [`decode`], also saying where the block's BEGIN line starts in `data`.
 fn decode_at(data: &[u8]) -> Option<(Block, usize, &[u8])> {
+    decode_counting(data, &mut 0)
+}
+
+/// What Go leaves out of a body before base64-decoding it: spaces and tabs (`encoding/pem`)
+/// and line ends (`encoding/base64`).
+fn pem_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\r' | b'\n')
+}
+
+/// Whether `b` can stand in a block's body: a base64 symbol or what Go leaves out.
+fn body_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'/' | b'=') || pem_space(b)
+}
+
+/// [`decode_at`], adding to `work` the bytes it examines. Linear in `data`: a hostile text
+/// (thousands of BEGIN lines, one END far away, bodies that never decode) must not cost
+/// quadratic time, so the next END marker and the last byte no body may hold are each
+/// searched for once and reused by every candidate block that starts before them. A
+/// candidate whose body holds another candidate's BEGIN line cannot decode (`-` is not
+/// base64), so bodies are decoded only when clean, and clean bodies never overlap.
+fn decode_counting<'a>(data: &'a [u8], work: &mut usize) -> Option<(Block, usize, &'a [u8])> {
     const BEGIN: &[u8] = b"-----BEGIN ";
     const END: &[u8] = b"\n-----END ";
     const DASHES: &[u8] = b"-----";
+    // The first END marker at or after `end_from` (absolute), if any.
+    let mut end_from = 0usize;
+    let mut next_end: Option<usize> = None;
+    let mut end_known = false;
+    // Bytes before `bad_scanned` are classified; `last_bad` is the last one no body may hold.
+    let mut bad_scanned = 0usize;
+    let mut last_bad: Option<usize> = None;
     let mut rest = data;
     loop {
         // Find a BEGIN line at the start of the input or of a line.
         let start = if rest.starts_with(BEGIN) { 0 } else { find(rest, b"\n-----BEGIN ")? + 1 };
+        *work += start + 1;
         let offset = data.len() - rest.len() + start;
         let (type_line, after) = get_line(&rest[start + BEGIN.len()..]);
+        *work += type_line.len();
         rest = after;
         if !type_line.ends_with(DASHES) {
             continue;
@@ -79,22 +109,26 @@ fn decode_at(data: &[u8]) -> Option<(Block, usize, &[u8])> {
                 return None;
             }
             let (line, next) = get_line(body);
+            *work += line.len() + 1;
             if !line.contains(&b':') {
                 break;
             }
             has_headers = true;
             body = next;
         }
+        let body_start = data.len() - body.len();
         let (end_index, trailer_index) = if !has_headers && body.starts_with(&END[1..]) {
             (0, END.len() - 1)
         } else {
-            match find(body, END) {
-                Some(i) => (i, i + END.len()),
-                None => {
-                    rest = body;
-                    continue;
-                }
+            if !end_known || next_end.is_some_and(|e| e < body_start) || body_start < end_from {
+                end_from = body_start;
+                next_end = find(body, END).map(|i| body_start + i);
+                *work += next_end.map_or(body.len(), |e| e - body_start + END.len());
+                end_known = true;
             }
+            // No END marker anywhere after this BEGIN: no later block can have one either.
+            let e = next_end?;
+            (e - body_start, e - body_start + END.len())
         };
         let trailer = &body[trailer_index..];
         let want = type_line.len() + DASHES.len();
@@ -107,7 +141,21 @@ fn decode_at(data: &[u8]) -> Option<(Block, usize, &[u8])> {
             rest = body;
             continue;
         }
-        let b64: Vec<u8> = body[..end_index].iter().copied().filter(|b| !b.is_ascii_whitespace()).collect();
+        let end_abs = body_start + end_index;
+        if bad_scanned < end_abs {
+            let from = bad_scanned.max(body_start);
+            if let Some(i) = data[from..end_abs].iter().rposition(|&b| !body_byte(b)) {
+                last_bad = Some(from + i);
+            }
+            *work += end_abs - from;
+            bad_scanned = end_abs;
+        }
+        if last_bad.is_some_and(|b| b >= body_start && b < end_abs) {
+            rest = body;
+            continue;
+        }
+        let b64: Vec<u8> = body[..end_index].iter().copied().filter(|&b| !pem_space(b)).collect();
+        *work += end_index;
         match PEM_BASE64.decode(&b64) {
             Ok(bytes) => {
                 let block = Block { type_: String::from_utf8_lossy(type_line).into_owned(), has_headers, bytes };
@@ -163,6 +211,45 @@ mod tests {
         assert_eq!(decode(bad_then_good.as_bytes()).unwrap().0.type_, "CERTIFICATE REQUEST", "bad block skipped");
         let mismatched_end = format!("-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE-----\n{GOOD}");
         assert_eq!(decode(mismatched_end.as_bytes()).unwrap().0.bytes, [0, 1, 2], "mismatched END skipped");
+    }
+
+    #[test]
+    fn hostile_texts_cost_linear_work() {
+        let good = GOOD.as_bytes();
+        // Thousands of BEGIN lines (plain, with headers, with a far END of another type or of
+        // the same type over an undecodable body), then a good block: examined bytes stay
+        // within a small multiple of the input.
+        let cases: Vec<(&str, Vec<u8>, bool)> = vec![
+            ("BEGIN lines, no END", b"-----BEGIN X-----\n".repeat(20_000), false),
+            (
+                "BEGIN lines, a far END of another type",
+                [b"-----BEGIN X-----\n".repeat(20_000), b"-----END Y-----\n".to_vec(), good.to_vec()].concat(),
+                true,
+            ),
+            (
+                "BEGIN lines over one END of their type",
+                [b"-----BEGIN X-----\n".repeat(20_000), b"!!\n-----END X-----\n".to_vec(), good.to_vec()].concat(),
+                true,
+            ),
+            (
+                "header-like BEGIN lines",
+                [b"-----BEGIN a:b-----\n".repeat(20_000), b"A=A=\n-----END a:b-----\n".to_vec(), good.to_vec()]
+                    .concat(),
+                true,
+            ),
+        ];
+        for (what, input, found) in cases {
+            let mut work = 0;
+            let got = decode_counting(&input, &mut work);
+            assert_eq!(got.is_some(), found, "{what}");
+            if let Some((block, _, _)) = got {
+                assert_eq!(block.bytes, [0, 1, 2], "{what}");
+            }
+            assert!(work <= 4 * input.len() + 1024, "{what}: {work} bytes examined for {}", input.len());
+        }
+        // Go leaves out only spaces, tabs and line ends: a form feed spoils the body.
+        let form_feed = "-----BEGIN X-----\nAA\x0cEC\n-----END X-----\n";
+        assert!(decode(form_feed.as_bytes()).is_none());
     }
 
     #[test]
