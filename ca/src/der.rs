@@ -1,6 +1,10 @@
 //! The few DER and PEM building blocks the CA needs beyond what rcgen and x509-parser offer:
 //! reading and writing single TLVs (to rewrite a certificate's subject and issuer names and
 //! to wrap PKCS#1 / SEC1 keys into PKCS#8), and PEM encoding / decoding.
+//!
+//! The encoders ([`tlv`], [`oid`], [`pem_encode`]) are public so that tests
+//! can hand-build the odd requests and certificates no library writes; the readers stay
+//! inside the crate.
 
 use base64::Engine as _;
 
@@ -85,7 +89,7 @@ pub(crate) fn children(mut content: &[u8]) -> Result<Vec<Tlv<'_>>, Error> {
 }
 
 /// Encode one element.
-pub(crate) fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(content.len() + 6);
     out.push(tag);
     let len = content.len();
@@ -107,7 +111,12 @@ pub(crate) fn constructed(tag: u8, parts: &[&[u8]]) -> Vec<u8> {
 }
 
 /// Encode an OBJECT IDENTIFIER from its arcs.
-pub(crate) fn oid(arcs: &[u64]) -> Vec<u8> {
+pub fn oid(arcs: &[u64]) -> Vec<u8> {
+    tlv(TAG_OID, &oid_content(arcs))
+}
+
+/// The contents of an OBJECT IDENTIFIER (minimal base-128 arcs, the first two joined).
+fn oid_content(arcs: &[u64]) -> Vec<u8> {
     let mut body = Vec::new();
     if arcs.len() >= 2 {
         push_base128(&mut body, arcs[0] * 40 + arcs[1]);
@@ -115,7 +124,7 @@ pub(crate) fn oid(arcs: &[u64]) -> Vec<u8> {
             push_base128(&mut body, arc);
         }
     }
-    tlv(TAG_OID, &body)
+    body
 }
 
 fn push_base128(out: &mut Vec<u8>, mut v: u64) {

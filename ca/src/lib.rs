@@ -31,7 +31,7 @@
 pub mod bootstrap_token;
 pub mod bundle;
 pub mod csr;
-mod der;
+pub mod der;
 pub mod jws;
 pub mod jwt;
 mod key;

@@ -1,9 +1,8 @@
 //! Hand-built X.509 for the tests that need subjects no library writes: repeated CNs and Os,
 //! T61String and BMPString values, multi-valued RDNs, odd attribute encodings. A small DER
-//! encoder, PKCS#10 requests and certificates signed with ECDSA P-256 (so signatures verify),
+//! encoder (the CA's own, `kustos_ca::der`), PKCS#10 requests and certificates signed with ECDSA P-256 (so signatures verify),
 //! and PEM.
 
-use base64::Engine as _;
 use rcgen::{PublicKeyData as _, SigningKey as _};
 
 pub const SEQUENCE: u8 = 0x30;
@@ -25,48 +24,10 @@ pub const O: &[u64] = &[2, 5, 4, 10];
 pub const OU: &[u64] = &[2, 5, 4, 11];
 pub const C: &[u64] = &[2, 5, 4, 6];
 
-/// One element.
-pub fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
-    let mut out = vec![tag];
-    let len = content.len();
-    if len < 0x80 {
-        out.push(len as u8);
-    } else {
-        let bytes = len.to_be_bytes();
-        let skip = bytes.iter().take_while(|&&b| b == 0).count();
-        out.push(0x80 | (bytes.len() - skip) as u8);
-        out.extend_from_slice(&bytes[skip..]);
-    }
-    out.extend_from_slice(content);
-    out
-}
+pub use kustos_ca::der::{oid, tlv};
 
 pub fn seq(parts: &[Vec<u8>]) -> Vec<u8> {
     tlv(SEQUENCE, &parts.concat())
-}
-
-/// The contents of an OBJECT IDENTIFIER (minimal base-128).
-pub fn oid_content(arcs: &[u64]) -> Vec<u8> {
-    let mut body = Vec::new();
-    let mut push = |mut v: u64| {
-        let mut tmp = vec![(v & 0x7f) as u8];
-        v >>= 7;
-        while v > 0 {
-            tmp.push(0x80 | (v & 0x7f) as u8);
-            v >>= 7;
-        }
-        tmp.reverse();
-        body.extend_from_slice(&tmp);
-    };
-    push(arcs[0] * 40 + arcs[1]);
-    for &a in &arcs[2..] {
-        push(a);
-    }
-    body
-}
-
-pub fn oid(arcs: &[u64]) -> Vec<u8> {
-    tlv(OID, &oid_content(arcs))
 }
 
 /// `SEQUENCE { type, value }`, the value of the given tag and bytes.
@@ -127,12 +88,5 @@ pub fn cert_der(subject: &[u8], subject_key: &rcgen::KeyPair, issuer: &[u8], iss
 
 /// PEM with 64-character lines.
 pub fn pem(label: &str, der: &[u8]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for chunk in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(chunk).expect("base64 is ASCII"));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+    kustos_ca::pem_encode(label, der)
 }

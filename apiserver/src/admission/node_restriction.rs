@@ -1,6 +1,6 @@
 //! NodeRestriction admission, for the kinds kustos serves: a node (user `system:node:<name>`
-//! in group `system:nodes`) writes Leases only in `kube-node-lease` and only the one named
-//! after itself.
+//! in group `system:nodes`) creates, updates and deletes Leases only in `kube-node-lease` and
+//! only the one named after itself.
 //!
 //! The Node authorizer ([`crate::authz::rbac::node`]) already limits a node to its own Lease by the
 //! name in the URL; a create has no name in the URL, so the name in the body is checked here,
@@ -78,7 +78,8 @@ impl crate::admission::Plugin for NodeRestriction {
         crate::admission::Phase::Mutating
     }
     fn handles(&self, a: &crate::admission::Attributes<'_>) -> bool {
-        (a.def.group, a.def.resource) == (LEASE_GROUP, LEASES) && matches!(a.op, Operation::Create | Operation::Update)
+        (a.def.group, a.def.resource) == (LEASE_GROUP, LEASES)
+            && matches!(a.op, Operation::Create | Operation::Update | Operation::Delete)
     }
     async fn admit(
         &self,
@@ -124,10 +125,26 @@ mod tests {
             object_name,
         };
         let same_name = "can only access node lease with the same name as the requesting node";
-        use Operation::{Create, Update};
+        use Operation::{Create, Delete, Update};
         let cases: &[(&str, &UserInfo, Write<'_>, Option<&str>)] = &[
             ("create own", &n1, lease(Create, NODE_LEASE_NAMESPACE, "", "n1"), None),
             ("update own", &n1, lease(Update, NODE_LEASE_NAMESPACE, "n1", "n1"), None),
+            ("delete own", &n1, lease(Delete, NODE_LEASE_NAMESPACE, "n1", ""), None),
+            (
+                "delete another node's",
+                &n1,
+                lease(Delete, NODE_LEASE_NAMESPACE, "n2", ""),
+                Some(&format!("leases.coordination.k8s.io \"n2\" is forbidden: {same_name}")),
+            ),
+            (
+                "delete own name elsewhere",
+                &n1,
+                lease(Delete, "kube-system", "n1", ""),
+                Some(
+                    "leases.coordination.k8s.io \"n1\" is forbidden: can only access leases in the \"kube-node-lease\" \
+                     system namespace",
+                ),
+            ),
             (
                 "create another node's",
                 &n1,

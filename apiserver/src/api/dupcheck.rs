@@ -3,8 +3,10 @@
 //!
 //! Bounded like upstream's strict decoding (sigs.k8s.io/json `saveStrictError`): at most
 //! [`MAX_STRICT_ERRORS`] distinct reports, the rest dropped. A path is only rendered when a
-//! duplicate is recorded, and never longer than [`MAX_FIELD_PATH_BYTES`] (the middle of a
-//! longer one is elided), so a small body cannot make the report large.
+//! duplicate is recorded, at most [`MAX_STRICT_RENDERS`] times for one body (a key repeated a
+//! million times costs a million map inserts, not a million renders), and never longer than
+//! [`MAX_FIELD_PATH_BYTES`] (the middle of a longer one is elided), so a small body cannot
+//! make the report large or its making slow.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -14,6 +16,10 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 /// Most strict-decoding problems (duplicate or unknown fields) reported for one body, as
 /// sigs.k8s.io/json keeps ("prevent excessive numbers of accumulated errors").
 pub const MAX_STRICT_ERRORS: usize = 100;
+
+/// Most reports rendered for one body, repeats included. Once reached, further problems are
+/// not looked at: the first [`MAX_STRICT_ERRORS`] distinct ones are all a client is told anyway.
+pub const MAX_STRICT_RENDERS: usize = 1000;
 
 /// Longest field path a report shows, in bytes; a longer path keeps its start and its end
 /// around a `...`.
@@ -114,20 +120,27 @@ fn ceil_boundary(s: &str, mut i: usize) -> usize {
     i
 }
 
-/// Distinct reports in the order met, at most [`MAX_STRICT_ERRORS`].
+/// Distinct reports in the order met, at most [`MAX_STRICT_ERRORS`] of them out of at most
+/// [`MAX_STRICT_RENDERS`] offered.
 #[derive(Debug, Default)]
 pub(crate) struct StrictErrors {
     seen: HashSet<String>,
     list: Vec<String>,
+    offered: usize,
 }
 
 impl StrictErrors {
+    /// True once nothing more will be kept: callers check it before rendering a report.
     pub(crate) fn is_full(&self) -> bool {
-        self.list.len() >= MAX_STRICT_ERRORS
+        self.list.len() >= MAX_STRICT_ERRORS || self.offered >= MAX_STRICT_RENDERS
     }
     /// Records `item` unless full or already there.
     pub(crate) fn add(&mut self, item: String) {
-        if self.is_full() || self.seen.contains(&item) {
+        if self.is_full() {
+            return;
+        }
+        self.offered += 1;
+        if self.seen.contains(&item) {
             return;
         }
         self.seen.insert(item.clone());
@@ -290,5 +303,36 @@ mod tests {
         assert_eq!(v[0], "x0");
         assert_eq!(v[1], "x1");
         assert_eq!(v.iter().collect::<HashSet<_>>().len(), v.len(), "distinct");
+    }
+
+    /// Repeats count towards the render budget: after [`MAX_STRICT_RENDERS`] offers nothing
+    /// new is taken, even when fewer than [`MAX_STRICT_ERRORS`] distinct reports exist.
+    #[test]
+    fn repeats_use_up_the_render_budget() {
+        let cases: &[(&str, usize, usize, usize)] = &[
+            // (name, repeats of "a" first, then distinct new items offered, reports kept)
+            ("few repeats leave room", 10, 5, 6),
+            ("budget reached by repeats", MAX_STRICT_RENDERS, 5, 1),
+            ("one short of the budget", MAX_STRICT_RENDERS - 1, 5, 2),
+        ];
+        for (name, repeats, new, want) in cases {
+            let mut e = StrictErrors::default();
+            for _ in 0..*repeats {
+                e.add("a".into());
+            }
+            for i in 0..*new {
+                e.add(format!("n{i}"));
+            }
+            assert_eq!(e.into_vec().len(), *want, "{name}");
+        }
+    }
+
+    /// A key repeated half a million times under a long parent: the walk renders the path at
+    /// most [`MAX_STRICT_RENDERS`] times and reports it once.
+    #[test]
+    fn one_key_repeated_many_times_reports_once() {
+        let long = "p".repeat(1000);
+        let body = format!("{{\"{long}\":{{{}}}}}", vec!["\"c\":1"; 500_000].join(","));
+        assert_eq!(duplicate_keys(body.as_bytes()), vec![format!("{long}.c")]);
     }
 }

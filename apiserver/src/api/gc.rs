@@ -193,11 +193,21 @@ async fn strip_owner(state: &Arc<AppState>, def: &ResourceDef, dep: &Value, uid:
 }
 
 /// Remove `finalizer` from a stored object; delete it if it is deleting and none remain.
-/// Returns false when the object is gone.
-async fn remove_finalizer(state: &Arc<AppState>, key: &str, field: &[&str], finalizer: &str) -> bool {
+/// An object already gone is done; any other failure is logged and left for the next pass.
+async fn remove_finalizer(state: &Arc<AppState>, key: &str, field: &[&str], finalizer: &str) {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        tracing::warn!(key, finalizer, error = %e, "removing a finalizer failed: {what}");
+    };
     for _ in 0..10 {
-        let Ok(Some(kv)) = state.storage.get(key).await else { return false };
-        let Ok(mut o) = meta::from_stored(&kv) else { return false };
+        let kv = match state.storage.get(key).await {
+            Ok(Some(kv)) => kv,
+            Ok(None) => return,
+            Err(e) => return fail("read", &e),
+        };
+        let mut o = match meta::from_stored(&kv) {
+            Ok(o) => o,
+            Err(e) => return fail("decode", &e),
+        };
         let mut target = &mut o;
         for f in field {
             target = &mut target[*f];
@@ -213,16 +223,16 @@ async fn remove_finalizer(state: &Arc<AppState>, key: &str, field: &[&str], fina
         } else {
             match meta::to_stored(&o) {
                 Ok(b) => state.storage.update(key, b, kv.mod_rev).await.map(|_| ()),
-                Err(_) => return false,
+                Err(e) => return fail("encode", &e),
             }
         };
         match r {
-            Ok(()) => return true,
+            Ok(()) | Err(crate::storage::Error::NotFound(_)) => return,
             Err(crate::storage::Error::Conflict { .. }) => continue,
-            Err(_) => return false,
+            Err(e) => return fail("write", &e),
         }
     }
-    true
+    fail("write", &"10 conflicting writes in a row")
 }
 
 async fn finish_owner(state: &Arc<AppState>, def: &ResourceDef, ns: &str, name: &str) {
