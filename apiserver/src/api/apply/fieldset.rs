@@ -343,6 +343,25 @@ impl FieldSet {
         out
     }
 
+    /// `self` without the members of `other` and without everything below them.
+    pub fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
+        let mut out = FieldSet::new();
+        out.members = self.members.difference(&other.members).cloned().collect();
+        for (pe, c) in &self.children {
+            if other.members.contains(pe) {
+                continue;
+            }
+            let d = match other.children.get(pe) {
+                Some(o) => c.recursive_difference(o),
+                None => c.clone(),
+            };
+            if !d.is_empty() {
+                out.children.insert(pe.clone(), d);
+            }
+        }
+        out
+    }
+
     /// Every member path, in upstream's order (a node's members and children merged by
     /// element order, a member before its own descendants).
     pub fn paths(&self) -> Vec<Path> {
@@ -519,6 +538,10 @@ mod tests {
         assert_eq!(show(&a.union(&b)), [".data.a", ".data.b", ".data.c", ".spec"]);
         assert_eq!(show(&a.intersection(&b)), [".data.b"]);
         assert_eq!(show(&a.difference(&b)), [".data.a", ".spec"]);
+        let mut data = FieldSet::new();
+        data.insert(&p(&["data"]));
+        assert_eq!(show(&a.difference(&data)), [".data.a", ".data.b", ".spec"]);
+        assert_eq!(show(&a.recursive_difference(&data)), [".spec"]);
         assert!(a.has(&p(&["data", "a"])) && !a.has(&p(&["data"])));
         assert!(a.has_prefix(&p(&["data"])) && !a.has_prefix(&p(&["status"])));
     }

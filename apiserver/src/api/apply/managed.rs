@@ -274,8 +274,12 @@ fn update_owners(
     entries: &mut [ManagedEntry],
     writer_id: &Identity,
     force: bool,
+    reset: &FieldSet,
 ) -> Result<super::typed::Comparison, ApplyError> {
-    let cmp = compare(schema, old, new).map_err(ApplyError::BadRequest)?;
+    let mut cmp = compare(schema, old, new).map_err(ApplyError::BadRequest)?;
+    cmp.added = cmp.added.recursive_difference(reset);
+    cmp.modified = cmp.modified.recursive_difference(reset);
+    cmp.removed = cmp.removed.recursive_difference(reset);
     let changed = cmp.modified.union(&cmp.added);
     let mut conflicts = Vec::new();
     for e in entries.iter() {
@@ -351,7 +355,8 @@ pub fn apply(
     };
     let config = without_managed_fields(config);
 
-    let applied = to_field_set(schema, &config).map_err(ApplyError::BadRequest)?.difference(writer.reset_fields);
+    let applied =
+        to_field_set(schema, &config).map_err(ApplyError::BadRequest)?.recursive_difference(writer.reset_fields);
     let mut merged = merge(schema, &live_obj, &config).map_err(ApplyError::BadRequest)?;
 
     let me = ManagedEntry {
@@ -378,11 +383,12 @@ pub fn apply(
     // Fields applied before and no longer: removed unless someone (the applier included)
     // still owns them or something below them.
     if let Some(last) = last.filter(|l| !l.is_empty()) {
-        let owned = entries.iter().fold(FieldSet::new(), |acc, e| acc.union(&e.fields));
+        // The server's own fields (`metadata` and its identity) are never the applier's to drop.
+        let owned = entries.iter().fold(stripped(), |acc, e| acc.union(&e.fields));
         remove_unowned(schema, &mut merged, &last, &owned);
     }
 
-    update_owners(schema, &live_obj, &merged, &mut entries, &my_id, force)?;
+    update_owners(schema, &live_obj, &merged, &mut entries, &my_id, force, writer.reset_fields)?;
     let changed = live.is_none() || merged != live_obj;
     let entries = finish(entries, &my_id, changed, writer.time);
     let mut object = merged;
@@ -423,10 +429,10 @@ pub fn update(schema: &Schema, live: Option<&Value>, new: &Value, writer: &Write
     let my_id =
         (writer.manager.to_string(), Operation::Update, writer.subresource.to_string(), writer.api_version.to_string());
     let mut entries = previous.clone();
-    let Ok(cmp) = update_owners(schema, &live_obj, &new_obj, &mut entries, &my_id, true) else {
+    let Ok(cmp) = update_owners(schema, &live_obj, &new_obj, &mut entries, &my_id, true, writer.reset_fields) else {
         return Outcome { object: new_obj, changed };
     };
-    let gained = cmp.modified.union(&cmp.added).difference(writer.reset_fields);
+    let gained = cmp.modified.union(&cmp.added);
     let touch = !gained.difference(&stripped()).is_empty();
     match entries.iter_mut().find(|e| e.identity() == my_id) {
         Some(e) => e.fields = e.fields.difference(&cmp.removed).union(&gained),

@@ -15,6 +15,13 @@
 //!   keeps them field by field. `x-kubernetes-preserve-unknown-fields` and schemaless
 //!   objects take unknown keys, whose values are typed by what they hold ([`Node::Deduced`]).
 //! - anything else (strings, numbers, int-or-string, ...) is a scalar.
+//!
+//! The built-in kinds' list annotations are those `crate::api::openapi` adds to the
+//! k8s-openapi schemas (`property_extensions`, `ATOMIC_STRUCTS`); a list it does not annotate
+//! is atomic here. Upstream has associative lists the served documents do not say yet, so
+//! apply treats them as atomic: `conditions` of `CustomResourceDefinitionStatus`,
+//! `FlowSchemaStatus` and `PriorityLevelConfigurationStatus` (upstream: `map` keyed by
+//! `type`).
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -56,7 +63,7 @@ pub struct Schema {
 }
 
 /// The deduced node every schema has at index 0.
-const DEDUCED: NodeId = 0;
+pub const DEDUCED: NodeId = 0;
 
 impl Schema {
     pub fn node(&self, id: NodeId) -> &Node {

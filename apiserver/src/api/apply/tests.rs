@@ -269,6 +269,14 @@ fn apply_drops_emptied_struct_fields() {
     let cfg = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "test-cm", "labels": {"test-label": "test"}}});
     let second = apply(&s, Some(&first.object), &cfg, &w, false).unwrap();
     assert_eq!(second.object.get("data"), None);
+    // Without any metadata in the configuration: the labels go, the name stays.
+    let bare = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"a": "1"}});
+    let third = apply(&s, Some(&second.object), &bare, &w, false).unwrap();
+    assert_eq!(
+        third.object["metadata"],
+        json!({"name": "test-cm", "namespace": "default", "managedFields": third.object["metadata"]["managedFields"]})
+    );
+    assert_eq!(managed(&third.object), [m("kubectl", "Apply", r#"{"f:data":{"f:a":{}}}"#)]);
     assert_eq!(managed(&second.object), [m("kubectl", "Apply", r#"{"f:metadata":{"f:labels":{"f:test-label":{}}}}"#)]);
 }
 
@@ -503,16 +511,25 @@ fn apply_update_takes_edited_managed_fields() {
     assert_eq!(next.object["data"], json!({"k": "w"}));
 }
 
-/// Fields the strategy resets (status on the main resource) are never owned.
+/// Fields the strategy resets (status on the main resource) are never owned by the write
+/// and never conflict, whoever owns them.
 #[test]
 fn apply_reset_fields_not_owned() {
     let s = deployment_schema();
+    let none = FieldSet::new();
     let mut reset = FieldSet::new();
     reset.insert(&Path::fields(&["spec", "replicas"]));
-    let w = writer("kubectl", "v1", T0, &reset);
+    let live = json!({"apiVersion": "v1", "metadata": {"name": "t"}, "spec": {"replicas": 5}});
+    let live = update(&s, None, &live, &writer("ctrl", "v1", T0, &none)).object;
     let cfg = json!({"apiVersion": "v1", "metadata": {"name": "t"}, "spec": {"replicas": 2, "args": ["a"]}});
-    let out = apply(&s, None, &cfg, &w, false).unwrap();
-    assert_eq!(managed(&out.object), [m("kubectl", "Apply", r#"{"f:spec":{"f:args":{}}}"#)]);
+    let out = apply(&s, Some(&live), &cfg, &writer("kubectl", "v1", T0, &reset), false).unwrap();
+    assert_eq!(
+        managed(&out.object),
+        [
+            m("kubectl", "Apply", r#"{"f:spec":{"f:args":{}}}"#),
+            m("ctrl", "Update", r#"{"f:spec":{"f:replicas":{},".":{}}}"#)
+        ]
+    );
 }
 
 /// Beyond ten Update entries the oldest of an API version are merged into

@@ -8,7 +8,7 @@
 use serde_json::{Map, Value};
 
 use super::fieldset::{FieldSet, Path, PathElement};
-use super::schema::{ListType, Node, NodeId, Schema};
+use super::schema::{ListType, Node, NodeId, Schema, DEDUCED};
 
 /// What changed between two versions of an object, as paths.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -79,19 +79,15 @@ fn list_elements(list_type: &ListType, items: &[Value], path: &Path) -> Result<V
 }
 
 /// The node of a map's entry `key`: its named field, or its values' node.
-fn entry_node(schema: &Schema, node: &Node, key: &str) -> Option<(NodeId, bool)> {
+fn entry_node(node: &Node, key: &str) -> Option<(NodeId, bool)> {
     match node {
         Node::Map { fields, values, .. } => match fields.get(key) {
             Some(id) => Some((*id, true)),
             None => values.map(|v| (v, false)),
         },
-        Node::Deduced => Some((schema_deduced(schema), false)),
+        Node::Deduced => Some((DEDUCED, false)),
         _ => None,
     }
-}
-
-fn schema_deduced(_schema: &Schema) -> NodeId {
-    0
 }
 
 /// The set of fields `value` sets, as upstream's `ToFieldSet`: every scalar and atomic
@@ -131,7 +127,7 @@ fn walk_set(
         }
         (Node::Map { atomic: false, .. } | Node::Deduced, Value::Object(m)) => {
             for (key, val) in m {
-                let Some((child_id, named)) = entry_node(schema, node, key) else {
+                let Some((child_id, named)) = entry_node(node, key) else {
                     return Err(format!("{}: field not declared in schema", path.child(PathElement::field(key))));
                 };
                 let child = path.child(PathElement::field(key));
@@ -175,7 +171,7 @@ fn merge_node(
             let mut out = l.clone();
             for (key, cv) in c {
                 let child = path.child(PathElement::field(key));
-                let merged = match (l.get(key), entry_node(schema, node, key)) {
+                let merged = match (l.get(key), entry_node(node, key)) {
                     (Some(lv), Some((child_id, _))) => merge_node(schema, child_id, lv, cv, &child, depth + 1)?,
                     (_, None) => return Err(format!("{child}: field not declared in schema")),
                     (None, _) => cv.clone(),
@@ -247,7 +243,7 @@ fn compare_node(
         (Node::Map { atomic: false, .. } | Node::Deduced, Value::Object(o), Value::Object(n)) => {
             for (key, ov) in o {
                 let child = path.child(PathElement::field(key));
-                let Some((child_id, _)) = entry_node(schema, node, key) else { continue };
+                let Some((child_id, _)) = entry_node(node, key) else { continue };
                 match n.get(key) {
                     Some(nv) => compare_node(schema, child_id, ov, nv, &child, c, depth + 1)?,
                     None => subtree(schema, child_id, ov, &child, &mut c.removed, depth + 1)?,
@@ -258,7 +254,7 @@ fn compare_node(
                     continue;
                 }
                 let child = path.child(PathElement::field(key));
-                let Some((child_id, _)) = entry_node(schema, node, key) else { continue };
+                let Some((child_id, _)) = entry_node(node, key) else { continue };
                 subtree(schema, child_id, nv, &child, &mut c.added, depth + 1)?;
             }
             Ok(())
@@ -306,7 +302,7 @@ fn subtree(
     match (node, v) {
         (Node::Map { atomic: false, .. } | Node::Deduced, Value::Object(m)) => {
             for (key, val) in m {
-                if let Some((child_id, _)) = entry_node(schema, node, key) {
+                if let Some((child_id, _)) = entry_node(node, key) {
                     subtree(schema, child_id, val, &path.child(PathElement::field(key)), set, depth + 1)?;
                 }
             }
@@ -336,7 +332,7 @@ fn remove_node(schema: &Schema, id: NodeId, value: &mut Value, last: &FieldSet, 
             let mut drop = Vec::new();
             for pe in last.elements() {
                 let PathElement::Field(key) = pe else { continue };
-                let Some((child_id, named)) = entry_node(schema, node, key) else { continue };
+                let Some((child_id, named)) = entry_node(node, key) else { continue };
                 let child = path.child(pe.clone());
                 let removable = last.is_member(pe) || named;
                 if removable && !owned.has_prefix(&child) {
