@@ -397,10 +397,25 @@ impl FieldSet {
         s
     }
 
-    /// The `fieldsV1` value (for placing into an object; key order is then the JSON
-    /// library's, the text of [`FieldSet::to_fields_v1_string`] is upstream's).
+    /// The `fieldsV1` value, to place into an object. Its members are upstream's; the order
+    /// of keys is then the JSON library's (sorted), not [`FieldSet::to_fields_v1_string`]'s.
     pub fn to_fields_v1(&self) -> Value {
-        serde_json::from_str(&self.to_fields_v1_string()).unwrap_or(Value::Object(Default::default()))
+        Value::Object(self.contents_value(false))
+    }
+
+    fn contents_value(&self, include_self: bool) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        for pe in self.elements() {
+            let inner = match self.children.get(pe) {
+                Some(c) => c.contents_value(self.members.contains(pe)),
+                None => serde_json::Map::new(),
+            };
+            m.insert(pe.to_fields_v1_key(), Value::Object(inner));
+        }
+        if include_self && !m.is_empty() {
+            m.insert(".".into(), Value::Object(serde_json::Map::new()));
+        }
+        m
     }
 
     fn write_contents(&self, include_self: bool, s: &mut String) {

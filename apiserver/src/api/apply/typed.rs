@@ -5,6 +5,8 @@
 //! What enters: JSON values (wire form) and a [`Schema`] node. What leaves: [`FieldSet`]s,
 //! a merged value, or a [`Comparison`].
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use super::fieldset::{FieldSet, Path, PathElement};
@@ -76,6 +78,11 @@ fn list_elements(list_type: &ListType, items: &[Value], path: &Path) -> Result<V
         out.push(pe);
     }
     Ok(out)
+}
+
+/// Where each element is in its list.
+fn positions(pes: &[PathElement]) -> BTreeMap<&PathElement, usize> {
+    pes.iter().enumerate().map(|(i, pe)| (pe, i)).collect()
 }
 
 /// The node of a map's entry `key`: its named field, or its values' node.
@@ -183,11 +190,13 @@ fn merge_node(
         (Node::List { items, list_type }, Value::Array(l), Value::Array(c)) if *list_type != ListType::Atomic => {
             let lpes = list_elements(list_type, l, path)?;
             let cpes = list_elements(list_type, c, path)?;
+            let lpos = positions(&lpes);
+            let cpos = positions(&cpes);
             let mut out = Vec::with_capacity(l.len() + c.len());
             let mut emitted = vec![false; c.len()];
             let mut next_config = 0;
             for (lpe, lv) in lpes.iter().zip(l) {
-                match cpes.iter().position(|p| p == lpe) {
+                match cpos.get(lpe).copied() {
                     None => out.push(lv.clone()),
                     Some(ci) => {
                         // The configuration's items up to this shared one come first.
@@ -197,7 +206,7 @@ fn merge_node(
                                 let cpe = &cpes[next_config];
                                 let cv = &c[next_config];
                                 let child = path.child(cpe.clone());
-                                match lpes.iter().position(|p| p == cpe) {
+                                match lpos.get(cpe).copied() {
                                     Some(li) => out.push(merge_node(schema, *items, &l[li], cv, &child, depth + 1)?),
                                     None => out.push(cv.clone()),
                                 }
@@ -262,15 +271,17 @@ fn compare_node(
         (Node::List { items, list_type }, Value::Array(o), Value::Array(n)) if *list_type != ListType::Atomic => {
             let opes = list_elements(list_type, o, path)?;
             let npes = list_elements(list_type, n, path)?;
+            let opos = positions(&opes);
+            let npos = positions(&npes);
             for (ope, ov) in opes.iter().zip(o) {
                 let child = path.child(ope.clone());
-                match npes.iter().position(|p| p == ope) {
+                match npos.get(ope).copied() {
                     Some(ni) => compare_node(schema, *items, ov, &n[ni], &child, c, depth + 1)?,
                     None => subtree(schema, *items, ov, &child, &mut c.removed, depth + 1)?,
                 }
             }
             for (npe, nv) in npes.iter().zip(n) {
-                if !opes.contains(npe) {
+                if !opos.contains_key(npe) {
                     subtree(schema, *items, nv, &path.child(npe.clone()), &mut c.added, depth + 1)?;
                 }
             }
