@@ -556,3 +556,53 @@ fn apply_caps_update_managers() {
         r#"{"f:data":{"f:k0":{},"f:k1":{},".":{}},"f:metadata":{"f:labels":{"f:test-label":{},".":{}}}}"#
     );
 }
+
+/// Which entries an Update starts from: `[{}]` clears them (the reference page's way to
+/// strip managedFields), an empty list does not, a subresource write ignores the body's.
+#[test]
+fn apply_update_managed_fields_sources() {
+    let s = configmap_schema();
+    let none = FieldSet::new();
+    let created =
+        apply(&s, None, &test_cm(json!({"k": "v"})), &writer("kubectl", "v1", T0, &none), false).unwrap().object;
+
+    let mut reset = created.clone();
+    reset["metadata"]["managedFields"] = json!([{}]);
+    let out = update(&s, Some(&created), &reset, &writer("kubectl-patch", "v1", T1, &none));
+    assert_eq!(out.object["metadata"].get("managedFields"), None);
+
+    let mut emptied = created.clone();
+    emptied["metadata"]["managedFields"] = json!([]);
+    let out = update(&s, Some(&created), &emptied, &writer("kubectl-patch", "v1", T1, &none));
+    assert_eq!(managed(&out.object), managed(&created));
+
+    let mut forged = created.clone();
+    forged["metadata"]["managedFields"][0]["manager"] = json!("someone-else");
+    let status = Writer { subresource: "status", ..writer("ctrl", "v1", T1, &none) };
+    let out = update(&s, Some(&created), &forged, &status);
+    assert_eq!(managed(&out.object), managed(&created));
+}
+
+/// An Update that deletes a field takes it from its owner; one that cannot be read with the
+/// schema (a list item without its key) drops managedFields instead of failing the write.
+#[test]
+fn apply_update_removals_and_unreadable_objects() {
+    let s = configmap_schema();
+    let none = FieldSet::new();
+    let created = apply(&s, None, &test_cm(json!({"a": "1", "b": "2"})), &writer("kubectl", "v1", T0, &none), false)
+        .unwrap()
+        .object;
+    let mut edited = created.clone();
+    edited["data"].as_object_mut().unwrap().remove("b");
+    let out = update(&s, Some(&created), &edited, &writer("kubectl-edit", "v1", T1, &none));
+    assert_eq!(
+        managed(&out.object),
+        [m("kubectl", "Apply", r#"{"f:data":{"f:a":{}},"f:metadata":{"f:labels":{"f:test-label":{}}}}"#)]
+    );
+
+    let mut bad = created.clone();
+    bad["metadata"]["ownerReferences"] = json!([{"name": "no uid"}]);
+    let out = update(&s, Some(&created), &bad, &writer("kubectl-edit", "v1", T1, &none));
+    assert_eq!(out.object["metadata"].get("managedFields"), None);
+    assert_eq!(out.object["metadata"]["ownerReferences"], bad["metadata"]["ownerReferences"]);
+}

@@ -47,7 +47,7 @@ fn item_element(list_type: &ListType, item: &Value, index: usize, path: &Path) -
                     Some(v) => fields.push((k.clone(), v.clone())),
                     None => {
                         return Err(format!(
-                            "{path}: associative list with keys has an element that omits key field {k:?}"
+                            "{path}: associative list with keys has an element that omits key field {k:?} (and doesn't have default value)"
                         ))
                     }
                 }
