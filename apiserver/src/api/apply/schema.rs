@@ -45,6 +45,8 @@ pub enum Node {
     List {
         items: NodeId,
         list_type: ListType,
+        /// Defaults of a map list's key fields: an item without the key has this value.
+        key_defaults: BTreeMap<String, Value>,
     },
     /// A struct (named `fields`), a map (`values`), or both.
     Map {
@@ -171,6 +173,20 @@ impl Builder<'_> {
         Ok(id)
     }
 
+    /// The `default` of property `name` of an items schema (through one `$ref`).
+    fn property_default(&self, items: &Value, name: &str) -> Option<Value> {
+        let items = match reference(items) {
+            Some(r) => self.defs.get(ref_name(r))?,
+            None => items,
+        };
+        let prop = items.get("properties")?.get(name)?;
+        let prop = match reference(prop) {
+            Some(r) => self.defs.get(ref_name(r))?,
+            None => prop,
+        };
+        prop.get("default").cloned()
+    }
+
     fn compile(&mut self, s: &Value, depth: usize) -> Result<NodeId, String> {
         if let Some(r) = reference(s) {
             return self.named(ref_name(r));
@@ -200,6 +216,7 @@ impl Builder<'_> {
                     Some(i) => self.compile(i, depth + 1)?,
                     None => DEDUCED,
                 };
+                let mut key_defaults = BTreeMap::new();
                 let list_type = match m.get("x-kubernetes-list-type").and_then(Value::as_str) {
                     Some("set") => ListType::Set,
                     Some("map") => {
@@ -211,11 +228,16 @@ impl Builder<'_> {
                         if keys.is_empty() {
                             return Err("schema: x-kubernetes-list-type map without x-kubernetes-list-map-keys".into());
                         }
+                        for k in &keys {
+                            if let Some(d) = m.get("items").and_then(|i| self.property_default(i, k)) {
+                                key_defaults.insert(k.clone(), d);
+                            }
+                        }
                         ListType::Map(keys)
                     }
                     _ => ListType::Atomic,
                 };
-                Ok(Node::List { items, list_type })
+                Ok(Node::List { items, list_type, key_defaults })
             }
             "object" | "" => {
                 let props = m.get("properties").and_then(Value::as_object);
@@ -283,7 +305,7 @@ mod tests {
                             "type": "array",
                             "x-kubernetes-list-type": "map",
                             "x-kubernetes-list-map-keys": ["port", "protocol"],
-                            "items": {"type": "object", "properties": {"port": {"type": "integer"}, "protocol": {"type": "string"}}}
+                            "items": {"type": "object", "properties": {"port": {"type": "integer"}, "protocol": {"type": "string", "default": "TCP"}}}
                         },
                         "tags": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
                         "args": {"type": "array", "items": {"type": "string"}},
@@ -306,6 +328,8 @@ mod tests {
             other => panic!("{name}: {other:?}"),
         };
         assert_eq!(list("ports"), ListType::Map(vec!["port".into(), "protocol".into()]));
+        let Node::List { key_defaults, .. } = field(&s, spec, "ports") else { panic!() };
+        assert_eq!(key_defaults.get("protocol"), Some(&json!("TCP")));
         assert_eq!(list("tags"), ListType::Set);
         assert_eq!(list("args"), ListType::Atomic, "lists without a type are atomic");
         assert!(matches!(field(&s, spec, "selector"), Node::Map { atomic: true, .. }));
@@ -356,7 +380,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         };
-        let Node::List { items, list_type } = field(&s, meta, "ownerReferences") else { panic!() };
+        let Node::List { items, list_type, .. } = field(&s, meta, "ownerReferences") else { panic!() };
         assert_eq!(list_type, &ListType::Map(vec!["uid".into()]));
         assert!(matches!(s.node(*items), Node::Map { atomic: true, .. }), "OwnerReference is an atomic struct");
         assert!(matches!(field(&s, meta, "finalizers"), Node::List { list_type: ListType::Set, .. }));

@@ -28,7 +28,13 @@ fn too_deep(path: &Path) -> String {
 }
 
 /// The path element of list item `item`, or why it has none.
-fn item_element(list_type: &ListType, item: &Value, index: usize, path: &Path) -> Result<PathElement, String> {
+fn item_element(
+    list_type: &ListType,
+    defaults: &BTreeMap<String, Value>,
+    item: &Value,
+    index: usize,
+    path: &Path,
+) -> Result<PathElement, String> {
     match list_type {
         ListType::Atomic => Ok(PathElement::Index(index)),
         ListType::Set => match item {
@@ -43,7 +49,7 @@ fn item_element(list_type: &ListType, item: &Value, index: usize, path: &Path) -
             };
             let mut fields = Vec::with_capacity(keys.len());
             for k in keys {
-                match m.get(k) {
+                match m.get(k).or_else(|| defaults.get(k)) {
                     Some(v) => fields.push((k.clone(), v.clone())),
                     None => {
                         return Err(format!(
@@ -67,11 +73,16 @@ fn kind_name(v: &Value) -> &'static str {
 
 /// The elements of a list's items, refusing duplicates (upstream: "duplicate entries for
 /// key"), for set and map lists.
-fn list_elements(list_type: &ListType, items: &[Value], path: &Path) -> Result<Vec<PathElement>, String> {
+fn list_elements(
+    list_type: &ListType,
+    defaults: &BTreeMap<String, Value>,
+    items: &[Value],
+    path: &Path,
+) -> Result<Vec<PathElement>, String> {
     let mut out: Vec<PathElement> = Vec::with_capacity(items.len());
     let mut seen = std::collections::BTreeSet::new();
     for (i, item) in items.iter().enumerate() {
-        let pe = item_element(list_type, item, i, path)?;
+        let pe = item_element(list_type, defaults, item, i, path)?;
         if !seen.insert(pe.clone()) {
             return Err(format!("{path}: duplicate entries for key {pe}"));
         }
@@ -119,12 +130,12 @@ fn walk_set(
     }
     let node = schema.node(id);
     match (node, v) {
-        (Node::List { items, list_type }, Value::Array(list)) => {
+        (Node::List { items, list_type, key_defaults }, Value::Array(list)) => {
             if *list_type == ListType::Atomic {
                 set.insert(path);
                 return Ok(());
             }
-            let pes = list_elements(list_type, list, path)?;
+            let pes = list_elements(list_type, key_defaults, list, path)?;
             for (pe, item) in pes.into_iter().zip(list) {
                 let child = path.child(pe);
                 walk_set(schema, *items, item, &child, set, depth + 1)?;
@@ -187,9 +198,11 @@ fn merge_node(
             }
             Ok(Value::Object(out))
         }
-        (Node::List { items, list_type }, Value::Array(l), Value::Array(c)) if *list_type != ListType::Atomic => {
-            let lpes = list_elements(list_type, l, path)?;
-            let cpes = list_elements(list_type, c, path)?;
+        (Node::List { items, list_type, key_defaults }, Value::Array(l), Value::Array(c))
+            if *list_type != ListType::Atomic =>
+        {
+            let lpes = list_elements(list_type, key_defaults, l, path)?;
+            let cpes = list_elements(list_type, key_defaults, c, path)?;
             let lpos = positions(&lpes);
             let cpos = positions(&cpes);
             let mut out = Vec::with_capacity(l.len() + c.len());
@@ -268,9 +281,11 @@ fn compare_node(
             }
             Ok(())
         }
-        (Node::List { items, list_type }, Value::Array(o), Value::Array(n)) if *list_type != ListType::Atomic => {
-            let opes = list_elements(list_type, o, path)?;
-            let npes = list_elements(list_type, n, path)?;
+        (Node::List { items, list_type, key_defaults }, Value::Array(o), Value::Array(n))
+            if *list_type != ListType::Atomic =>
+        {
+            let opes = list_elements(list_type, key_defaults, o, path)?;
+            let npes = list_elements(list_type, key_defaults, n, path)?;
             let opos = positions(&opes);
             let npos = positions(&npes);
             for (ope, ov) in opes.iter().zip(o) {
@@ -318,8 +333,8 @@ fn subtree(
                 }
             }
         }
-        (Node::List { items, list_type }, Value::Array(list)) if *list_type != ListType::Atomic => {
-            for (pe, item) in list_elements(list_type, list, path)?.into_iter().zip(list) {
+        (Node::List { items, list_type, key_defaults }, Value::Array(list)) if *list_type != ListType::Atomic => {
+            for (pe, item) in list_elements(list_type, key_defaults, list, path)?.into_iter().zip(list) {
                 subtree(schema, *items, item, &path.child(pe), set, depth + 1)?;
             }
         }
@@ -356,8 +371,8 @@ fn remove_node(schema: &Schema, id: NodeId, value: &mut Value, last: &FieldSet, 
                 m.remove(&key);
             }
         }
-        (Node::List { items, list_type }, Value::Array(list)) if *list_type != ListType::Atomic => {
-            let Ok(pes) = list_elements(list_type, list, path) else { return };
+        (Node::List { items, list_type, key_defaults }, Value::Array(list)) if *list_type != ListType::Atomic => {
+            let Ok(pes) = list_elements(list_type, key_defaults, list, path) else { return };
             let mut keep = Vec::with_capacity(list.len());
             for (pe, mut item) in pes.into_iter().zip(std::mem::take(list)) {
                 let child = path.child(pe.clone());
@@ -404,7 +419,7 @@ mod tests {
                 "containers": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
                     "items": {"type": "object", "properties": {"name": {"type": "string"}, "image": {"type": "string"},
                         "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["containerPort", "protocol"],
-                            "items": {"type": "object", "properties": {"containerPort": {"type": "integer"}, "protocol": {"type": "string"}}}}}}},
+                            "items": {"type": "object", "properties": {"containerPort": {"type": "integer"}, "protocol": {"type": "string", "default": "TCP"}}}}}}},
                 "selector": {"type": "object", "x-kubernetes-map-type": "atomic", "additionalProperties": {"type": "string"}}
             }}
         });
@@ -426,6 +441,11 @@ mod tests {
             Case {
                 value: json!({"spec": {"containers": [{"name": "nginx", "image": "nginx:1", "ports": [{"containerPort": 80, "protocol": "TCP"}]}]}}),
                 fields_v1: r#"{"f:spec":{"f:containers":{"k:{\"name\":\"nginx\"}":{"f:image":{},"f:name":{},"f:ports":{"k:{\"containerPort\":80,\"protocol\":\"TCP\"}":{"f:containerPort":{},"f:protocol":{},".":{}}},".":{}}}}}"#,
+            },
+            // A key field left out takes its schema default.
+            Case {
+                value: json!({"spec": {"containers": [{"name": "c", "ports": [{"containerPort": 80}]}]}}),
+                fields_v1: r#"{"f:spec":{"f:containers":{"k:{\"name\":\"c\"}":{"f:name":{},"f:ports":{"k:{\"containerPort\":80,\"protocol\":\"TCP\"}":{"f:containerPort":{},".":{}}},".":{}}}}}"#,
             },
             // Atomic list and map: the field itself; a set: its values; empty map: a member.
             Case {
