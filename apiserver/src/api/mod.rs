@@ -16,6 +16,7 @@
 //! - [`reviews`]: the create-only review kinds (TokenReview, SubjectAccessReview, ...).
 //! - [`protobuf`]: the Kubernetes protobuf wire format.
 
+pub mod apply;
 pub mod crd;
 pub mod discovery;
 pub mod dupcheck;

@@ -1,0 +1,511 @@
+//! `metadata.managedFields`: reading and writing its entries, and the ownership rules of
+//! Apply and Update operations (structured-merge-diff's `Updater`, kube-apiserver's field
+//! manager), without I/O.
+//!
+//! What enters: the live object, the applied configuration or the updated object, the
+//! [`Schema`], and who writes ([`Writer`]). What leaves: the new object with its new
+//! `managedFields`, or [`ApplyError::Conflicts`] (a 409 with `FieldManagerConflict`
+//! causes) or [`ApplyError::BadRequest`].
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use super::fieldset::{FieldSet, Path};
+use super::schema::Schema;
+use super::typed::{compare, merge, remove_unowned, to_field_set};
+
+/// `operation` of a managedFields entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Operation {
+    Apply,
+    Update,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Apply => "Apply",
+            Operation::Update => "Update",
+        }
+    }
+}
+
+/// Manager, operation, subresource, and API version (Update entries only).
+type Identity = (String, Operation, String, String);
+
+/// One `managedFields` entry, decoded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ManagedEntry {
+    pub manager: String,
+    pub operation: Operation,
+    pub api_version: String,
+    /// RFC 3339, seconds (`2019-03-30T16:00:00Z`); kept as written.
+    pub time: Option<String>,
+    pub subresource: String,
+    pub fields: FieldSet,
+}
+
+impl ManagedEntry {
+    /// Who this entry belongs to, as upstream tells managers apart: manager, operation and
+    /// subresource, plus the API version for Update entries (an applier keeps one entry
+    /// whatever version it applies with).
+    fn identity(&self) -> Identity {
+        let version = match self.operation {
+            Operation::Apply => String::new(),
+            Operation::Update => self.api_version.clone(),
+        };
+        (self.manager.clone(), self.operation, self.subresource.clone(), version)
+    }
+
+    /// How conflict messages name this manager (`"kubectl"`, `"kube-controller-manager"
+    /// using apps/v1`, `"x" with subresource "status"`).
+    pub fn display(&self) -> String {
+        let mut s = Value::String(self.manager.clone()).to_string();
+        if !self.subresource.is_empty() {
+            s.push_str(&format!(" with subresource {}", Value::String(self.subresource.clone())));
+        }
+        if self.operation == Operation::Update {
+            s.push_str(&format!(" using {}", self.api_version));
+        }
+        s
+    }
+
+    pub fn to_value(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("manager".into(), json!(self.manager));
+        m.insert("operation".into(), json!(self.operation.as_str()));
+        m.insert("apiVersion".into(), json!(self.api_version));
+        if let Some(t) = &self.time {
+            m.insert("time".into(), json!(t));
+        }
+        m.insert("fieldsType".into(), json!("FieldsV1"));
+        m.insert("fieldsV1".into(), self.fields.to_fields_v1());
+        if !self.subresource.is_empty() {
+            m.insert("subresource".into(), json!(self.subresource));
+        }
+        Value::Object(m)
+    }
+
+    pub fn from_value(v: &Value) -> Result<ManagedEntry, String> {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let operation = match s("operation").as_str() {
+            "Apply" => Operation::Apply,
+            "Update" => Operation::Update,
+            other => return Err(format!("invalid operation {other:?}, must be Apply or Update")),
+        };
+        match s("fieldsType").as_str() {
+            "FieldsV1" => {}
+            other => return Err(format!("invalid fieldsType {other:?}, must be FieldsV1")),
+        }
+        let fields = match v.get("fieldsV1") {
+            Some(f) => FieldSet::from_fields_v1(f)?,
+            None => FieldSet::new(),
+        };
+        Ok(ManagedEntry {
+            manager: s("manager"),
+            operation,
+            api_version: s("apiVersion"),
+            time: v.get("time").and_then(Value::as_str).map(str::to_string),
+            subresource: s("subresource"),
+            fields,
+        })
+    }
+}
+
+/// The entries of `obj`'s `metadata.managedFields` (none when absent or null).
+pub fn decode_managed_fields(obj: &Value) -> Result<Vec<ManagedEntry>, String> {
+    match obj.pointer("/metadata/managedFields") {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(list)) => list
+            .iter()
+            .enumerate()
+            .map(|(i, e)| ManagedEntry::from_value(e).map_err(|err| format!("metadata.managedFields[{i}]: {err}")))
+            .collect(),
+        Some(_) => Err("metadata.managedFields: must be a list".to_string()),
+    }
+}
+
+/// Upstream's order: Apply before Update, then by time, manager, apiVersion, subresource.
+pub fn sort_entries(entries: &mut [ManagedEntry]) {
+    entries.sort_by(|p, q| {
+        p.operation
+            .cmp(&q.operation)
+            .then_with(|| p.time.as_deref().unwrap_or("").cmp(q.time.as_deref().unwrap_or("")))
+            .then_with(|| p.manager.cmp(&q.manager))
+            .then_with(|| p.api_version.cmp(&q.api_version))
+            .then_with(|| p.subresource.cmp(&q.subresource))
+    });
+}
+
+/// Sets `obj`'s `metadata.managedFields` (removed when there are no entries).
+pub fn encode_managed_fields(obj: &mut Value, entries: &[ManagedEntry]) {
+    let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) else { return };
+    if entries.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        meta.insert("managedFields".into(), Value::Array(entries.iter().map(ManagedEntry::to_value).collect()));
+    }
+}
+
+/// Fields no manager owns: the type and identity of the object and what the server keeps
+/// in its metadata (upstream's `StripMetaManager`).
+fn stripped() -> FieldSet {
+    let mut s = FieldSet::new();
+    for p in [
+        &["apiVersion"][..],
+        &["kind"],
+        &["metadata"],
+        &["metadata", "name"],
+        &["metadata", "namespace"],
+        &["metadata", "creationTimestamp"],
+        &["metadata", "selfLink"],
+        &["metadata", "uid"],
+        &["metadata", "clusterName"],
+        &["metadata", "generation"],
+        &["metadata", "managedFields"],
+        &["metadata", "resourceVersion"],
+    ] {
+        s.insert(&Path::fields(p));
+    }
+    s
+}
+
+/// Who writes.
+#[derive(Debug, Clone)]
+pub struct Writer<'a> {
+    /// `fieldManager` (or the default derived from the user agent for non-apply writes).
+    pub manager: &'a str,
+    /// `apiVersion` of the request (`v1`, `apps/v1`).
+    pub api_version: &'a str,
+    /// `""` for the main resource, else the subresource (`status`, `scale`).
+    pub subresource: &'a str,
+    /// Now, RFC 3339 with seconds (`2026-01-02T03:04:05Z`).
+    pub time: &'a str,
+    /// Fields this write may not own: what the strategy resets (e.g. `status` on the main
+    /// resource, everything but `status` on `/status`).
+    pub reset_fields: &'a FieldSet,
+}
+
+/// One conflicting field.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The owner, as messages name it (see [`ManagedEntry::display`]).
+    pub manager: String,
+    pub path: Path,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ApplyError {
+    /// 409 Conflict with `FieldManagerConflict` causes; see [`conflict_message`] and
+    /// [`conflict_status`].
+    #[error("{}", conflict_message(.0))]
+    Conflicts(Vec<Conflict>),
+    /// 400: the configuration or the managedFields cannot be read with the schema.
+    #[error("{0}")]
+    BadRequest(String),
+}
+
+/// Upstream's message: `Apply failed with 1 conflict: conflict with "m" using v1: .data.key`,
+/// or for several, one line per manager (sorted) and `- <path>` per field.
+pub fn conflict_message(conflicts: &[Conflict]) -> String {
+    if let [c] = conflicts {
+        return format!("Apply failed with 1 conflict: conflict with {}: {}", c.manager, c.path);
+    }
+    let mut by_manager: BTreeMap<&str, Vec<&Path>> = BTreeMap::new();
+    for c in conflicts {
+        by_manager.entry(&c.manager).or_default().push(&c.path);
+    }
+    let mut lines = Vec::new();
+    for (manager, paths) in by_manager {
+        lines.push(format!("conflicts with {manager}:"));
+        lines.extend(paths.iter().map(|p| format!("- {p}")));
+    }
+    format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
+}
+
+/// The 409 `Status` body of a conflicting apply.
+pub fn conflict_status(conflicts: &[Conflict]) -> Value {
+    let causes: Vec<Value> = conflicts
+        .iter()
+        .map(|c| {
+            json!({
+                "type": "FieldManagerConflict",
+                "message": format!("conflict with {}", c.manager),
+                "field": c.path.to_string(),
+            })
+        })
+        .collect();
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": conflict_message(conflicts),
+        "reason": "Conflict",
+        "details": {"causes": causes},
+        "code": 409,
+    })
+}
+
+/// The result of a write: the object to store (with its `managedFields`), and whether it
+/// differs from the live object in anything but `managedFields`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub object: Value,
+    pub changed: bool,
+}
+
+fn without_managed_fields(obj: &Value) -> Value {
+    let mut o = obj.clone();
+    if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    o
+}
+
+/// Ownership after `old` became `new`, for every manager but `writer_id`: fields another
+/// manager owns that changed are conflicts (moved to the writer when `force`), fields removed
+/// leave their owners.
+fn update_owners(
+    schema: &Schema,
+    old: &Value,
+    new: &Value,
+    entries: &mut [ManagedEntry],
+    writer_id: &Identity,
+    force: bool,
+    reset: &FieldSet,
+) -> Result<super::typed::Comparison, ApplyError> {
+    let mut cmp = compare(schema, old, new).map_err(ApplyError::BadRequest)?;
+    cmp.added = cmp.added.recursive_difference(reset);
+    cmp.modified = cmp.modified.recursive_difference(reset);
+    cmp.removed = cmp.removed.recursive_difference(reset);
+    let changed = cmp.modified.union(&cmp.added);
+    let mut conflicts = Vec::new();
+    for e in entries.iter() {
+        if &e.identity() == writer_id {
+            continue;
+        }
+        for path in e.fields.intersection(&changed).paths() {
+            conflicts.push((e.display(), path));
+        }
+    }
+    if !force && !conflicts.is_empty() {
+        conflicts.sort();
+        return Err(ApplyError::Conflicts(
+            conflicts.into_iter().map(|(manager, path)| Conflict { manager, path }).collect(),
+        ));
+    }
+    for e in entries.iter_mut() {
+        if &e.identity() == writer_id {
+            continue;
+        }
+        e.fields = e.fields.difference(&changed).difference(&cmp.removed);
+    }
+    Ok(cmp)
+}
+
+/// Strips the server's fields from every entry, drops empty entries, stamps the writer's
+/// entry with `time` when `touch` (Apply: the object changed; Update: the write took
+/// fields), and sorts.
+fn finish(entries: Vec<ManagedEntry>, writer_id: &Identity, touch: bool, time: &str) -> Vec<ManagedEntry> {
+    let strip = stripped();
+    let mut out: Vec<ManagedEntry> = entries
+        .into_iter()
+        .map(|mut e| {
+            e.fields = e.fields.difference(&strip);
+            if touch && &e.identity() == writer_id {
+                e.time = Some(time.to_string());
+            }
+            e
+        })
+        .filter(|e| !e.fields.is_empty())
+        .collect();
+    sort_entries(&mut out);
+    out
+}
+
+/// Server-side apply of `config` (the decoded apply body) to `live` (`None`: the object
+/// does not exist and apply creates it).
+pub fn apply(
+    schema: &Schema,
+    live: Option<&Value>,
+    config: &Value,
+    writer: &Writer,
+    force: bool,
+) -> Result<Outcome, ApplyError> {
+    if !config.is_object() {
+        return Err(ApplyError::BadRequest("apply configuration must be an object".into()));
+    }
+    if !matches!(config.pointer("/metadata/managedFields"), None | Some(Value::Null)) {
+        return Err(ApplyError::BadRequest("metadata.managedFields must be nil".into()));
+    }
+    let version = config.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    if version != writer.api_version {
+        return Err(ApplyError::BadRequest(format!(
+            "Incorrect version specified in apply patch. Specified patch version: {version}, expected: {}",
+            writer.api_version
+        )));
+    }
+    let empty = super::typed::empty_object();
+    let live_obj = live.map(without_managed_fields).unwrap_or(empty);
+    let previous = match live {
+        Some(l) => decode_managed_fields(l).map_err(ApplyError::BadRequest)?,
+        None => Vec::new(),
+    };
+    let config = without_managed_fields(config);
+
+    let applied =
+        to_field_set(schema, &config).map_err(ApplyError::BadRequest)?.recursive_difference(writer.reset_fields);
+    let mut merged = merge(schema, &live_obj, &config).map_err(ApplyError::BadRequest)?;
+
+    let me = ManagedEntry {
+        manager: writer.manager.to_string(),
+        operation: Operation::Apply,
+        api_version: writer.api_version.to_string(),
+        time: None,
+        subresource: writer.subresource.to_string(),
+        fields: applied,
+    };
+    let my_id = me.identity();
+    let mut entries: Vec<ManagedEntry> = Vec::with_capacity(previous.len() + 1);
+    let mut last = None;
+    for e in &previous {
+        if e.identity() == my_id {
+            last = Some(e.fields.clone());
+        } else {
+            entries.push(e.clone());
+        }
+    }
+    let my_time = previous.iter().find(|e| e.identity() == my_id).and_then(|e| e.time.clone());
+    entries.push(ManagedEntry { time: my_time, ..me });
+
+    // Fields applied before and no longer: removed unless someone (the applier included)
+    // still owns them or something below them.
+    if let Some(last) = last.filter(|l| !l.is_empty()) {
+        // The server's own fields (`metadata` and its identity) are never the applier's to drop.
+        let owned = entries.iter().fold(stripped(), |acc, e| acc.union(&e.fields));
+        remove_unowned(schema, &mut merged, &last, &owned);
+    }
+
+    update_owners(schema, &live_obj, &merged, &mut entries, &my_id, force, writer.reset_fields)?;
+    let changed = live.is_none() || merged != live_obj;
+    let entries = finish(entries, &my_id, changed, writer.time);
+    let mut object = merged;
+    encode_managed_fields(&mut object, &entries);
+    Ok(Outcome { object, changed })
+}
+
+/// The entries an Update starts from, as upstream picks them: a subresource write takes the
+/// live object's; an object whose entries are all empty (`[{}]`) resets them; otherwise the
+/// written object's own entries when it carries any that can be read (a client may edit
+/// them, as kubectl does when it moves an object from client-side to server-side apply),
+/// else the live object's. Unreadable entries count as none.
+fn update_base(live: Option<&Value>, new: &Value, subresource: &str) -> Vec<ManagedEntry> {
+    let from_live = || live.and_then(|l| decode_managed_fields(l).ok()).unwrap_or_default();
+    if !subresource.is_empty() {
+        return from_live();
+    }
+    if let Some(Value::Array(list)) = new.pointer("/metadata/managedFields") {
+        if !list.is_empty() && list.iter().all(|e| e.as_object().is_some_and(Map::is_empty)) {
+            return Vec::new();
+        }
+    }
+    match decode_managed_fields(new) {
+        Ok(entries) if !entries.is_empty() => entries,
+        _ => from_live(),
+    }
+}
+
+/// Ownership after an Update (create, PUT, or a JSON/merge/strategic patch): what the
+/// write added or changed moves to the writer; nothing conflicts. `new` is the object the
+/// write produced. An Update never fails: when the objects cannot be read with the schema
+/// the result carries no `managedFields` at all, as upstream's field manager does then.
+pub fn update(schema: &Schema, live: Option<&Value>, new: &Value, writer: &Writer) -> Outcome {
+    let live_obj = live.map(without_managed_fields).unwrap_or_else(super::typed::empty_object);
+    let new_obj = without_managed_fields(new);
+    let changed = live.is_none() || new_obj != live_obj;
+    let previous = update_base(live, new, writer.subresource);
+    let my_id =
+        (writer.manager.to_string(), Operation::Update, writer.subresource.to_string(), writer.api_version.to_string());
+    let mut entries = previous.clone();
+    let Ok(cmp) = update_owners(schema, &live_obj, &new_obj, &mut entries, &my_id, true, writer.reset_fields) else {
+        return Outcome { object: new_obj, changed };
+    };
+    let gained = cmp.modified.union(&cmp.added);
+    let touch = !gained.difference(&stripped()).is_empty();
+    match entries.iter_mut().find(|e| e.identity() == my_id) {
+        Some(e) => e.fields = e.fields.difference(&cmp.removed).union(&gained),
+        None => entries.push(ManagedEntry {
+            manager: writer.manager.to_string(),
+            operation: Operation::Update,
+            api_version: writer.api_version.to_string(),
+            time: None,
+            subresource: writer.subresource.to_string(),
+            fields: gained,
+        }),
+    }
+    let mut entries = finish(entries, &my_id, touch, writer.time);
+    cap_update_managers(&mut entries);
+    let mut object = new_obj;
+    encode_managed_fields(&mut object, &entries);
+    Outcome { object, changed }
+}
+
+/// Most Update entries an object keeps (upstream's `maxUpdateManagers`).
+pub const MAX_UPDATE_MANAGERS: usize = 10;
+
+/// The manager the oldest Update entries are merged into beyond [`MAX_UPDATE_MANAGERS`].
+pub const ANCIENT_CHANGES: &str = "ancient-changes";
+
+/// Keeps at most [`MAX_UPDATE_MANAGERS`] Update entries, as upstream's `capManagersManager`:
+/// oldest first, an entry whose API version was already seen among the older ones is merged
+/// into that version's `ancient-changes` bucket (the first such entry becoming the bucket),
+/// which takes the newer entry's time.
+fn cap_update_managers(entries: &mut Vec<ManagedEntry>) {
+    let mut updaters: Vec<usize> = (0..entries.len()).filter(|i| entries[*i].operation == Operation::Update).collect();
+    let mut length = updaters.len();
+    if length <= MAX_UPDATE_MANAGERS {
+        return;
+    }
+    updaters.sort_by(|a, b| {
+        let (p, q) = (&entries[*a], &entries[*b]);
+        p.time
+            .as_deref()
+            .unwrap_or("")
+            .cmp(q.time.as_deref().unwrap_or(""))
+            .then_with(|| p.manager.cmp(&q.manager))
+            .then_with(|| p.api_version.cmp(&q.api_version))
+            .then_with(|| p.subresource.cmp(&q.subresource))
+    });
+    let mut removed = vec![false; entries.len()];
+    // Per API version: the entry standing for its bucket.
+    let mut bucket_of: BTreeMap<String, usize> = BTreeMap::new();
+    for i in updaters {
+        if length <= MAX_UPDATE_MANAGERS {
+            break;
+        }
+        let version = entries[i].api_version.clone();
+        match bucket_of.get(&version) {
+            Some(&b) => {
+                let (fields, time) = (entries[i].fields.clone(), entries[i].time.clone());
+                let bucket = &mut entries[b];
+                bucket.manager = ANCIENT_CHANGES.to_string();
+                bucket.subresource = String::new();
+                bucket.fields = fields.union(&bucket.fields);
+                bucket.time = time;
+                removed[i] = true;
+                length -= 1;
+            }
+            None => {
+                bucket_of.insert(version, i);
+            }
+        }
+    }
+    let mut i = 0;
+    entries.retain(|_| {
+        i += 1;
+        !removed[i - 1]
+    });
+    sort_entries(entries);
+}
