@@ -13,6 +13,7 @@ pub mod event;
 pub mod namespace;
 pub mod secret;
 pub mod serviceaccount;
+pub mod serviceaccount_token;
 
 use std::sync::Arc;
 

@@ -30,7 +30,7 @@ impl Strategy for ServiceAccountStrategy {
 
     fn create_handler(&self, sub: &str) -> Option<crate::registry::CreateHandler> {
         (sub == "token").then_some(|c, body, content_type| {
-            Box::pin(crate::authn::serviceaccount::token_request(c, body, content_type))
+            Box::pin(super::serviceaccount_token::token_request(c, body, content_type))
         })
     }
 
