@@ -80,7 +80,7 @@ struct ServerArgs {
     controllers: Vec<String>,
     /// Issuer of service-account tokens (repeatable): the first one is put into new tokens,
     /// all are accepted.
-    #[arg(long = "service-account-issuer", default_value = kustos_apiserver::authn::serviceaccount::DEFAULT_ISSUER)]
+    #[arg(long = "service-account-issuer", default_value = kustos_apiserver::pki::service_account::DEFAULT_ISSUER)]
     service_account_issuer: Vec<String>,
     /// PEM file of keys that verify service-account tokens, besides the apiserver's own
     /// (repeatable; public or private RSA/ECDSA keys, several per file).

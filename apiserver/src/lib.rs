@@ -81,7 +81,7 @@ pub struct Security {
     pub rbac: Arc<authz::rbac::cache::RbacCache>,
     /// Service-account token issuing and checking (None: TokenRequest and OIDC discovery
     /// are not served).
-    pub service_accounts: Option<Arc<authn::serviceaccount::ServiceAccountTokens>>,
+    pub service_accounts: Option<Arc<pki::service_account::ServiceAccountTokens>>,
 }
 
 impl AppState {
@@ -196,9 +196,9 @@ async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -
             flowcontrol_dump(state, dump, query.as_deref()).ok_or_else(not_found_path)
         }
         [".well-known", "openid-configuration"] => {
-            authn::serviceaccount::openid_configuration_response(state).ok_or_else(not_found_path)
+            http::oidc::openid_configuration_response(state).ok_or_else(not_found_path)
         }
-        ["openid", "v1", "jwks"] => authn::serviceaccount::jwks_response(state).ok_or_else(not_found_path),
+        ["openid", "v1", "jwks"] => http::oidc::jwks_response(state).ok_or_else(not_found_path),
         ["openapi", "v2"] => Ok(served.openapi.v2_response(&accept)),
         ["openapi", "v3"] => Ok(served.openapi.v3_index_response()),
         ["openapi", "v3", rest @ ..] => {
@@ -393,7 +393,7 @@ pub async fn prepare(
 ) -> anyhow::Result<()> {
     bootstrap(state).await?;
     api::crd::start(state).await?;
-    authn::serviceaccount::ensure_legacy_token_tracking(state, now).await?;
+    authn::serviceaccount::legacy_tracking::ensure_legacy_token_tracking(state, now).await?;
     authz::rbac::reconcile::ensure_default_policy(state, policy).await?;
     flowcontrol::maintain::ensure(state).await?;
     Ok(())
@@ -458,7 +458,7 @@ impl Config {
             compaction_interval: std::time::Duration::from_secs(30),
             tls_bootstrap_bindings: true,
             enable_bootstrap_token_auth: true,
-            service_account_issuers: vec![authn::serviceaccount::DEFAULT_ISSUER.to_string()],
+            service_account_issuers: vec![pki::service_account::DEFAULT_ISSUER.to_string()],
             service_account_key_files: Vec::new(),
             api_audiences: Vec::new(),
             service_account_max_token_expiration: None,
@@ -574,7 +574,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         // Other apiservers write RBAC objects too.
         authz::rbac::cache::spawn_follower(&rbac_cache);
     }
-    let sa_tokens = Arc::new(authn::serviceaccount::ServiceAccountTokens::load(&cfg, &pki, &server_address)?);
+    let sa_tokens = Arc::new(pki::service_account::ServiceAccountTokens::load(&cfg, &pki, &server_address)?);
     let sa_authn = authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?;
     let api_audiences = sa_tokens.api_audiences().to_vec();
     let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?

@@ -8,8 +8,11 @@
 //!   a request path, as upstream's `RequestInfoFactory`.
 //! - [`negotiate`]: content negotiation (JSON, YAML, Table, protobuf, metadata-only).
 //! - [`health`]: `/livez`, `/readyz`, `/healthz`.
+//! - [`oidc`]: OIDC discovery of the service-account issuer (`/.well-known/openid-configuration`,
+//!   `/openid/v1/jwks`).
 
 pub mod health;
 pub mod negotiate;
+pub mod oidc;
 pub mod request_info;
 pub mod serve;

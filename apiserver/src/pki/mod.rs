@@ -29,6 +29,7 @@
 pub mod client_ca;
 pub mod cluster_info;
 pub mod data_dir;
+pub mod service_account;
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -19,7 +19,7 @@ use k8s_openapi::api::certificates::v1 as certv1;
 use kustos_ca::csr::{condition, Signer};
 use serde_json::{json, Value};
 
-use super::core::{
+use super::shared::{
     age_column, carry, child_obj, col, creation_age, get_at, invalid_shown, is_zero_time, str_at, too_long,
 };
 use super::{decode, decode_update, human_duration, typed_roundtrip, Column, ResourceDef, Strategy};

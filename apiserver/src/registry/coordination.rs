@@ -10,7 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::coordination::v1 as coordv1;
 use serde_json::{json, Value};
 
-use super::core::{age_column, col, creation_age, get_at, str_at};
+use super::shared::{age_column, col, creation_age, get_at, str_at};
 use super::{typed_roundtrip, Column, ResourceDef, Strategy};
 use crate::error::FieldError;
 use crate::validation;

@@ -16,7 +16,7 @@ use std::sync::Arc;
 use k8s_openapi::api::flowcontrol::v1 as fcv1;
 use serde_json::{json, Value};
 
-use super::core::{age_column, col, creation_age, get_at, go_string_slice, invalid_shown, str_at};
+use super::shared::{age_column, col, creation_age, get_at, go_string_slice, invalid_shown, str_at};
 use super::{decode, typed_roundtrip, Column, ResourceDef, Strategy};
 use crate::error::FieldError;
 use crate::flowcontrol::bootstrap;

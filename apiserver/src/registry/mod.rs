@@ -29,6 +29,7 @@ pub mod custom;
 pub mod flowcontrol;
 pub mod intern;
 pub mod rbac;
+pub mod shared;
 
 use std::sync::Arc;
 

@@ -12,7 +12,7 @@ use k8s_openapi::api::rbac::v1 as rbacv1;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{json, Value};
 
-use super::core::{
+use super::shared::{
     age_column, child_obj, col, creation_age, get_at, go_string_slice, invalid_shown, str_at, AGE_DESCRIPTION,
 };
 use super::{decode, decode_update, typed_roundtrip, Column, ResourceDef, Strategy};

@@ -1,0 +1,169 @@
+//! core/v1 kinds, one file per kind: [`namespace`], [`configmap`], [`secret`],
+//! [`serviceaccount`] (with its `token` subresource, TokenRequest, in
+//! [`serviceaccount_token`]) and [`event`]; [`data`] holds what ConfigMaps and Secrets share.
+//!
+//! Each strategy mirrors upstream's `pkg/registry/core/<kind>/strategy.go`, the v1 defaulting and
+//! conversion that happen on decode (`pkg/apis/core/v1`), `pkg/apis/core/validation` and the
+//! printer in `pkg/printers/internalversion/printers.go` (with `Wide: true`, as the apiserver
+//! renders Tables). Iteration over maps is in key order, where upstream's is random.
+
+pub mod configmap;
+mod data;
+pub mod event;
+pub mod namespace;
+pub mod secret;
+pub mod serviceaccount;
+pub mod serviceaccount_token;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1 as corev1;
+
+use configmap::ConfigMapStrategy;
+use event::EventStrategy;
+use namespace::NamespaceStrategy;
+use secret::SecretStrategy;
+use serviceaccount::ServiceAccountStrategy;
+
+use super::ResourceDef;
+
+/// All core/v1 resources served.
+pub fn resources() -> Vec<ResourceDef> {
+    vec![
+        ResourceDef {
+            group: "",
+            version: "v1",
+            resource: "namespaces",
+            singular: "namespace",
+            kind: "Namespace",
+            namespaced: false,
+            short_names: &["ns"],
+            categories: &[],
+            subresources: &["status", "finalize"],
+            create_only: false,
+            strategy: Arc::new(NamespaceStrategy),
+            schema: |g| g.subschema_for::<corev1::Namespace>(),
+        },
+        ResourceDef {
+            group: "",
+            version: "v1",
+            resource: "configmaps",
+            singular: "configmap",
+            kind: "ConfigMap",
+            namespaced: true,
+            short_names: &["cm"],
+            categories: &[],
+            subresources: &[],
+            create_only: false,
+            strategy: Arc::new(ConfigMapStrategy),
+            schema: |g| g.subschema_for::<corev1::ConfigMap>(),
+        },
+        ResourceDef {
+            group: "",
+            version: "v1",
+            resource: "secrets",
+            singular: "secret",
+            kind: "Secret",
+            namespaced: true,
+            short_names: &[],
+            categories: &[],
+            subresources: &[],
+            create_only: false,
+            strategy: Arc::new(SecretStrategy),
+            schema: |g| g.subschema_for::<corev1::Secret>(),
+        },
+        ResourceDef {
+            group: "",
+            version: "v1",
+            resource: "serviceaccounts",
+            singular: "serviceaccount",
+            kind: "ServiceAccount",
+            namespaced: true,
+            short_names: &["sa"],
+            categories: &[],
+            subresources: &["token"],
+            create_only: false,
+            strategy: Arc::new(ServiceAccountStrategy),
+            schema: |g| g.subschema_for::<corev1::ServiceAccount>(),
+        },
+        ResourceDef {
+            group: "",
+            version: "v1",
+            resource: "events",
+            singular: "event",
+            kind: "Event",
+            namespaced: true,
+            short_names: &["ev"],
+            categories: &[],
+            subresources: &[],
+            create_only: false,
+            strategy: Arc::new(EventStrategy),
+            schema: |g| g.subschema_for::<corev1::Event>(),
+        },
+    ]
+}
+
+/// What the kinds' tests share.
+#[cfg(test)]
+mod test_util {
+    #![allow(clippy::unwrap_used)]
+    use serde_json::Value;
+
+    use crate::error::FieldError;
+    use crate::registry::shared::child_obj;
+
+    pub(super) type Mutation = fn(&mut Value);
+    pub(super) type Mutate = Box<dyn Fn(&mut Value)>;
+
+    pub(super) fn set(obj: &mut Value, path: &[&str], v: Value) {
+        let (last, parents) = path.split_last().unwrap();
+        child_obj(obj, parents).unwrap().insert((*last).to_string(), v);
+    }
+
+    pub(super) fn now() -> chrono::DateTime<chrono::Utc> {
+        chrono::DateTime::parse_from_rfc3339("2024-05-01T12:00:00Z").unwrap().with_timezone(&chrono::Utc)
+    }
+
+    pub(super) fn rendered(errs: &[FieldError]) -> Vec<String> {
+        errs.iter().map(FieldError::render).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::test_util::now;
+    use super::*;
+    use crate::registry::Strategy;
+    use serde_json::json;
+
+    #[test]
+    fn no_panics_on_odd_json() {
+        let odd = [
+            json!(null),
+            json!([]),
+            json!("x"),
+            json!({"metadata": 5, "spec": [], "status": "x", "data": 1, "secrets": {}}),
+        ];
+        for s in [
+            &NamespaceStrategy as &dyn Strategy,
+            &ConfigMapStrategy,
+            &SecretStrategy,
+            &ServiceAccountStrategy,
+            &EventStrategy,
+        ] {
+            for o in &odd {
+                let mut a = o.clone();
+                s.prepare_for_create(&mut a);
+                s.prepare_for_update(&mut a, o);
+                s.prepare_for_subresource("status", &mut a, o);
+                s.prepare_for_subresource("finalize", &mut a, o);
+                let _ = s.validate(o);
+                let _ = s.validate_update(o, o);
+                let _ = s.validate_subresource("status", o, o);
+                let _ = s.cells(o, now());
+                let _ = s.roundtrip(o);
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! `serviceaccounts` (`pkg/registry/core/serviceaccount`): secret references keep only their
+//! name; the `token` subresource is TokenRequest ([`super::serviceaccount_token`]).
+
+use k8s_openapi::api::core::v1 as corev1;
+use serde_json::{json, Value};
+
+use crate::registry::shared::{age_column, col, creation_age, get_at, get_at_mut};
+use crate::registry::{typed_roundtrip, Column, Strategy};
+
+/// `serviceaccounts`: secret references keep only their name (`cleanSecretReferences`).
+/// Strategic merge patch: `secrets` merges by `name`.
+pub struct ServiceAccountStrategy;
+
+fn clean_secret_references(obj: &mut Value) {
+    let Some(Value::Array(secrets)) = get_at_mut(obj, &["secrets"]) else { return };
+    for s in secrets.iter_mut() {
+        let name = s.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+        *s = if name.is_empty() { json!({}) } else { json!({ "name": name }) };
+    }
+}
+
+impl Strategy for ServiceAccountStrategy {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+        typed_roundtrip::<corev1::ServiceAccount>(obj)
+    }
+
+    fn merge_keys(&self) -> crate::registry::MergeKeys {
+        &[(&["secrets"], crate::api::patch::ListStrategy::MergeByKey("name"))]
+    }
+
+    fn create_handler(&self, sub: &str) -> Option<crate::registry::CreateHandler> {
+        (sub == "token").then_some(|c, body, content_type| {
+            Box::pin(super::serviceaccount_token::token_request(c, body, content_type))
+        })
+    }
+
+    fn prepare_for_create(&self, obj: &mut Value) {
+        clean_secret_references(obj);
+    }
+
+    fn prepare_for_update(&self, new: &mut Value, _old: &Value) {
+        clean_secret_references(new);
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            col(
+                "Secrets",
+                "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use. Pods are only limited to this list if this service account has a \"kubernetes.io/enforce-mountable-secrets\" annotation set to \"true\". The \"kubernetes.io/enforce-mountable-secrets\" annotation is deprecated since v1.32. Prefer separate namespaces to isolate access to mounted secrets. This field should not be used to find auto-generated service account token secrets for use outside of pods. Instead, tokens can be requested directly using the TokenRequest API, or service account token secrets can be manually created. More info: https://kubernetes.io/docs/concepts/configuration/secret",
+                0,
+            ),
+            age_column(),
+        ]
+    }
+
+    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
+        let n = get_at(obj, &["secrets"]).and_then(Value::as_array).map_or(0, Vec::len);
+        vec![json!(n), creation_age(obj, now)]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::registry::core::test_util::*;
+
+    #[test]
+    fn serviceaccount_secret_refs_and_table() {
+        let mut sa = json!({"metadata": {"name": "sa", "namespace": "default", "creationTimestamp": "2024-05-01T09:00:00Z"},
+                            "secrets": [{"name": "tok", "namespace": "x", "uid": "u"}, {"kind": "Secret"}]});
+        ServiceAccountStrategy.prepare_for_create(&mut sa);
+        assert_eq!(sa["secrets"], json!([{"name": "tok"}, {}]), "create keeps names only");
+        let mut upd = sa.clone();
+        set(&mut upd, &["secrets"], json!([{"name": "b", "fieldPath": "x"}]));
+        ServiceAccountStrategy.prepare_for_update(&mut upd, &sa);
+        assert_eq!(upd["secrets"], json!([{"name": "b"}]), "update keeps names only");
+        let names: Vec<&str> = ServiceAccountStrategy.columns().iter().map(|c| c.name).collect();
+        assert_eq!(names, ["Secrets", "Age"], "serviceaccount columns");
+        assert_eq!(ServiceAccountStrategy.cells(&sa, now()), vec![json!(2), json!("3h")], "serviceaccount cells");
+    }
+}
