@@ -29,6 +29,8 @@ use etcd_client::{
 use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::broadcast;
 
+use super::compactor::{self, Compact};
+use super::fanout::{next_live, Live, Scope};
 use super::{Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
 
 /// The prefix every trait key starts with.
@@ -444,22 +446,7 @@ impl EtcdStorage {
         keep_revisions: u64,
         every: Duration,
     ) -> tokio::task::JoinHandle<()> {
-        let weak = Arc::downgrade(&store);
-        drop(store);
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(every);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticks.tick().await;
-                let Some(store) = weak.upgrade() else { return };
-                let target = store.current_rev().saturating_sub(keep_revisions);
-                if target > store.compacted_rev() {
-                    if let Err(e) = store.compact(target).await {
-                        tracing::warn!(error = %e, target, "etcd compaction failed");
-                    }
-                }
-            }
-        })
+        compactor::spawn(store, keep_revisions, every)
     }
 
     /// A watch served from the window and the live feed, or None when `after` is older than
@@ -498,7 +485,7 @@ impl EtcdStorage {
         let state = match self.subscribe(&scope, after_rev) {
             Some(s) => s,
             None => {
-                let (key, end) = scope.etcd_range(&self.inner.keys)?;
+                let (key, end) = etcd_range(&scope, &self.inner.keys)?;
                 let ws = self.inner.open_watch(key, end, after_rev).await?;
                 WatchState {
                     inner: self.inner.clone(),
@@ -596,30 +583,16 @@ async fn run_feed(inner: Weak<Inner>, mut pos: Rev) {
     }
 }
 
-#[derive(Debug, Clone)]
-enum Scope {
-    Prefix(String),
-    Key(String),
-}
-
-impl Scope {
-    fn matches(&self, key: &str) -> bool {
-        match self {
-            Scope::Prefix(p) => key.starts_with(p.as_str()),
-            Scope::Key(k) => key == k,
+/// The etcd range `[key, end)` a watch of `scope` covers.
+fn etcd_range(scope: &Scope, keys: &Keys) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+    Ok(match scope {
+        Scope::Prefix(p) => {
+            let k = keys.etcd_key(p)?;
+            let end = prefix_end(&k);
+            (k, Some(end))
         }
-    }
-
-    fn etcd_range(&self, keys: &Keys) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
-        Ok(match self {
-            Scope::Prefix(p) => {
-                let k = keys.etcd_key(p)?;
-                let end = prefix_end(&k);
-                (k, Some(end))
-            }
-            Scope::Key(k) => (keys.etcd_key(k)?, None),
-        })
-    }
+        Scope::Key(k) => (keys.etcd_key(k)?, None),
+    })
 }
 
 /// Removes a key's channel when its last watcher goes.
@@ -672,20 +645,12 @@ async fn watch_step(mut st: WatchState) -> Option<(Result<Event>, WatchState)> {
             return Some((Ok(ev), st));
         }
         match &mut st.source {
-            Source::Live(rx) => match rx.recv().await {
-                Ok(ev) => {
-                    if ev.rev <= st.pos {
-                        continue;
-                    }
-                    st.pos = ev.rev;
-                    if st.scope.matches(&ev.key) {
-                        return Some((Ok(Event::clone(&ev)), st));
-                    }
-                }
+            Source::Live(rx) => match next_live(rx, &st.scope, &mut st.pos).await {
+                Live::Event(ev) => return Some((Ok(ev), st)),
                 // Fell behind the live feed: continue on an etcd watch of its own from the
                 // last revision handled.
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let (key, end) = match st.scope.etcd_range(&st.inner.keys) {
+                Live::Lagged => {
+                    let (key, end) = match etcd_range(&st.scope, &st.inner.keys) {
                         Ok(r) => r,
                         Err(e) => return st.fail(e),
                     };
@@ -697,7 +662,7 @@ async fn watch_step(mut st: WatchState) -> Option<(Result<Event>, WatchState)> {
                         Err(e) => return st.fail(e),
                     }
                 }
-                Err(broadcast::error::RecvError::Closed) => {
+                Live::Closed => {
                     let e = st.inner.compacted_error(st.pos);
                     return st.fail(e);
                 }
@@ -854,6 +819,10 @@ impl Storage for EtcdStorage {
         self.inner.compacted.fetch_max(rev, Ordering::SeqCst);
         Ok(())
     }
+}
+
+impl Compact for EtcdStorage {
+    const LOG_NAME: &'static str = "etcd";
 }
 
 #[cfg(test)]

@@ -34,8 +34,8 @@
 //! `compact(rev)` first records `compact_rev` (from then on reads below it fail with
 //! `Compacted`), then deletes superseded rows in steps of `COMPACT_STEP` revisions, each step
 //! its own short transaction on the writer thread, so writes queued meanwhile go in between.
-//! [`SqliteStorage::spawn_compactor`] keeps the last N revisions (a revision count rather than
-//! a time window: it bounds the size of the history whatever the write rate).
+//! [`SqliteStorage::spawn_compactor`] runs the shared compactor (`storage/compactor.rs`),
+//! which keeps the last N revisions.
 //!
 //! # Files
 //!
@@ -52,7 +52,7 @@ mod writer;
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -61,6 +61,8 @@ use futures::stream::{self, BoxStream, StreamExt};
 use rusqlite::{params_from_iter, Connection};
 use tokio::sync::{broadcast, oneshot, Semaphore};
 
+use super::compactor::{self, Compact, COMPACT_INTERVAL};
+use super::fanout::Scope;
 use super::{Error, Event, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
 use file::{create_private, TempDir};
 use read::{
@@ -79,8 +81,6 @@ const WATCH_CHUNK: usize = 1000;
 const COMPACT_STEP: u64 = 5000;
 /// Live events buffered per watcher before it lags (and re-reads the gap from history).
 const BROADCAST_CAPACITY: usize = 4096;
-/// How often the compactor looks at the history size.
-const COMPACT_INTERVAL: Duration = Duration::from_secs(30);
 /// How long a connection waits for a lock held by another connection.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -224,25 +224,7 @@ impl SqliteStorage {
         keep_revisions: u64,
         every: Duration,
     ) -> tokio::task::JoinHandle<()> {
-        let weak: Weak<Self> = Arc::downgrade(&store);
-        drop(store);
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(every);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticks.tick().await;
-                let Some(store) = weak.upgrade() else { return };
-                let target = store.current_rev().saturating_sub(keep_revisions);
-                let res = if target > store.compacted_rev() {
-                    store.compact(target).await
-                } else {
-                    store.finish_compaction().await
-                };
-                if let Err(e) = res {
-                    tracing::warn!(error = %e, target, "storage compaction failed");
-                }
-            }
-        })
+        compactor::spawn(store, keep_revisions, every)
     }
 
     fn send(&self, msg: Msg) -> Result<()> {
@@ -334,7 +316,7 @@ impl Storage for SqliteStorage {
         let state = WatchState {
             reads: self.reads.clone(),
             rx,
-            prefix: prefix.to_owned(),
+            scope: Scope::Prefix(prefix.to_owned()),
             pos: after_rev,
             catching_up: first.len() >= WATCH_CHUNK,
             buf: first.into(),
@@ -360,6 +342,15 @@ impl Storage for SqliteStorage {
 
     async fn compact(&self, rev: Rev) -> Result<()> {
         self.ask(|reply| Msg::CompactMark { rev, reply }).await?;
+        self.finish_compaction().await
+    }
+}
+
+#[async_trait]
+impl Compact for SqliteStorage {
+    const LOG_NAME: &'static str = "storage";
+
+    async fn resume_compaction(&self) -> Result<()> {
         self.finish_compaction().await
     }
 }

@@ -10,6 +10,7 @@ use rusqlite::{params_from_iter, Connection, OptionalExtension, ToSql};
 use tokio::sync::Semaphore;
 
 use super::BUSY_TIMEOUT;
+use crate::storage::fanout::Scope;
 use crate::storage::{Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Rev};
 
 pub(super) struct ReadPool {
@@ -167,6 +168,16 @@ pub(super) enum Keys {
     Prefix(String),
     /// This one key.
     Exact(String),
+}
+
+impl Keys {
+    /// The keys a watch covers.
+    pub(super) fn of(scope: &Scope) -> Keys {
+        match scope {
+            Scope::Prefix(p) => Keys::Prefix(p.clone()),
+            Scope::Key(k) => Keys::Exact(k.clone()),
+        }
+    }
 }
 
 /// SQL condition on `col`: the keys of `keys` strictly after `after` (exact keys ignore

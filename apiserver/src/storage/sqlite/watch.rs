@@ -9,6 +9,7 @@ use tokio::sync::{broadcast, Notify};
 
 use super::read::{history_after, Keys, ReadPool};
 use super::WATCH_CHUNK;
+use crate::storage::fanout::{next_live, Live, Scope};
 use crate::storage::{Event, Result, Rev};
 
 /// State shared by the storage handle and the writer thread.
@@ -95,7 +96,7 @@ impl Drop for KeyRegistration {
 pub(super) struct WatchState {
     pub(super) reads: Arc<ReadPool>,
     pub(super) rx: broadcast::Receiver<Arc<Event>>,
-    pub(super) prefix: String,
+    pub(super) scope: Scope,
     /// Every change with revision ≤ pos has been handled (yielded or filtered out).
     pub(super) pos: Rev,
     /// History read but not yet yielded.
@@ -115,7 +116,7 @@ pub(super) async fn watch_step(mut st: WatchState) -> Option<(Result<Event>, Wat
             return Some((Ok(ev), st));
         }
         if st.catching_up {
-            let (keys, pos) = (Keys::Prefix(st.prefix.clone()), st.pos);
+            let (keys, pos) = (Keys::of(&st.scope), st.pos);
             match st.reads.run(move |conn| history_after(conn, &keys, pos, WATCH_CHUNK)).await {
                 Ok(events) => {
                     st.catching_up = events.len() >= WATCH_CHUNK;
@@ -128,20 +129,12 @@ pub(super) async fn watch_step(mut st: WatchState) -> Option<(Result<Event>, Wat
                 }
             }
         }
-        match st.rx.recv().await {
-            Ok(ev) => {
-                if ev.rev <= st.pos {
-                    continue;
-                }
-                st.pos = ev.rev;
-                if ev.key.starts_with(&st.prefix) {
-                    return Some((Ok(Event::clone(&ev)), st));
-                }
-            }
-            // Missed live events: fetch the gap from history (the receiver has moved on to
-            // the oldest event still buffered; duplicates are skipped by revision).
-            Err(broadcast::error::RecvError::Lagged(_)) => st.catching_up = true,
-            Err(broadcast::error::RecvError::Closed) => return None,
+        match next_live(&mut st.rx, &st.scope, &mut st.pos).await {
+            Live::Event(ev) => return Some((Ok(ev), st)),
+            // Missed live events: fetch the gap from history (duplicates are skipped by
+            // revision).
+            Live::Lagged => st.catching_up = true,
+            Live::Closed => return None,
         }
     }
 }
