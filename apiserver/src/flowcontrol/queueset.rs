@@ -27,7 +27,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::Duration;
 
-use super::shuffle::Dealer;
+use super::shuffle::{Dealer, DealerError};
 
 /// A count of seats (units of concurrency).
 pub type Seats = u32;
@@ -188,20 +188,21 @@ fn estimated_work(seats: u64) -> f64 {
     seats as f64 * ESTIMATED_SERVICE_DURATION.as_secs_f64()
 }
 
-fn dealer_for(queuing: Option<Queuing>) -> Result<Option<Dealer>, String> {
+/// A queuing configuration whose queues and hand size cannot shuffle-shard.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("the queuing configuration implies an invalid shuffle sharding config (queues is the deck size): {0}")]
+pub struct InvalidQueuing(#[source] pub DealerError);
+
+fn dealer_for(queuing: Option<Queuing>) -> Result<Option<Dealer>, InvalidQueuing> {
     match queuing {
         None => Ok(None),
-        Some(q) => Dealer::new(q.queues, q.hand_size).map(Some).map_err(|e| {
-            format!(
-                "the queuing configuration implies an invalid shuffle sharding config (queues is the deck size): {e}"
-            )
-        }),
+        Some(q) => Dealer::new(q.queues, q.hand_size).map(Some).map_err(InvalidQueuing),
     }
 }
 
 impl QueueSet {
     /// A queue set with the given queuing (`None` = limit response `Reject`) and limit.
-    pub fn new(queuing: Option<Queuing>, concurrency_limit: Seats) -> Result<Self, String> {
+    pub fn new(queuing: Option<Queuing>, concurrency_limit: Seats) -> Result<Self, InvalidQueuing> {
         let dealer = dealer_for(queuing)?;
         let mut qs = QueueSet {
             queuing,
@@ -233,7 +234,7 @@ impl QueueSet {
         now: Duration,
         queuing: Option<Queuing>,
         concurrency_limit: Seats,
-    ) -> Result<Vec<RequestId>, String> {
+    ) -> Result<Vec<RequestId>, InvalidQueuing> {
         let dealer = dealer_for(queuing)?;
         self.sync_time(now);
         self.queuing = queuing;
@@ -913,7 +914,11 @@ mod tests {
                     }
                     Reconfigure { queuing, limit, want } => {
                         let got = qs.reconfigure(now, *queuing, *limit);
-                        assert_eq!(got, want.map(ids).map_err(str::to_string), "{name}: reconfigure");
+                        assert_eq!(
+                            got.clone().map_err(|e| e.to_string()),
+                            want.map(ids).map_err(str::to_string),
+                            "{name}: reconfigure"
+                        );
                         if got.is_ok() {
                             assert_eq!((qs.queuing(), qs.concurrency_limit()), (*queuing, *limit), "{name}");
                         }

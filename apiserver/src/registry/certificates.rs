@@ -90,12 +90,27 @@ fn now_rfc3339() -> String {
 /// single `CERTIFICATE REQUEST` block with nothing but whitespace around it, that parses,
 /// whose signature verifies and whose subject follows the subject rule (at most one CN; CN,
 /// O and OU as UTF8String, PrintableString or IA5String).
-fn check_csr(pem: &[u8]) -> Result<(), String> {
-    kustos_ca::csr::parse_pem(pem).map(|_| ()).map_err(|e| e.to_string())
+fn check_csr(pem: &[u8]) -> Result<(), kustos_ca::csr::CsrError> {
+    kustos_ca::csr::parse_pem(pem).map(|_| ())
+}
+
+/// Why `status.certificate` is refused (upstream's messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum CertificateError {
+    #[error("only CERTIFICATE PEM blocks are allowed, found {0:?}")]
+    NotCertificate(String),
+    #[error("no PEM block headers are permitted")]
+    Headers,
+    #[error("found CERTIFICATE PEM block containing 0 certificates")]
+    EmptyBlock,
+    #[error("x509: malformed certificate")]
+    Malformed,
+    #[error("must contain at least one CERTIFICATE PEM block")]
+    NoBlock,
 }
 
 /// `validateCertificate`: only `CERTIFICATE` blocks without headers, each holding certificates.
-fn check_certificate(pem: &[u8]) -> Result<(), String> {
+fn check_certificate(pem: &[u8]) -> Result<(), CertificateError> {
     if pem.is_empty() {
         return Ok(());
     }
@@ -103,25 +118,24 @@ fn check_certificate(pem: &[u8]) -> Result<(), String> {
     let mut rest = pem;
     while let Some((block, next)) = kustos_ca::pem::decode(rest) {
         if block.type_ != "CERTIFICATE" {
-            return Err(format!("only CERTIFICATE PEM blocks are allowed, found {:?}", block.type_));
+            return Err(CertificateError::NotCertificate(block.type_.to_string()));
         }
         if block.has_headers {
-            return Err("no PEM block headers are permitted".into());
+            return Err(CertificateError::Headers);
         }
         blocks += 1;
         if block.bytes.is_empty() {
-            return Err("found CERTIFICATE PEM block containing 0 certificates".into());
+            return Err(CertificateError::EmptyBlock);
         }
         let mut der: &[u8] = &block.bytes;
         while !der.is_empty() {
-            let (r, _) =
-                x509_parser::parse_x509_certificate(der).map_err(|_| "x509: malformed certificate".to_string())?;
+            let (r, _) = x509_parser::parse_x509_certificate(der).map_err(|_| CertificateError::Malformed)?;
             der = r;
         }
         rest = next;
     }
     if blocks == 0 {
-        return Err("must contain at least one CERTIFICATE PEM block".into());
+        return Err(CertificateError::NoBlock);
     }
     Ok(())
 }
@@ -308,7 +322,7 @@ fn validate_csr(wire: &Value, csr: &Csr, opts: Options) -> Vec<FieldError> {
     if let Err(e) = checked {
         let present = get_at(wire, &["spec", "request"]).is_some_and(|v| !v.is_null());
         let shown = go_bytes(present.then_some(request.as_slice()));
-        errs.push(invalid_shown("spec.request", &shown, &e));
+        errs.push(invalid_shown("spec.request", &shown, &e.to_string()));
     }
     let usages = usages(csr);
     if usages.is_empty() {
@@ -350,7 +364,7 @@ fn validate_csr(wire: &Value, csr: &Csr, opts: Options) -> Vec<FieldError> {
     errs.extend(validate_conditions(csr, opts));
     if !opts.allow_arbitrary_certificate {
         if let Err(e) = check_certificate(certificate(csr)) {
-            errs.push(FieldError::invalid("status.certificate", &json!("<certificate data>"), e));
+            errs.push(FieldError::invalid("status.certificate", &json!("<certificate data>"), e.to_string()));
         }
     }
     errs
