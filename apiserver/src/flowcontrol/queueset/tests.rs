@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::flowcontrol::shuffle::tests::SplitMix;
 use std::collections::{BTreeSet, HashSet};
