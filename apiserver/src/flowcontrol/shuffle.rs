@@ -29,6 +29,19 @@ pub fn required_entropy_bits(deck: u32, hand: u32) -> u32 {
     }
 }
 
+/// Why a deck and hand size cannot make a [`Dealer`] (upstream's messages).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DealerError {
+    #[error("deckSize {deck} or handSize {hand} is not positive")]
+    NotPositive { deck: u32, hand: u32 },
+    #[error("handSize {hand} is greater than deckSize {deck}")]
+    HandLargerThanDeck { deck: u32, hand: u32 },
+    #[error("deckSize {deck} is impractically large")]
+    DeckTooLarge { deck: u32 },
+    #[error("required entropy bits of deckSize {deck} and handSize {hand} is greater than {MAX_HASH_BITS}")]
+    TooManyEntropyBits { deck: u32, hand: u32 },
+}
+
 /// Deals hands of `hand` distinct cards in `0..deck` from a hash value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Dealer {
@@ -38,20 +51,18 @@ pub struct Dealer {
 
 impl Dealer {
     /// A dealer for the given deck and hand sizes, or why they are unusable.
-    pub fn new(deck: u32, hand: u32) -> Result<Dealer, String> {
+    pub fn new(deck: u32, hand: u32) -> Result<Dealer, DealerError> {
         if deck == 0 || hand == 0 {
-            return Err(format!("deckSize {deck} or handSize {hand} is not positive"));
+            return Err(DealerError::NotPositive { deck, hand });
         }
         if hand > deck {
-            return Err(format!("handSize {hand} is greater than deckSize {deck}"));
+            return Err(DealerError::HandLargerThanDeck { deck, hand });
         }
         if deck > MAX_DECK_SIZE {
-            return Err(format!("deckSize {deck} is impractically large"));
+            return Err(DealerError::DeckTooLarge { deck });
         }
         if required_entropy_bits(deck, hand) > MAX_HASH_BITS {
-            return Err(format!(
-                "required entropy bits of deckSize {deck} and handSize {hand} is greater than {MAX_HASH_BITS}"
-            ));
+            return Err(DealerError::TooManyEntropyBits { deck, hand });
         }
         Ok(Dealer { deck, hand })
     }
@@ -169,7 +180,7 @@ pub(crate) mod tests {
                     let d = got.unwrap_or_else(|e| panic!("{}: unexpected error {e}", c.name));
                     assert_eq!((d.deck(), d.hand()), (c.deck, c.hand), "{}", c.name);
                 }
-                Some(want) => assert_eq!(got, Err(want.to_string()), "{}", c.name),
+                Some(want) => assert_eq!(got.map_err(|e| e.to_string()), Err(want.to_string()), "{}", c.name),
             }
         }
     }

@@ -248,7 +248,7 @@ pub fn validate_crd(obj: &Value) -> Vec<FieldError> {
             if col.json_path.is_empty() {
                 errs.push(FieldError::required(format!("{cp}.jsonPath"), ""));
             } else if let Err(e) = custom::JsonPath::parse(&col.json_path) {
-                errs.push(FieldError::invalid(format!("{cp}.jsonPath"), &json!(col.json_path), e));
+                errs.push(FieldError::invalid(format!("{cp}.jsonPath"), &json!(col.json_path), e.to_string()));
             }
         }
     }
@@ -525,14 +525,17 @@ pub fn served_resources(crd: &Value) -> Result<Vec<ResourceDef>, String> {
         let status = v.subresources.as_ref().is_some_and(|s| s.status.is_some());
         let mut columns = Vec::new();
         for c in v.additional_printer_columns.iter().flatten() {
-            columns.push(custom::printer_column(
-                &c.name,
-                &c.type_,
-                c.format.as_deref().unwrap_or(""),
-                c.description.as_deref().unwrap_or(""),
-                u32::try_from(c.priority.unwrap_or(0)).unwrap_or(0),
-                &c.json_path,
-            )?);
+            columns.push(
+                custom::printer_column(
+                    &c.name,
+                    &c.type_,
+                    c.format.as_deref().unwrap_or(""),
+                    c.description.as_deref().unwrap_or(""),
+                    u32::try_from(c.priority.unwrap_or(0)).unwrap_or(0),
+                    &c.json_path,
+                )
+                .map_err(|e| e.to_string())?,
+            );
         }
         let openapi = custom::openapi_schema(&serde_json::to_value(props).map_err(|e| e.to_string())?);
         out.push(ResourceDef {

@@ -162,16 +162,33 @@ pub enum Step {
 
 /// The JSONPath subset printer columns use: `.a.b`, `.a['b.c']`, `.a[0]`, `.a[*].b`,
 /// `.a[?(@.type=="Ready")].status`.
+/// Why a column's JSONPath is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JsonPathError {
+    #[error("must be a simple json path starting with .")]
+    NotSimple,
+    #[error("unterminated [ in {0:?}")]
+    Unterminated(String),
+    #[error("unexpected character at {at} in {src:?}")]
+    UnexpectedCharacter { at: usize, src: String },
+    #[error("unsupported filter {0:?}")]
+    UnsupportedFilter(String),
+    #[error("unsupported filter value {0:?}")]
+    UnsupportedFilterValue(String),
+    #[error("unsupported subscript [{0}]")]
+    UnsupportedSubscript(String),
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct JsonPath(pub Vec<Step>);
 
 impl JsonPath {
     /// Parse; the path must start with `.` (upstream: "must be a simple json path starting with .").
-    pub fn parse(src: &str) -> Result<JsonPath, String> {
+    pub fn parse(src: &str) -> Result<JsonPath, JsonPathError> {
         let s = src.trim();
         let s = s.strip_prefix('{').and_then(|x| x.strip_suffix('}')).unwrap_or(s);
         if !s.starts_with('.') {
-            return Err("must be a simple json path starting with .".into());
+            return Err(JsonPathError::NotSimple);
         }
         let mut steps = Vec::new();
         let b = s.as_bytes();
@@ -185,18 +202,18 @@ impl JsonPath {
                         j += 1;
                     }
                     if j == start {
-                        return Err("must be a simple json path starting with .".into());
+                        return Err(JsonPathError::NotSimple);
                     }
                     steps.push(Step::Key(s[start..j].to_string()));
                     i = j;
                 }
                 b'[' => {
-                    let Some(end) = find_close(s, i) else { return Err(format!("unterminated [ in {src:?}")) };
+                    let Some(end) = find_close(s, i) else { return Err(JsonPathError::Unterminated(src.to_string())) };
                     let inner = s[i + 1..end].trim();
                     steps.push(bracket(inner)?);
                     i = end + 1;
                 }
-                _ => return Err(format!("unexpected character at {i} in {src:?}")),
+                _ => return Err(JsonPathError::UnexpectedCharacter { at: i, src: src.to_string() }),
             }
         }
         Ok(JsonPath(steps))
@@ -253,7 +270,7 @@ fn unquote(s: &str) -> Option<&str> {
         .or_else(|| s.strip_prefix('"').and_then(|x| x.strip_suffix('"')))
 }
 
-fn bracket(inner: &str) -> Result<Step, String> {
+fn bracket(inner: &str) -> Result<Step, JsonPathError> {
     if inner == "*" {
         return Ok(Step::All);
     }
@@ -264,16 +281,17 @@ fn bracket(inner: &str) -> Result<Step, String> {
         return Ok(Step::Key(k.to_string()));
     }
     if let Some(f) = inner.strip_prefix("?(").and_then(|x| x.strip_suffix(')')) {
-        let (lhs, rhs) = f.split_once("==").ok_or_else(|| format!("unsupported filter {inner:?}"))?;
-        let lhs = lhs.trim().strip_prefix("@.").ok_or_else(|| format!("unsupported filter {inner:?}"))?;
+        let unsupported = || JsonPathError::UnsupportedFilter(inner.to_string());
+        let (lhs, rhs) = f.split_once("==").ok_or_else(unsupported)?;
+        let lhs = lhs.trim().strip_prefix("@.").ok_or_else(unsupported)?;
         let rhs = rhs.trim();
         let want = match unquote(rhs) {
             Some(s) => Value::String(s.to_string()),
-            None => serde_json::from_str(rhs).map_err(|_| format!("unsupported filter value {rhs:?}"))?,
+            None => serde_json::from_str(rhs).map_err(|_| JsonPathError::UnsupportedFilterValue(rhs.to_string()))?,
         };
         return Ok(Step::Filter(lhs.split('.').map(str::to_string).collect(), want));
     }
-    Err(format!("unsupported subscript [{inner}]"))
+    Err(JsonPathError::UnsupportedSubscript(inner.to_string()))
 }
 
 /// Build a column from `additionalPrinterColumns[i]` fields (names are interned).
@@ -284,7 +302,7 @@ pub fn printer_column(
     description: &str,
     priority: u32,
     json_path: &str,
-) -> Result<PrinterColumn, String> {
+) -> Result<PrinterColumn, JsonPathError> {
     use super::intern::intern;
     let path = JsonPath::parse(json_path)?;
     let description = if description.is_empty() {

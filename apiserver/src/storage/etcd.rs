@@ -29,6 +29,8 @@ use etcd_client::{
 use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::broadcast;
 
+use super::compactor::{self, Compact};
+use super::fanout::{next_live, Live, Scope};
 use super::{Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
 
 /// The prefix every trait key starts with.
@@ -48,6 +50,25 @@ const MAX_MESSAGE: usize = 64 << 20;
 /// Pause between attempts to re-open the process's etcd watch after it broke.
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
+
+/// Why `--etcd-*` settings are refused.
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdConfigError {
+    #[error("--etcd-servers is required with --storage etcd")]
+    NoServers,
+    #[error("--etcd-servers: {0:?} is not http://HOST:PORT or https://HOST:PORT")]
+    BadServer(String),
+    #[error("--etcd-servers: use https for every server or for none")]
+    MixedSchemes,
+    #[error("--etcd-cafile, --etcd-certfile and --etcd-keyfile need https:// --etcd-servers")]
+    TlsFilesWithoutHttps,
+    #[error("--etcd-certfile and --etcd-keyfile go together")]
+    CertWithoutKey,
+    #[error("--etcd-prefix {0:?} must start with /")]
+    RelativePrefix(String),
+    #[error("reading {flag} {}: {source}", path.display())]
+    Read { flag: &'static str, path: PathBuf, source: std::io::Error },
+}
 
 /// How to reach etcd (`--etcd-*` flags).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,42 +91,43 @@ impl EtcdConfig {
 
     /// Check the settings without connecting: servers given and well-formed, prefix absolute,
     /// TLS files only with https and cert and key together.
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> std::result::Result<(), EtcdConfigError> {
         if self.servers.is_empty() {
-            return Err("--etcd-servers is required with --storage etcd".into());
+            return Err(EtcdConfigError::NoServers);
         }
         for s in &self.servers {
             let rest = s.strip_prefix("http://").or_else(|| s.strip_prefix("https://"));
             match rest {
                 Some(hostport) if !hostport.is_empty() && !hostport.contains('/') => {}
-                _ => return Err(format!("--etcd-servers: {s:?} is not http://HOST:PORT or https://HOST:PORT")),
+                _ => return Err(EtcdConfigError::BadServer(s.clone())),
             }
         }
         let tls = self.servers.iter().filter(|s| s.starts_with("https://")).count();
         if tls != 0 && tls != self.servers.len() {
-            return Err("--etcd-servers: use https for every server or for none".into());
+            return Err(EtcdConfigError::MixedSchemes);
         }
         let files = self.ca_file.is_some() || self.cert_file.is_some() || self.key_file.is_some();
         if files && tls == 0 {
-            return Err("--etcd-cafile, --etcd-certfile and --etcd-keyfile need https:// --etcd-servers".into());
+            return Err(EtcdConfigError::TlsFilesWithoutHttps);
         }
         if self.cert_file.is_some() != self.key_file.is_some() {
-            return Err("--etcd-certfile and --etcd-keyfile go together".into());
+            return Err(EtcdConfigError::CertWithoutKey);
         }
         if !self.prefix.starts_with('/') {
-            return Err(format!("--etcd-prefix {:?} must start with /", self.prefix));
+            return Err(EtcdConfigError::RelativePrefix(self.prefix.clone()));
         }
         Ok(())
     }
 
-    fn connect_options(&self) -> std::result::Result<ConnectOptions, String> {
+    fn connect_options(&self) -> std::result::Result<ConnectOptions, EtcdConfigError> {
         let mut opts = ConnectOptions::new()
             .with_connect_timeout(Duration::from_secs(5))
             .with_keep_alive(Duration::from_secs(10), Duration::from_secs(5))
             .with_keep_alive_while_idle(true);
         if self.servers.iter().any(|s| s.starts_with("https://")) {
-            let read =
-                |flag: &str, p: &PathBuf| std::fs::read(p).map_err(|e| format!("reading {flag} {}: {e}", p.display()));
+            let read = |flag: &'static str, p: &PathBuf| {
+                std::fs::read(p).map_err(|source| EtcdConfigError::Read { flag, path: p.clone(), source })
+            };
             let mut tls = etcd_client::TlsOptions::new();
             if let Some(ca) = &self.ca_file {
                 tls = tls.ca_certificate(etcd_client::Certificate::from_pem(read("--etcd-cafile", ca)?));
@@ -410,8 +432,8 @@ impl EtcdStorage {
     /// Connect, check that etcd answers (one read), and start the event feed. Must run inside
     /// a Tokio runtime.
     pub async fn connect(cfg: &EtcdConfig) -> Result<EtcdStorage> {
-        cfg.validate().map_err(Error::Backend)?;
-        let opts = cfg.connect_options().map_err(Error::Backend)?;
+        cfg.validate().map_err(|e| Error::Backend(e.to_string()))?;
+        let opts = cfg.connect_options().map_err(|e| Error::Backend(e.to_string()))?;
         let client = bounded("the connection", Client::connect(&cfg.servers, Some(opts))).await?;
         let keys = Keys::new(&cfg.prefix);
         let inner = Arc::new(Inner {
@@ -444,22 +466,7 @@ impl EtcdStorage {
         keep_revisions: u64,
         every: Duration,
     ) -> tokio::task::JoinHandle<()> {
-        let weak = Arc::downgrade(&store);
-        drop(store);
-        tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(every);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                ticks.tick().await;
-                let Some(store) = weak.upgrade() else { return };
-                let target = store.current_rev().saturating_sub(keep_revisions);
-                if target > store.compacted_rev() {
-                    if let Err(e) = store.compact(target).await {
-                        tracing::warn!(error = %e, target, "etcd compaction failed");
-                    }
-                }
-            }
-        })
+        compactor::spawn(store, keep_revisions, every)
     }
 
     /// A watch served from the window and the live feed, or None when `after` is older than
@@ -498,7 +505,7 @@ impl EtcdStorage {
         let state = match self.subscribe(&scope, after_rev) {
             Some(s) => s,
             None => {
-                let (key, end) = scope.etcd_range(&self.inner.keys)?;
+                let (key, end) = etcd_range(&scope, &self.inner.keys)?;
                 let ws = self.inner.open_watch(key, end, after_rev).await?;
                 WatchState {
                     inner: self.inner.clone(),
@@ -596,30 +603,16 @@ async fn run_feed(inner: Weak<Inner>, mut pos: Rev) {
     }
 }
 
-#[derive(Debug, Clone)]
-enum Scope {
-    Prefix(String),
-    Key(String),
-}
-
-impl Scope {
-    fn matches(&self, key: &str) -> bool {
-        match self {
-            Scope::Prefix(p) => key.starts_with(p.as_str()),
-            Scope::Key(k) => key == k,
+/// The etcd range `[key, end)` a watch of `scope` covers.
+fn etcd_range(scope: &Scope, keys: &Keys) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
+    Ok(match scope {
+        Scope::Prefix(p) => {
+            let k = keys.etcd_key(p)?;
+            let end = prefix_end(&k);
+            (k, Some(end))
         }
-    }
-
-    fn etcd_range(&self, keys: &Keys) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
-        Ok(match self {
-            Scope::Prefix(p) => {
-                let k = keys.etcd_key(p)?;
-                let end = prefix_end(&k);
-                (k, Some(end))
-            }
-            Scope::Key(k) => (keys.etcd_key(k)?, None),
-        })
-    }
+        Scope::Key(k) => (keys.etcd_key(k)?, None),
+    })
 }
 
 /// Removes a key's channel when its last watcher goes.
@@ -672,20 +665,12 @@ async fn watch_step(mut st: WatchState) -> Option<(Result<Event>, WatchState)> {
             return Some((Ok(ev), st));
         }
         match &mut st.source {
-            Source::Live(rx) => match rx.recv().await {
-                Ok(ev) => {
-                    if ev.rev <= st.pos {
-                        continue;
-                    }
-                    st.pos = ev.rev;
-                    if st.scope.matches(&ev.key) {
-                        return Some((Ok(Event::clone(&ev)), st));
-                    }
-                }
+            Source::Live(rx) => match next_live(rx, &st.scope, &mut st.pos).await {
+                Live::Event(ev) => return Some((Ok(ev), st)),
                 // Fell behind the live feed: continue on an etcd watch of its own from the
                 // last revision handled.
-                Err(broadcast::error::RecvError::Lagged(_)) => {
-                    let (key, end) = match st.scope.etcd_range(&st.inner.keys) {
+                Live::Lagged => {
+                    let (key, end) = match etcd_range(&st.scope, &st.inner.keys) {
                         Ok(r) => r,
                         Err(e) => return st.fail(e),
                     };
@@ -697,7 +682,7 @@ async fn watch_step(mut st: WatchState) -> Option<(Result<Event>, WatchState)> {
                         Err(e) => return st.fail(e),
                     }
                 }
-                Err(broadcast::error::RecvError::Closed) => {
+                Live::Closed => {
                     let e = st.inner.compacted_error(st.pos);
                     return st.fail(e);
                 }
@@ -856,6 +841,10 @@ impl Storage for EtcdStorage {
     }
 }
 
+impl Compact for EtcdStorage {
+    const LOG_NAME: &'static str = "etcd";
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -898,7 +887,7 @@ mod tests {
             c.validate()
         };
         // name, result, error fragment ("" = valid)
-        let cases: Vec<(&str, std::result::Result<(), String>, &str)> = vec![
+        let cases: Vec<(&str, std::result::Result<(), EtcdConfigError>, &str)> = vec![
             ("one http server", cfg(&["http://127.0.0.1:2379"], |_| {}), ""),
             (
                 "two https with files",
@@ -920,7 +909,7 @@ mod tests {
         for (name, got, want) in cases {
             match (got, want) {
                 (Ok(()), "") => {}
-                (Err(e), w) if !w.is_empty() => assert!(e.contains(w), "{name}: {e}"),
+                (Err(e), w) if !w.is_empty() => assert!(e.to_string().contains(w), "{name}: {e}"),
                 (got, _) => panic!("{name}: got {got:?}, want {want:?}"),
             }
         }

@@ -11,8 +11,15 @@
 //!
 //! Keys look like `/registry/<group>/<resource>/<namespace>/<name>` (cluster-scoped kinds
 //! omit the namespace segment); prefixes end with `/`.
+//!
+//! Two backends: `sqlite/` (embedded, one file) and `etcd.rs`. Both run the one compactor of
+//! `compactor.rs` (when and how far to compact) and feed their watchers through the live
+//! fan-out of `fanout.rs` (one broadcast channel, deduplicated by revision, filtered by
+//! scope); `migrate.rs` copies a store's objects from one backend to the other.
 
+mod compactor;
 pub mod etcd;
+mod fanout;
 pub mod migrate;
 pub mod sqlite;
 

@@ -1,0 +1,297 @@
+//! The writer thread: group commit of compare-and-swap writes, and compaction steps.
+
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+
+use rusqlite::{params, Connection, OptionalExtension};
+use tokio::sync::oneshot;
+
+use super::read::{read_meta_value, rev_at, SqlRev};
+use super::watch::Shared;
+use super::MAX_BATCH;
+use crate::storage::{Error, Event, EventKind, Result, Rev};
+
+pub(super) enum WriteOp {
+    Create { key: String, value: Vec<u8> },
+    Update { key: String, value: Vec<u8>, expected_rev: Rev },
+    Delete { key: String, expected_rev: Rev },
+}
+
+pub(super) enum Msg {
+    Write {
+        op: WriteOp,
+        reply: oneshot::Sender<Result<Rev>>,
+    },
+    /// Record a new compaction revision (deletions follow in steps).
+    CompactMark {
+        rev: Rev,
+        reply: oneshot::Sender<Result<()>>,
+    },
+    /// Delete one step of superseded rows; answers whether compaction is complete.
+    CompactStep {
+        reply: oneshot::Sender<Result<bool>>,
+    },
+}
+
+pub(super) struct Writer {
+    pub(super) conn: Connection,
+    pub(super) shared: Arc<Shared>,
+    /// Last committed revision.
+    pub(super) rev: Rev,
+    pub(super) compacted: Rev,
+    /// Superseded rows with revision ≤ cursor are deleted.
+    pub(super) cursor: Rev,
+    pub(super) compact_step: u64,
+}
+
+type Pending = (WriteOp, oneshot::Sender<Result<Rev>>);
+
+impl Writer {
+    pub(super) fn run(mut self, rx: mpsc::Receiver<Msg>) {
+        while let Ok(first) = rx.recv() {
+            let mut writes: Vec<Pending> = Vec::new();
+            let mut others = Vec::new();
+            let mut next = Some(first);
+            while let Some(msg) = next {
+                match msg {
+                    Msg::Write { op, reply } => writes.push((op, reply)),
+                    other => others.push(other),
+                }
+                next = if writes.len() < MAX_BATCH { rx.try_recv().ok() } else { None };
+            }
+            if !writes.is_empty() {
+                self.commit_batch(writes);
+            }
+            for msg in others {
+                match msg {
+                    Msg::Write { .. } => {}
+                    Msg::CompactMark { rev, reply } => {
+                        let _ = reply.send(self.compact_mark(rev));
+                    }
+                    Msg::CompactStep { reply } => {
+                        let _ = reply.send(self.compact_step());
+                    }
+                }
+            }
+        }
+        self.shared.close();
+    }
+
+    /// Start a write transaction, first clearing one a failed earlier step may have left open.
+    fn begin(&self) -> Result<()> {
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(())
+    }
+
+    fn commit_batch(&mut self, writes: Vec<Pending>) {
+        if let Err(e) = self.begin() {
+            for (_, reply) in writes {
+                let _ = reply.send(Err(e.clone()));
+            }
+            return;
+        }
+        let mut rev = self.rev;
+        let mut events = Vec::new();
+        let mut results = Vec::with_capacity(writes.len());
+        let mut broken = None;
+        for (op, reply) in writes {
+            if broken.is_some() {
+                results.push((reply, Ok(0)));
+                continue;
+            }
+            match self.apply_in_savepoint(op, rev + 1) {
+                Ok(Ok(ev)) => {
+                    rev = ev.rev;
+                    events.push(ev);
+                    results.push((reply, Ok(rev)));
+                }
+                Ok(Err(e)) => results.push((reply, Err(e))),
+                Err(e) => {
+                    broken = Some(e.clone());
+                    results.push((reply, Err(e)));
+                }
+            }
+        }
+        let committed = match broken {
+            Some(e) => Err(e),
+            // Nothing changed: nothing to sync.
+            None if rev == self.rev => self.conn.execute_batch("ROLLBACK").map_err(Error::from),
+            None => self.set_meta("rev", rev).and_then(|()| self.conn.execute_batch("COMMIT").map_err(Error::from)),
+        };
+        if let Err(e) = committed {
+            if !self.conn.is_autocommit() {
+                let _ = self.conn.execute_batch("ROLLBACK");
+            }
+            // Did the commit land after all? Then never hand out its revisions again, and let
+            // watchers see its events; the callers still get the error (an ambiguous outcome,
+            // as with any store).
+            let landed = read_meta_value(&self.conn, "rev").is_ok_and(|stored| stored == rev && rev > self.rev);
+            if landed {
+                self.publish(rev, events);
+            }
+            // Even the CAS failures were judged against writes that may be gone.
+            for (reply, _) in results {
+                let _ = reply.send(Err(e.clone()));
+            }
+            return;
+        }
+        self.publish(rev, events);
+        for (reply, res) in results {
+            let _ = reply.send(res);
+        }
+    }
+
+    fn publish(&mut self, rev: Rev, events: Vec<Event>) {
+        self.rev = rev;
+        self.shared.rev.store(rev, Ordering::SeqCst);
+        self.shared.wake_keys(events.iter().map(|e| e.key.as_str()));
+        for ev in events {
+            // No receivers is fine.
+            let _ = self.shared.events.send(Arc::new(ev));
+        }
+    }
+
+    /// Apply one write as revision `rev`, undoing its partial effects if SQLite fails midway.
+    /// Outer error: the transaction is in an unknown state and the whole batch must be
+    /// abandoned. Inner error: this request failed (compare-and-swap, or SQLite, undone).
+    fn apply_in_savepoint(&self, op: WriteOp, rev: Rev) -> Result<Result<Event>> {
+        self.conn.prepare_cached("SAVEPOINT w")?.execute([])?;
+        let res = self.apply(op, rev).and_then(|outcome| {
+            self.conn.prepare_cached("RELEASE w")?.execute([])?;
+            Ok(outcome)
+        });
+        match res {
+            Ok(outcome) => Ok(outcome),
+            Err(e) => {
+                self.conn.execute_batch("ROLLBACK TO w; RELEASE w")?;
+                Ok(Err(Error::from(e)))
+            }
+        }
+    }
+
+    /// Outer error: SQLite failed. Inner error: the compare-and-swap failed (nothing written).
+    fn apply(&self, op: WriteOp, rev: Rev) -> rusqlite::Result<Result<Event>> {
+        match op {
+            WriteOp::Create { key, value } => {
+                let exists: Option<Rev> = self
+                    .conn
+                    .prepare_cached("SELECT rev FROM cur WHERE key = ?1")?
+                    .query_row([&key], rev_at(0))
+                    .optional()?;
+                if exists.is_some() {
+                    return Ok(Err(Error::AlreadyExists(key)));
+                }
+                self.insert_row(rev, &key, rev, false, &value)?;
+                self.conn
+                    .prepare_cached("INSERT INTO cur (key, rev) VALUES (?1, ?2)")?
+                    .execute(params![key, SqlRev(rev)])?;
+                Ok(Ok(Event { kind: EventKind::Created, rev, key, value, prev_value: None }))
+            }
+            WriteOp::Update { key, value, expected_rev } => {
+                let (create_rev, prev) = match self.current(&key, expected_rev)? {
+                    Ok(found) => found,
+                    Err(e) => return Ok(Err(e)),
+                };
+                self.insert_row(rev, &key, create_rev, false, &value)?;
+                self.conn
+                    .prepare_cached("UPDATE cur SET rev = ?2 WHERE key = ?1")?
+                    .execute(params![key, SqlRev(rev)])?;
+                Ok(Ok(Event { kind: EventKind::Updated, rev, key, value, prev_value: Some(prev) }))
+            }
+            WriteOp::Delete { key, expected_rev } => {
+                let (create_rev, prev) = match self.current(&key, expected_rev)? {
+                    Ok(found) => found,
+                    Err(e) => return Ok(Err(e)),
+                };
+                self.insert_row(rev, &key, create_rev, true, &prev)?;
+                self.conn.prepare_cached("DELETE FROM cur WHERE key = ?1")?.execute([&key])?;
+                Ok(Ok(Event { kind: EventKind::Deleted, rev, key, value: prev.clone(), prev_value: Some(prev) }))
+            }
+        }
+    }
+
+    /// The key's (create_rev, value) if it exists with mod_rev `expected_rev`.
+    fn current(&self, key: &str, expected_rev: Rev) -> rusqlite::Result<Result<(Rev, Vec<u8>)>> {
+        let row: Option<(Rev, Rev, Vec<u8>)> = self
+            .conn
+            .prepare_cached(
+                "SELECT k.rev, k.create_rev, k.value FROM cur c JOIN kv k ON k.rev = c.rev WHERE c.key = ?1",
+            )?
+            .query_row([key], |r| Ok((rev_at(0)(r)?, rev_at(1)(r)?, r.get(2)?)))
+            .optional()?;
+        Ok(match row {
+            None => Err(Error::NotFound(key.to_owned())),
+            Some((mod_rev, _, _)) if mod_rev != expected_rev => {
+                Err(Error::Conflict { key: key.to_owned(), current_rev: mod_rev })
+            }
+            Some((_, create_rev, value)) => Ok((create_rev, value)),
+        })
+    }
+
+    fn insert_row(&self, rev: Rev, key: &str, create_rev: Rev, deleted: bool, value: &[u8]) -> rusqlite::Result<()> {
+        self.conn
+            .prepare_cached("INSERT INTO kv (rev, key, create_rev, deleted, value) VALUES (?1, ?2, ?3, ?4, ?5)")?
+            .execute(params![SqlRev(rev), key, SqlRev(create_rev), deleted, value])?;
+        Ok(())
+    }
+
+    fn set_meta(&self, name: &str, value: Rev) -> Result<()> {
+        self.conn
+            .prepare_cached("UPDATE meta SET value = ?2 WHERE name = ?1")?
+            .execute(params![name, SqlRev(value)])?;
+        Ok(())
+    }
+
+    /// Run `f` in its own committed transaction.
+    fn in_tx(&self, f: impl FnOnce(&Self) -> Result<()>) -> Result<()> {
+        self.begin()?;
+        let res = f(self).and_then(|()| self.conn.execute_batch("COMMIT").map_err(Error::from));
+        if res.is_err() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        res
+    }
+
+    fn compact_mark(&mut self, rev: Rev) -> Result<()> {
+        if rev > self.rev {
+            return Err(Error::FutureRevision { requested: rev, current: self.rev });
+        }
+        if rev <= self.compacted {
+            return Ok(());
+        }
+        self.in_tx(|w| w.set_meta("compact_rev", rev))?;
+        self.compacted = rev;
+        self.shared.compacted.store(rev, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Delete the rows that no read at or after the compaction revision C can see, for the
+    /// revisions in (cursor, cursor + step]: every tombstone there, and the predecessor (the
+    /// previous row of the same key) of every row there. Both have revisions ≤ C and are
+    /// superseded at C. Done step by step from the previous compaction revision, this
+    /// leaves, per key, at most its newest row ≤ C (when that is not a tombstone).
+    fn compact_step(&mut self) -> Result<bool> {
+        if self.cursor >= self.compacted {
+            return Ok(true);
+        }
+        let hi = self.compacted.min(self.cursor.saturating_add(self.compact_step));
+        let lo = self.cursor;
+        self.in_tx(|w| {
+            w.conn
+                .prepare_cached(
+                    "DELETE FROM kv WHERE rev IN ( \
+                       SELECT (SELECT MAX(p.rev) FROM kv p WHERE p.key = n.key AND p.rev < n.rev) \
+                         FROM kv n WHERE n.rev > ?1 AND n.rev <= ?2 \
+                       UNION ALL \
+                       SELECT rev FROM kv WHERE rev > ?1 AND rev <= ?2 AND deleted = 1)",
+                )?
+                .execute(params![SqlRev(lo), SqlRev(hi)])?;
+            w.set_meta("compact_cursor", hi)
+        })?;
+        self.cursor = hi;
+        Ok(hi >= self.compacted)
+    }
+}
