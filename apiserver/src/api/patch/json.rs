@@ -48,6 +48,18 @@ pub fn json_patch(original: &Value, body: &[u8]) -> Result<Value, PatchError> {
     Ok(doc)
 }
 
+/// The limit of a [`PatchBudget`] an operation would break.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BudgetExceeded {
+    /// The bytes `copy` operations would have added so far.
+    #[error(
+        "Unable to complete the copy, the accumulated size increase of copy is {0}, exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}"
+    )]
+    CopyBytes(usize),
+    #[error("the patched document could nest more than {MAX_JSON_PATCH_DEPTH} levels deep")]
+    Depth,
+}
+
 /// What a JSON patch may still do: the bytes `copy` operations may add
 /// ([`MAX_JSON_PATCH_COPY_BYTES`]) and an upper bound of the document's depth (kept under
 /// [`MAX_JSON_PATCH_DEPTH`]). Checked before each operation is applied, so neither limit
@@ -64,7 +76,7 @@ impl PatchBudget {
     }
 
     /// Accounts for `op` about to be applied to `doc`, or says which limit it would break.
-    pub fn charge(&mut self, doc: &Value, op: &json_patch::PatchOperation) -> Result<(), String> {
+    pub fn charge(&mut self, doc: &Value, op: &json_patch::PatchOperation) -> Result<(), BudgetExceeded> {
         use json_patch::PatchOperation as Op;
         let tokens = |p: &json_patch::jsonptr::Pointer| p.as_str().matches('/').count();
         let reached = match op {
@@ -77,10 +89,7 @@ impl PatchBudget {
                 let size = json_size(from);
                 self.copied = self.copied.saturating_add(size);
                 if self.copied > MAX_JSON_PATCH_COPY_BYTES {
-                    return Err(format!(
-                        "Unable to complete the copy, the accumulated size increase of copy is {}, exceeding the limit {MAX_JSON_PATCH_COPY_BYTES}",
-                        self.copied
-                    ));
+                    return Err(BudgetExceeded::CopyBytes(self.copied));
                 }
                 tokens(&o.path) + crate::meta::nesting_depth(from)
             }
@@ -90,7 +99,7 @@ impl PatchBudget {
         };
         self.depth = self.depth.max(reached);
         if self.depth > MAX_JSON_PATCH_DEPTH {
-            return Err(format!("the patched document could nest more than {MAX_JSON_PATCH_DEPTH} levels deep"));
+            return Err(BudgetExceeded::Depth);
         }
         Ok(())
     }
@@ -308,5 +317,14 @@ mod tests {
             let got = ops.iter().position(|o| b.charge(&doc, o).is_err());
             assert_eq!(got, want, "{name}");
         }
+    }
+
+    #[test]
+    fn budget_errors_say_which_limit() {
+        assert_eq!(
+            BudgetExceeded::CopyBytes(3_145_729).to_string(),
+            "Unable to complete the copy, the accumulated size increase of copy is 3145729, exceeding the limit 3145728"
+        );
+        assert_eq!(BudgetExceeded::Depth.to_string(), "the patched document could nest more than 512 levels deep");
     }
 }

@@ -15,7 +15,7 @@ mod json;
 mod merge;
 mod strategic;
 
-pub use json::{json_patch, PatchBudget};
+pub use json::{json_patch, BudgetExceeded, PatchBudget};
 pub use merge::merge_patch;
 pub use strategic::strategic_merge_patch;
 
