@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use super::Operator;
+use super::{Operator, SelectorError};
 
 /// One field requirement: `field=value` or `field!=value` (`==` parses as `=`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,7 +40,7 @@ impl FieldSelector {
 
     /// Upstream `fields.ParseSelector`: terms split on unescaped `,`, each `f=v`, `f==v` or
     /// `f!=v`; values unescape `\,` `\=` `\\` and may not contain a bare `,` or `=`.
-    pub fn parse(selector: &str) -> Result<Self, String> {
+    pub fn parse(selector: &str) -> Result<Self, SelectorError> {
         let mut parts = split_terms(selector);
         parts.sort();
         let mut requirements = Vec::new();
@@ -49,7 +49,7 @@ impl FieldSelector {
                 continue;
             }
             let Some((lhs, op, rhs)) = split_term(part) else {
-                return Err(format!("invalid selector: '{selector}'; can't understand '{part}'"));
+                return Err(SelectorError::Field(format!("invalid selector: '{selector}'; can't understand '{part}'")));
             };
             let value = unescape_value(rhs)?;
             let operator = if op == "!=" { Operator::NotEquals } else { Operator::Equals };
@@ -103,7 +103,7 @@ pub fn escape_value(s: &str) -> String {
 }
 
 /// Upstream `fields.UnescapeValue`.
-pub fn unescape_value(s: &str) -> Result<String, String> {
+pub fn unescape_value(s: &str) -> Result<String, SelectorError> {
     if !s.contains(['\\', ',', '=']) {
         return Ok(s.to_string());
     }
@@ -113,7 +113,9 @@ pub fn unescape_value(s: &str) -> Result<String, String> {
         if in_slash {
             match c {
                 '\\' | ',' | '=' => out.push(c),
-                _ => return Err(format!("invalid field selector: invalid escape sequence: \\{c}")),
+                _ => {
+                    return Err(SelectorError::Field(format!("invalid field selector: invalid escape sequence: \\{c}")))
+                }
             }
             in_slash = false;
             continue;
@@ -121,12 +123,17 @@ pub fn unescape_value(s: &str) -> Result<String, String> {
         match c {
             '\\' => in_slash = true,
             // Upstream prints the rune with %v, i.e. as a number.
-            ',' | '=' => return Err(format!("invalid field selector: unescaped character in value: {}", c as u32)),
+            ',' | '=' => {
+                return Err(SelectorError::Field(format!(
+                    "invalid field selector: unescaped character in value: {}",
+                    c as u32
+                )))
+            }
             _ => out.push(c),
         }
     }
     if in_slash {
-        return Err("invalid field selector: invalid escape sequence: \\".to_string());
+        return Err(SelectorError::Field("invalid field selector: invalid escape sequence: \\".to_string()));
     }
     Ok(out)
 }
@@ -197,7 +204,7 @@ mod tests {
             ("ä=ö", Ok(vec![("ä", Operator::Equals, "ö")])),
         ];
         for (input, want) in cases {
-            let got = FieldSelector::parse(input).map(|s| {
+            let got = FieldSelector::parse(input).map_err(|e| e.to_string()).map(|s| {
                 s.requirements().iter().map(|r| (r.field.clone(), r.operator, r.value.clone())).collect::<Vec<_>>()
             });
             let want = want

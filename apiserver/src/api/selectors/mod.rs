@@ -20,6 +20,26 @@ use serde_json::Value;
 
 use crate::validation::is_qualified_name;
 
+/// Why a selector was refused. The texts are upstream's, ready to be a 400's message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// A requirement breaks upstream's validation: its `field.Error`s, aggregated as
+    /// `utilerrors.Aggregate` renders them.
+    #[error("{0}")]
+    Invalid(String),
+    /// A label selector string that does not parse (`found '…', expected: …`), or one of
+    /// whose requirements is invalid (`unable to parse requirement: …`).
+    #[error("{0}")]
+    Syntax(String),
+    /// A `metav1.LabelSelector` object of the wrong shape or with an unknown operator.
+    #[error("{0}")]
+    Object(String),
+    /// A field selector that does not parse (`invalid selector: …`,
+    /// `invalid field selector: …`).
+    #[error("{0}")]
+    Field(String),
+}
+
 /// A label set a selector can be matched against.
 pub trait Labels {
     /// The value of label `key`, if the set has it.
@@ -119,23 +139,23 @@ fn render_list(values: &[String]) -> String {
 }
 
 /// `utilerrors.NewAggregate(errs).Error()`: one message as is, several deduplicated in `[..]`.
-fn aggregate(errs: Vec<String>) -> Result<(), String> {
+fn aggregate(errs: Vec<String>) -> Result<(), SelectorError> {
     let mut seen = BTreeSet::new();
     let unique: Vec<String> = errs.into_iter().filter(|e| seen.insert(e.clone())).collect();
     match unique.len() {
         0 => Ok(()),
-        1 => Err(unique.into_iter().next().unwrap_or_default()),
-        _ => Err(format!("[{}]", unique.join(", "))),
+        1 => Err(SelectorError::Invalid(unique.into_iter().next().unwrap_or_default())),
+        _ => Err(SelectorError::Invalid(format!("[{}]", unique.join(", ")))),
     }
 }
 
 /// `validateLabelKey`: `<path>: Invalid value: "<key>": <problems joined by "; ">`.
-fn validate_label_key(key: &str, path: &str) -> Result<(), String> {
+fn validate_label_key(key: &str, path: &str) -> Result<(), SelectorError> {
     let errs = is_qualified_name(key);
     if errs.is_empty() {
         Ok(())
     } else {
-        Err(invalid(path, &go_quote(key), &errs.join("; ")))
+        Err(SelectorError::Invalid(invalid(path, &go_quote(key), &errs.join("; "))))
     }
 }
 
@@ -167,5 +187,14 @@ mod tests {
                 assert_eq!(FieldSelector::parse(&sel.to_string()).as_ref(), Ok(&sel), "input {s:?}");
             }
         }
+    }
+
+    #[test]
+    fn errors_say_what_was_refused() {
+        assert!(matches!(LabelSelector::parse("x in"), Err(SelectorError::Syntax(_))));
+        assert!(matches!(Requirement::new("-x", Operator::Exists, Vec::new()), Err(SelectorError::Invalid(_))));
+        assert!(matches!(LabelSelector::from_meta(&serde_json::json!("nope")), Err(SelectorError::Object(_))));
+        assert!(matches!(FieldSelector::parse("foo"), Err(SelectorError::Field(_))));
+        assert!(matches!(unescape_value("a\\"), Err(SelectorError::Field(_))));
     }
 }

@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde_json::Value;
 
-use super::{aggregate, go_quote, invalid, render_list, validate_label_key, Labels, Operator};
+use super::{aggregate, go_quote, invalid, render_list, validate_label_key, Labels, Operator, SelectorError};
 use crate::validation::is_valid_label_value;
 use parser::{Lexer, Parser};
 
@@ -23,10 +23,10 @@ pub struct Requirement {
 impl Requirement {
     /// Upstream `labels.NewRequirement` (without a field path): checks the key, the number of
     /// values for the operator, integer values for `gt`/`lt`, and every value.
-    pub fn new(key: &str, operator: Operator, values: Vec<String>) -> Result<Self, String> {
+    pub fn new(key: &str, operator: Operator, values: Vec<String>) -> Result<Self, SelectorError> {
         let mut errs = Vec::new();
         if let Err(e) = validate_label_key(key, "key") {
-            errs.push(e);
+            errs.push(e.to_string());
         }
         match operator {
             Operator::In | Operator::NotIn => {
@@ -183,7 +183,7 @@ impl LabelSelector {
 
     /// Upstream `labels.Parse`: `k=v`, `k==v`, `k!=v`, `k in (a,b)`, `k notin (a,b)`, `k`,
     /// `!k`, `k>1`, `k<1`, joined by `,` (AND). An empty string matches everything.
-    pub fn parse(selector: &str) -> Result<Self, String> {
+    pub fn parse(selector: &str) -> Result<Self, SelectorError> {
         let mut parser = Parser { items: Lexer::new(selector).scan(), pos: 0 };
         let requirements = parser.parse()?;
         Ok(Self::from_requirements(requirements))
@@ -192,11 +192,11 @@ impl LabelSelector {
     /// Upstream `metav1.LabelSelectorAsSelector` over a wire-form `metav1.LabelSelector`:
     /// null matches nothing, `{}` everything; `matchLabels` and `matchExpressions`
     /// (`In`/`NotIn`/`Exists`/`DoesNotExist`) are ANDed.
-    pub fn from_meta(selector: &Value) -> Result<Self, String> {
+    pub fn from_meta(selector: &Value) -> Result<Self, SelectorError> {
         let m = match selector {
             Value::Null => return Ok(Self::nothing()),
             Value::Object(m) => m,
-            other => return Err(format!("invalid label selector: {other}")),
+            other => return Err(SelectorError::Object(format!("invalid label selector: {other}"))),
         };
         let match_labels = match m.get("matchLabels") {
             None | Some(Value::Null) => Vec::new(),
@@ -204,18 +204,26 @@ impl LabelSelector {
                 let mut out = Vec::new();
                 for (k, v) in labels {
                     let Some(v) = v.as_str() else {
-                        return Err(format!("invalid label selector: matchLabels[{k}] must be a string"));
+                        return Err(SelectorError::Object(format!(
+                            "invalid label selector: matchLabels[{k}] must be a string"
+                        )));
                     };
                     out.push((k.as_str(), v));
                 }
                 out
             }
-            Some(_) => return Err("invalid label selector: matchLabels must be an object".to_string()),
+            Some(_) => {
+                return Err(SelectorError::Object("invalid label selector: matchLabels must be an object".to_string()))
+            }
         };
         let match_expressions = match m.get("matchExpressions") {
             None | Some(Value::Null) => &[][..],
             Some(Value::Array(list)) => list.as_slice(),
-            Some(_) => return Err("invalid label selector: matchExpressions must be a list".to_string()),
+            Some(_) => {
+                return Err(SelectorError::Object(
+                    "invalid label selector: matchExpressions must be a list".to_string(),
+                ))
+            }
         };
         if match_labels.is_empty() && match_expressions.is_empty() {
             return Ok(Self::everything());
@@ -232,7 +240,12 @@ impl LabelSelector {
                 "NotIn" => Operator::NotIn,
                 "Exists" => Operator::Exists,
                 "DoesNotExist" => Operator::DoesNotExist,
-                other => return Err(format!("{} is not a valid label selector operator", go_quote(other))),
+                other => {
+                    return Err(SelectorError::Object(format!(
+                        "{} is not a valid label selector operator",
+                        go_quote(other)
+                    )))
+                }
             };
             let values = match expr.get("values") {
                 None | Some(Value::Null) => Vec::new(),
@@ -241,12 +254,18 @@ impl LabelSelector {
                     for v in vs {
                         match v.as_str() {
                             Some(s) => out.push(s.to_string()),
-                            None => return Err("invalid label selector: values must be strings".to_string()),
+                            None => {
+                                return Err(SelectorError::Object(
+                                    "invalid label selector: values must be strings".to_string(),
+                                ))
+                            }
                         }
                     }
                     out
                 }
-                Some(_) => return Err("invalid label selector: values must be a list".to_string()),
+                Some(_) => {
+                    return Err(SelectorError::Object("invalid label selector: values must be a list".to_string()))
+                }
             };
             requirements.push(Requirement::new(key, op, values)?);
         }
@@ -365,14 +384,17 @@ mod tests {
             ("x=a\0garbage", "found 'garbage', expected: ',' or 'end of string'".into()),
         ];
         for (input, want) in cases {
-            let got = LabelSelector::parse(input).err().unwrap_or_else(|| panic!("{input:?} parsed"));
+            let got = LabelSelector::parse(input).err().unwrap_or_else(|| panic!("{input:?} parsed")).to_string();
             assert_eq!(got, want, "input {input:?}");
         }
         let long = format!("x={}", "a".repeat(64));
-        let got = LabelSelector::parse(&long).unwrap_err();
+        let got = LabelSelector::parse(&long).unwrap_err().to_string();
         assert!(got.ends_with("Invalid value: \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\": must be no more than 63 characters"), "{got}");
         let long_key = format!("{}=a", "k".repeat(64));
-        assert!(LabelSelector::parse(&long_key).unwrap_err().contains("name part must be no more than 63 characters"));
+        assert!(LabelSelector::parse(&long_key)
+            .unwrap_err()
+            .to_string()
+            .contains("name part must be no more than 63 characters"));
     }
 
     #[test]
@@ -464,7 +486,7 @@ mod tests {
         for (sel, want) in cases {
             match (LabelSelector::from_meta(&sel), want) {
                 (Ok(s), Ok(m)) => assert_eq!(s.matches(&l), m, "selector {sel}"),
-                (Err(e), Err(w)) => assert!(e.starts_with(w), "selector {sel}: {e}"),
+                (Err(e), Err(w)) => assert!(e.to_string().starts_with(w), "selector {sel}: {e}"),
                 (got, want) => panic!("selector {sel}: got {got:?}, want {want:?}"),
             }
         }

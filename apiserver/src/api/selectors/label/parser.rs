@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 
 use super::Requirement;
-use crate::api::selectors::{validate_label_key, Operator};
+use crate::api::selectors::{validate_label_key, Operator, SelectorError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Token {
@@ -182,13 +182,15 @@ impl Parser {
         self.item(self.pos - 1, ctx)
     }
 
-    pub(super) fn parse(&mut self) -> Result<Vec<Requirement>, String> {
+    pub(super) fn parse(&mut self) -> Result<Vec<Requirement>, SelectorError> {
         let mut requirements = Vec::new();
         loop {
             let (tok, lit) = self.lookahead(Context::Values);
             match tok {
                 Token::Identifier | Token::DoesNotExist => {
-                    let r = self.parse_requirement().map_err(|e| format!("unable to parse requirement: {e}"))?;
+                    let r = self
+                        .parse_requirement()
+                        .map_err(|e| SelectorError::Syntax(format!("unable to parse requirement: {e}")))?;
                     requirements.push(r);
                     let (t, l) = self.consume(Context::Values);
                     match t {
@@ -196,19 +198,27 @@ impl Parser {
                         Token::Comma => {
                             let (t2, l2) = self.lookahead(Context::Values);
                             if t2 != Token::Identifier && t2 != Token::DoesNotExist {
-                                return Err(format!("found '{l2}', expected: identifier after ','"));
+                                return Err(SelectorError::Syntax(format!(
+                                    "found '{l2}', expected: identifier after ','"
+                                )));
                             }
                         }
-                        _ => return Err(format!("found '{l}', expected: ',' or 'end of string'")),
+                        _ => {
+                            return Err(SelectorError::Syntax(format!("found '{l}', expected: ',' or 'end of string'")))
+                        }
                     }
                 }
                 Token::EndOfString => return Ok(requirements),
-                _ => return Err(format!("found '{lit}', expected: !, identifier, or 'end of string'")),
+                _ => {
+                    return Err(SelectorError::Syntax(format!(
+                        "found '{lit}', expected: !, identifier, or 'end of string'"
+                    )))
+                }
             }
         }
     }
 
-    fn parse_requirement(&mut self) -> Result<Requirement, String> {
+    fn parse_requirement(&mut self) -> Result<Requirement, SelectorError> {
         let (key, op) = self.parse_key_and_infer_operator()?;
         if let Some(op @ (Operator::Exists | Operator::DoesNotExist)) = op {
             return Requirement::new(&key, op, Vec::new());
@@ -221,7 +231,7 @@ impl Parser {
         Requirement::new(&key, op, values.into_iter().collect())
     }
 
-    fn parse_key_and_infer_operator(&mut self) -> Result<(String, Option<Operator>), String> {
+    fn parse_key_and_infer_operator(&mut self) -> Result<(String, Option<Operator>), SelectorError> {
         let mut op = None;
         let (mut tok, mut lit) = self.consume(Context::Values);
         if tok == Token::DoesNotExist {
@@ -229,7 +239,7 @@ impl Parser {
             (tok, lit) = self.consume(Context::Values);
         }
         if tok != Token::Identifier {
-            return Err(format!("found '{lit}', expected: identifier"));
+            return Err(SelectorError::Syntax(format!("found '{lit}', expected: identifier")));
         }
         validate_label_key(&lit, "<nil>")?;
         let (t, _) = self.lookahead(Context::Values);
@@ -239,7 +249,7 @@ impl Parser {
         Ok((lit, op))
     }
 
-    fn parse_operator(&mut self) -> Result<Operator, String> {
+    fn parse_operator(&mut self) -> Result<Operator, SelectorError> {
         let (tok, lit) = self.consume(Context::KeyAndOperator);
         Ok(match tok {
             Token::In => Operator::In,
@@ -249,14 +259,14 @@ impl Parser {
             Token::LessThan => Operator::LessThan,
             Token::NotIn => Operator::NotIn,
             Token::NotEquals => Operator::NotEquals,
-            _ => return Err(format!("found '{lit}', expected: in, notin, =, ==, !=, gt, lt")),
+            _ => return Err(SelectorError::Syntax(format!("found '{lit}', expected: in, notin, =, ==, !=, gt, lt"))),
         })
     }
 
-    fn parse_values(&mut self) -> Result<BTreeSet<String>, String> {
+    fn parse_values(&mut self) -> Result<BTreeSet<String>, SelectorError> {
         let (tok, lit) = self.consume(Context::Values);
         if tok != Token::OpenPar {
-            return Err(format!("found '{lit}' expected: '('"));
+            return Err(SelectorError::Syntax(format!("found '{lit}' expected: '('")));
         }
         let (tok, lit) = self.lookahead(Context::Values);
         match tok {
@@ -264,7 +274,7 @@ impl Parser {
                 let set = self.parse_identifiers_list()?;
                 let (tok, _) = self.consume(Context::Values);
                 if tok != Token::ClosedPar {
-                    return Err(format!("found '{lit}', expected: ')'"));
+                    return Err(SelectorError::Syntax(format!("found '{lit}', expected: ')'")));
                 }
                 Ok(set)
             }
@@ -272,11 +282,11 @@ impl Parser {
                 self.consume(Context::Values);
                 Ok(BTreeSet::from([String::new()]))
             }
-            _ => Err(format!("found '{lit}', expected: ',', ')' or identifier")),
+            _ => Err(SelectorError::Syntax(format!("found '{lit}', expected: ',', ')' or identifier"))),
         }
     }
 
-    fn parse_identifiers_list(&mut self) -> Result<BTreeSet<String>, String> {
+    fn parse_identifiers_list(&mut self) -> Result<BTreeSet<String>, SelectorError> {
         let mut set = BTreeSet::new();
         loop {
             let (tok, lit) = self.consume(Context::Values);
@@ -287,7 +297,7 @@ impl Parser {
                     match tok2 {
                         Token::Comma => continue,
                         Token::ClosedPar => return Ok(set),
-                        _ => return Err(format!("found '{lit2}', expected: ',' or ')'")),
+                        _ => return Err(SelectorError::Syntax(format!("found '{lit2}', expected: ',' or ')'"))),
                     }
                 }
                 Token::Comma => {
@@ -304,12 +314,12 @@ impl Parser {
                         set.insert(String::new());
                     }
                 }
-                _ => return Err(format!("found '{lit}', expected: ',', or identifier")),
+                _ => return Err(SelectorError::Syntax(format!("found '{lit}', expected: ',', or identifier"))),
             }
         }
     }
 
-    fn parse_exact_value(&mut self) -> Result<BTreeSet<String>, String> {
+    fn parse_exact_value(&mut self) -> Result<BTreeSet<String>, SelectorError> {
         let (tok, _) = self.lookahead(Context::Values);
         if tok == Token::EndOfString || tok == Token::Comma {
             return Ok(BTreeSet::from([String::new()]));
@@ -318,6 +328,6 @@ impl Parser {
         if tok == Token::Identifier {
             return Ok(BTreeSet::from([lit]));
         }
-        Err(format!("found '{lit}', expected: identifier"))
+        Err(SelectorError::Syntax(format!("found '{lit}', expected: identifier")))
     }
 }
