@@ -34,6 +34,8 @@ fn collect(dir: &Path, root: &Path, out: &mut Vec<SourceFile>) -> std::io::Resul
             let text = std::fs::read_to_string(&path)?;
             let rel = path.strip_prefix(root).unwrap_or(&path).with_extension("");
             let module = module_path(&rel.to_string_lossy());
+            // Shown as `src/...`, the way the crate's files are named elsewhere.
+            let path = Path::new("src").join(path.strip_prefix(root).unwrap_or(&path));
             out.push(SourceFile { module, path, text });
         }
     }
