@@ -368,12 +368,12 @@ pub struct Filter {
 impl Filter {
     pub fn from_params(def: &ResourceDef, params: &Params) -> Result<Self> {
         let labels = match params.get("labelSelector").filter(|s| !s.trim().is_empty()) {
-            Some(s) => Some(LabelSelector::parse(s).map_err(ApiError::BadRequest)?),
+            Some(s) => Some(LabelSelector::parse(s).map_err(|e| ApiError::BadRequest(e.to_string()))?),
             None => None,
         };
         let fields = match params.get("fieldSelector").filter(|s| !s.trim().is_empty()) {
             Some(s) => {
-                let fs = FieldSelector::parse(s).map_err(ApiError::BadRequest)?;
+                let fs = FieldSelector::parse(s).map_err(|e| ApiError::BadRequest(e.to_string()))?;
                 let probe = json!({"metadata": {}});
                 for f in fs.fields() {
                     let supported =

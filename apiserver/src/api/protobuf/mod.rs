@@ -80,27 +80,62 @@ enum Wire<'a> {
     Fixed32(u32),
 }
 
+/// Why a protobuf body could not be decoded. The texts end up in a 400's message.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error("the body does not start with the Kubernetes protobuf magic")]
+    NoMagic,
+    #[error("content encodings are not supported")]
+    ContentEncoding,
+    /// A kind (of the envelope's `typeMeta`) there is no message description for.
+    #[error("no protobuf decoding for {kind} in {api_version:?}")]
+    UnknownKind { kind: String, api_version: String },
+    #[error("unknown protobuf message {0}")]
+    UnknownMessage(String),
+    #[error("message nesting too deep")]
+    TooDeep,
+    /// The bytes are not a protobuf encoding (truncated, a varint too long, field 0, ...).
+    #[error("{0}")]
+    Wire(&'static str),
+    #[error("unsupported wire type {0}")]
+    WireType(u64),
+    #[error("wire type does not match field type {0}")]
+    TypeMismatch(String),
+    /// A map field whose entries are not (string key, value) messages.
+    #[error("{field}: {problem}")]
+    MapEntry { field: &'static str, problem: &'static str },
+    #[error("timestamp out of range")]
+    TimestampOutOfRange,
+    #[error("{0}")]
+    Utf8(#[from] std::string::FromUtf8Error),
+    #[error("{0}")]
+    Base64(#[from] base64::DecodeError),
+    /// A message carrying JSON (`FieldsV1`, `RawExtension`) whose JSON does not parse.
+    #[error("{message}: {source}")]
+    EmbeddedJson { message: String, source: serde_json::Error },
+}
+
 struct Reader<'a> {
     buf: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
-    fn varint(&mut self) -> Result<u64, String> {
+    fn varint(&mut self) -> Result<u64, DecodeError> {
         let mut v: u64 = 0;
         for i in 0..10 {
-            let Some((&b, rest)) = self.buf.split_first() else { return Err("truncated varint".into()) };
+            let Some((&b, rest)) = self.buf.split_first() else { return Err(DecodeError::Wire("truncated varint")) };
             self.buf = rest;
             v |= u64::from(b & 0x7f) << (7 * i);
             if b & 0x80 == 0 {
                 return Ok(v);
             }
         }
-        Err("varint too long".into())
+        Err(DecodeError::Wire("varint too long"))
     }
 
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
         if n > self.buf.len() {
-            return Err("truncated field".into());
+            return Err(DecodeError::Wire("truncated field"));
         }
         let (a, b) = self.buf.split_at(n);
         self.buf = b;
@@ -108,44 +143,48 @@ impl<'a> Reader<'a> {
     }
 
     /// Next (field number, value), or None at the end.
-    fn next(&mut self) -> Result<Option<(u64, Wire<'a>)>, String> {
+    fn next(&mut self) -> Result<Option<(u64, Wire<'a>)>, DecodeError> {
         if self.buf.is_empty() {
             return Ok(None);
         }
         let key = self.varint()?;
         let number = key >> 3;
         if number == 0 {
-            return Err("field number 0".into());
+            return Err(DecodeError::Wire("field number 0"));
         }
         let wire = match key & 7 {
             0 => Wire::Varint(self.varint()?),
-            1 => Wire::Fixed64(u64::from_le_bytes(self.take(8)?.try_into().map_err(|_| "bad fixed64")?)),
+            1 => Wire::Fixed64(u64::from_le_bytes(
+                self.take(8)?.try_into().map_err(|_| DecodeError::Wire("bad fixed64"))?,
+            )),
             2 => {
-                let n = usize::try_from(self.varint()?).map_err(|_| "length too large")?;
+                let n = usize::try_from(self.varint()?).map_err(|_| DecodeError::Wire("length too large"))?;
                 Wire::Bytes(self.take(n)?)
             }
-            5 => Wire::Fixed32(u32::from_le_bytes(self.take(4)?.try_into().map_err(|_| "bad fixed32")?)),
-            t => return Err(format!("unsupported wire type {t}")),
+            5 => Wire::Fixed32(u32::from_le_bytes(
+                self.take(4)?.try_into().map_err(|_| DecodeError::Wire("bad fixed32"))?,
+            )),
+            t => return Err(DecodeError::WireType(t)),
         };
         Ok(Some((number, wire)))
     }
 }
 
 /// Decode a `k8s\0`-prefixed body into the object's JSON form (with apiVersion/kind).
-pub fn decode(body: &[u8]) -> Result<Value, String> {
-    let raw = body.strip_prefix(MAGIC).ok_or("the body does not start with the Kubernetes protobuf magic")?;
+pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
+    let raw = body.strip_prefix(MAGIC).ok_or(DecodeError::NoMagic)?;
     let envelope = decode_message(raw, UNKNOWN, 0)?;
     let type_meta = envelope.get("typeMeta").cloned().unwrap_or(Value::Null);
     let api_version = type_meta.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
     let kind = type_meta.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
     if envelope.get("contentEncoding").and_then(Value::as_str).is_some_and(|e| !e.is_empty()) {
-        return Err("content encodings are not supported".into());
+        return Err(DecodeError::ContentEncoding);
     }
     let name = message_for(&api_version, &kind)
-        .ok_or_else(|| format!("no protobuf decoding for {kind} in {api_version:?}"))?;
+        .ok_or_else(|| DecodeError::UnknownKind { kind: kind.clone(), api_version: api_version.clone() })?;
     // `raw` came back base64 (it is a bytes field); decode it again.
     let inner = match envelope.get("raw").and_then(Value::as_str) {
-        Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64).map_err(|e| e.to_string())?,
+        Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64)?,
         None => Vec::new(),
     };
     let mut obj = decode_message(&inner, name, 0)?;
@@ -156,14 +195,14 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
     Ok(obj)
 }
 
-fn decode_message(buf: &[u8], name: &str, depth: usize) -> Result<Value, String> {
+fn decode_message(buf: &[u8], name: &str, depth: usize) -> Result<Value, DecodeError> {
     if depth > MAX_DEPTH {
-        return Err("message nesting too deep".into());
+        return Err(DecodeError::TooDeep);
     }
     if let Some(v) = special(buf, name, depth)? {
         return Ok(v);
     }
-    let msg = message(name).ok_or_else(|| format!("unknown protobuf message {name}"))?;
+    let msg = message(name).ok_or_else(|| DecodeError::UnknownMessage(name.to_string()))?;
     let mut out = Map::new();
     let mut r = Reader { buf };
     while let Some((number, wire)) = r.next()? {
@@ -193,15 +232,20 @@ fn decode_message(buf: &[u8], name: &str, depth: usize) -> Result<Value, String>
             }
             Card::Map => {
                 let Wire::Bytes(entry) = wire else {
-                    return Err(format!("{}: map entry is not a message", field.json));
+                    return Err(DecodeError::MapEntry { field: field.json, problem: "map entry is not a message" });
                 };
                 let mut er = Reader { buf: entry };
                 let (mut key, mut value) = (String::new(), None);
                 while let Some((n, w)) = er.next()? {
                     match n {
                         1 => match w {
-                            Wire::Bytes(b) => key = String::from_utf8(b.to_vec()).map_err(|e| e.to_string())?,
-                            _ => return Err(format!("{}: map key is not a string", field.json)),
+                            Wire::Bytes(b) => key = String::from_utf8(b.to_vec())?,
+                            _ => {
+                                return Err(DecodeError::MapEntry {
+                                    field: field.json,
+                                    problem: "map key is not a string",
+                                })
+                            }
                         },
                         2 => value = Some(scalar_or_message(w, field.ty, depth)?),
                         _ => {}
@@ -240,21 +284,21 @@ fn is_zero(v: &Value) -> bool {
     }
 }
 
-fn scalar_or_message(wire: Wire<'_>, ty: Type, depth: usize) -> Result<Value, String> {
+fn scalar_or_message(wire: Wire<'_>, ty: Type, depth: usize) -> Result<Value, DecodeError> {
     Ok(match (ty, wire) {
-        (Type::Str, Wire::Bytes(b)) => Value::String(String::from_utf8(b.to_vec()).map_err(|e| e.to_string())?),
+        (Type::Str, Wire::Bytes(b)) => Value::String(String::from_utf8(b.to_vec())?),
         (Type::Bytes, Wire::Bytes(b)) => Value::String(base64::engine::general_purpose::STANDARD.encode(b)),
         (Type::Bool, Wire::Varint(v)) => Value::Bool(v != 0),
         // int32/int64 travel as two's-complement varints.
         (Type::Int, Wire::Varint(v)) => Value::from(v as i64),
         (Type::Msg(name), Wire::Bytes(b)) => decode_message(b, name, depth + 1)?,
-        (ty, _) => return Err(format!("wire type does not match field type {ty:?}")),
+        (ty, _) => return Err(DecodeError::TypeMismatch(format!("{ty:?}"))),
     })
 }
 
 /// Messages whose JSON form is not an object of their fields.
-fn special(buf: &[u8], name: &str, depth: usize) -> Result<Option<Value>, String> {
-    let fields = |buf: &[u8]| -> Result<Vec<(u64, Value)>, String> {
+fn special(buf: &[u8], name: &str, depth: usize) -> Result<Option<Value>, DecodeError> {
+    let fields = |buf: &[u8]| -> Result<Vec<(u64, Value)>, DecodeError> {
         let mut r = Reader { buf };
         let mut out = Vec::new();
         while let Some((n, w)) = r.next()? {
@@ -279,7 +323,7 @@ fn special(buf: &[u8], name: &str, depth: usize) -> Result<Option<Value>, String
                 return Ok(Some(Value::Null));
             }
             let t = chrono::DateTime::from_timestamp(secs, u32::try_from(nanos).unwrap_or(0))
-                .ok_or("timestamp out of range")?;
+                .ok_or(DecodeError::TimestampOutOfRange)?;
             let s = if short == "MicroTime" {
                 t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
             } else {
@@ -315,7 +359,10 @@ fn special(buf: &[u8], name: &str, depth: usize) -> Result<Option<Value>, String
             if raw.is_empty() {
                 Some(Value::Null)
             } else {
-                Some(serde_json::from_slice(raw).map_err(|e| format!("{short}: {e}"))?)
+                Some(
+                    serde_json::from_slice(raw)
+                        .map_err(|e| DecodeError::EmbeddedJson { message: short.to_string(), source: e })?,
+                )
             }
         }
         _ if short == "ExtraValue" || name == "k8s.io.apimachinery.pkg.apis.meta.v1.Verbs" => {
@@ -323,7 +370,7 @@ fn special(buf: &[u8], name: &str, depth: usize) -> Result<Option<Value>, String
             let mut items = Vec::new();
             while let Some((n, w)) = r.next()? {
                 if let (1, Wire::Bytes(b)) = (n, w) {
-                    items.push(Value::String(String::from_utf8(b.to_vec()).map_err(|e| e.to_string())?));
+                    items.push(Value::String(String::from_utf8(b.to_vec())?));
                 }
             }
             let _ = depth;
@@ -537,6 +584,23 @@ mod tests {
                         || n.ends_with(".IntOrString");
                     assert!(handled, "{} refers to {n}", m.name);
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn decode_errors_keep_their_texts() {
+        let cases: Vec<(&[u8], &str)> = vec![
+            (b"{}", "the body does not start with the Kubernetes protobuf magic"),
+            (b"k8s\0\x08", "truncated varint"),
+            (b"k8s\0\x00", "field number 0"),
+            (b"k8s\0\x0b", "unsupported wire type 3"),
+            (b"k8s\0\x0a\x05ab", "truncated field"),
+        ];
+        for (body, want) in cases {
+            match decode(body) {
+                Err(e) => assert_eq!(e.to_string(), want, "{body:?}"),
+                Ok(v) => panic!("{body:?} decoded to {v}"),
             }
         }
     }

@@ -1,0 +1,553 @@
+//! OpenAPI v2 (`/openapi/v2`) and v3 (`/openapi/v3`, `/openapi/v3/<group-version>`) documents,
+//! generated once at startup from the registry of served kinds.
+//!
+//! Schemas come from each kind's `ResourceDef::schema` (the `k8s-openapi` `JsonSchema` impls,
+//! which already use upstream's dotted names such as `io.k8s.api.core.v1.ConfigMap`). They are
+//! rewritten from JSON Schema (`$defs`) into OpenAPI form (`#/definitions/...` for v2,
+//! `#/components/schemas/...` for v3), and completed with what upstream's documents carry and
+//! `k8s-openapi` leaves out: `x-kubernetes-group-version-kind` on kinds, `<Kind>List` types, and
+//! the list/patch annotations (`x-kubernetes-patch-merge-key`, `x-kubernetes-patch-strategy`,
+//! `x-kubernetes-list-type`, ...) of the types we serve.
+//!
+//! What kubectl 1.32 reads from these documents:
+//! - `explain` (v3): the GV document's `paths` to find the kind of a resource (operation
+//!   `x-kubernetes-group-version-kind`), then the schema whose GVK list holds that kind.
+//! - default `--validate=strict` (v3, v2 as fallback): a `fieldValidation` query parameter on
+//!   the PATCH operation of the kind means the server validates, so kubectl sends
+//!   `fieldValidation=Strict` instead of validating client side.
+//! - client-side `apply` (v3, v2 as fallback): a PATCH operation accepting
+//!   `application/strategic-merge-patch+json`, and the patch annotations of the schemas.
+//!
+//! Each document is served with an ETag (upper-case hex SHA-256 of its bytes); the v3 index
+//! links every GV document as `/openapi/v3/<gv>?hash=<etag>`, which is cacheable for good.
+//!
+//! [`definitions`] builds the schemas, [`paths`] the operations of each document; this file
+//! assembles and serves the documents.
+
+mod definitions;
+mod paths;
+
+use definitions::*;
+use paths::*;
+
+use std::collections::BTreeMap;
+
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{header, HeaderValue, StatusCode};
+use serde_json::{json, Map, Value};
+
+use crate::registry::Registry;
+
+/// `info.version` of the documents.
+const INFO_VERSION: &str = "v1.32.0";
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2";
+const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.";
+
+/// SHA-256 of `data` (ring's implementation, reached through rustls' public crypto API).
+pub fn sha256(data: &[u8]) -> Vec<u8> {
+    rustls::crypto::ring::cipher_suite::TLS13_AES_128_GCM_SHA256
+        .tls13()
+        .map(|suite| suite.common.hash_provider.hash(data).as_ref().to_vec())
+        .unwrap_or_default()
+}
+
+/// Upper-case hex SHA-256, the ETag / `hash=` of a document.
+fn etag_of(data: &[u8]) -> String {
+    sha256(data).iter().map(|b| format!("{b:02X}")).collect()
+}
+
+/// One serialized document and its hash.
+#[derive(Debug, Clone)]
+struct Doc {
+    bytes: Bytes,
+    hash: String,
+}
+
+impl Doc {
+    fn new(value: &Value) -> Self {
+        let bytes = Bytes::from(serde_json::to_vec(value).unwrap_or_default());
+        let hash = etag_of(&bytes);
+        Doc { bytes, hash }
+    }
+}
+
+/// The OpenAPI documents, built once from the registry.
+#[derive(Debug, Clone)]
+pub struct OpenApi {
+    v2: Doc,
+    v3_index: Doc,
+    /// `api/v1`, `apis/certificates.k8s.io/v1`, `api`, `apis`, `apis/<g>`, `version` → document.
+    v3: BTreeMap<String, Doc>,
+}
+
+impl OpenApi {
+    /// Build every document from the registry.
+    pub fn new(reg: &Registry) -> Self {
+        let (defs, kinds) = definitions(reg);
+        let mut paths_v2 = Map::new();
+        let mut v3 = BTreeMap::new();
+
+        for (key, items) in documents(reg, &kinds) {
+            let mut paths_v3 = Map::new();
+            for item in &items {
+                paths_v2.insert(item.path.clone(), item.render(Flavor::V2));
+                paths_v3.insert(item.path.clone(), item.render(Flavor::V3));
+            }
+            let mut schemas = Map::new();
+            for name in closure(&defs, &items) {
+                if let Some(schema) = defs.get(&name) {
+                    schemas.insert(name, to_v3(schema));
+                }
+            }
+            let doc = json!({
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": INFO_VERSION},
+                "paths": paths_v3,
+                "components": {
+                    "schemas": schemas,
+                    "securitySchemes": {"BearerToken": bearer_token()},
+                },
+                "security": [{"BearerToken": []}],
+            });
+            v3.insert(key, Doc::new(&doc));
+        }
+
+        let v2 = json!({
+            "swagger": "2.0",
+            "info": {"title": "Kubernetes", "version": INFO_VERSION},
+            "paths": paths_v2,
+            "definitions": defs.into_iter().collect::<Map<String, Value>>(),
+            "securityDefinitions": {"BearerToken": bearer_token()},
+            "security": [{"BearerToken": []}],
+        });
+        let index: Map<String, Value> = v3
+            .iter()
+            .map(|(k, d)| (k.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{k}?hash={}", d.hash)})))
+            .collect();
+        OpenApi { v2: Doc::new(&v2), v3_index: Doc::new(&json!({ "paths": index })), v3 }
+    }
+
+    /// The v2 document (JSON).
+    pub fn v2(&self) -> &Bytes {
+        &self.v2.bytes
+    }
+    /// ETag of the v2 document (upper-case hex, unquoted).
+    pub fn v2_etag(&self) -> &str {
+        &self.v2.hash
+    }
+    /// The v3 index (`{"paths": {"api/v1": {"serverRelativeURL": ...}}}`).
+    pub fn v3_index(&self) -> &Bytes {
+        &self.v3_index.bytes
+    }
+    /// ETag of the v3 index.
+    pub fn v3_index_etag(&self) -> &str {
+        &self.v3_index.hash
+    }
+    /// One v3 document by its index key (`api/v1`, `apis/<group>/<version>`, `apis/<group>`,
+    /// `api`, `apis`, `version`).
+    pub fn v3_document(&self, gv_path: &str) -> Option<&Bytes> {
+        self.v3.get(gv_path.trim_matches('/')).map(|d| &d.bytes)
+    }
+    /// The hash (ETag) of one v3 document.
+    pub fn v3_hash(&self, gv_path: &str) -> Option<&str> {
+        self.v3.get(gv_path.trim_matches('/')).map(|d| d.hash.as_str())
+    }
+    /// Index keys of the v3 documents.
+    pub fn v3_paths(&self) -> impl Iterator<Item = &str> {
+        self.v3.keys().map(String::as_str)
+    }
+
+    /// `GET /openapi/v2`. JSON for `application/json`, `*/*` or no Accept; 406 when only the
+    /// protobuf form is acceptable (client-go then reports the error and falls back).
+    pub fn v2_response(&self, accept: &str) -> Response {
+        let wants_json = accept.trim().is_empty()
+            || accept.split(',').any(|r| {
+                let essence = r.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+                matches!(essence.as_str(), "application/json" | "application/*" | "*/*")
+            });
+        if !wants_json && accept.contains(V2_PROTOBUF) {
+            return not_acceptable("only application/json is supported for /openapi/v2");
+        }
+        doc_response(&self.v2, None)
+    }
+
+    /// `GET /openapi/v3`: the index.
+    pub fn v3_index_response(&self) -> Response {
+        let mut r = doc_response(&self.v3_index, None);
+        r.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
+        r
+    }
+
+    /// `GET /openapi/v3/<gv_path>[?hash=...]`. None when there is no such document. A matching
+    /// `hash` makes the response cacheable forever; a stale one redirects (301) to the current
+    /// URL, like kube-apiserver.
+    pub fn v3_response(&self, gv_path: &str, query: Option<&str>) -> Option<Response> {
+        let key = gv_path.trim_matches('/');
+        let doc = self.v3.get(key)?;
+        let hash = query.unwrap_or("").split('&').find_map(|kv| kv.strip_prefix("hash=")).filter(|h| !h.is_empty());
+        Some(match hash {
+            Some(h) if h != doc.hash => {
+                let mut r = StatusCode::MOVED_PERMANENTLY.into_response();
+                let location = format!("/openapi/v3/{key}?hash={}", doc.hash);
+                if let Ok(v) = HeaderValue::from_str(&location) {
+                    r.headers_mut().insert(header::LOCATION, v);
+                }
+                r
+            }
+            Some(_) => doc_response(doc, Some(true)),
+            None => doc_response(doc, Some(false)),
+        })
+    }
+}
+
+/// 200 with the document, its quoted ETag, and for v3 GV documents (`immutable` is Some)
+/// `Vary: Accept` plus, when asked by hash, a year-long public cache.
+fn doc_response(doc: &Doc, immutable: Option<bool>) -> Response {
+    let mut r = (StatusCode::OK, doc.bytes.clone()).into_response();
+    let h = r.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", doc.hash)) {
+        h.insert(header::ETAG, v);
+    }
+    if let Some(immutable) = immutable {
+        h.insert(header::VARY, HeaderValue::from_static("Accept"));
+        if immutable {
+            h.insert(header::CACHE_CONTROL, HeaderValue::from_static("public, immutable"));
+            let expires = (chrono::Utc::now() + chrono::Duration::days(365)).format("%a, %d %b %Y %H:%M:%S GMT");
+            if let Ok(v) = HeaderValue::from_str(&expires.to_string()) {
+                h.insert(header::EXPIRES, v);
+            }
+        }
+    }
+    r
+}
+
+fn not_acceptable(message: &str) -> Response {
+    let body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": message, "reason": "NotAcceptable", "code": 406,
+    });
+    let mut r = (StatusCode::NOT_ACCEPTABLE, body.to_string()).into_response();
+    r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    r
+}
+
+fn bearer_token() -> Value {
+    json!({"type": "apiKey", "name": "authorization", "in": "header", "description": "Bearer Token authentication"})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::ResourceDef;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
+    use std::collections::BTreeSet;
+
+    fn api() -> OpenApi {
+        OpenApi::new(&Registry::builtin())
+    }
+
+    fn parse(bytes: &Bytes) -> Value {
+        serde_json::from_slice(bytes).expect("valid JSON")
+    }
+
+    fn v3(api: &OpenApi, key: &str) -> Value {
+        parse(api.v3_document(key).expect("document exists"))
+    }
+
+    /// Every `$ref` in `doc` resolves inside `doc` (prefix `prefix`).
+    fn assert_refs_resolve(doc: &Value, prefix: &str, defs: &Map<String, Value>) {
+        let mut refs = BTreeSet::new();
+        let mut raw = Vec::new();
+        fn walk(v: &Value, raw: &mut Vec<String>) {
+            match v {
+                Value::Object(m) => m.iter().for_each(|(k, v)| match (k.as_str(), v) {
+                    ("$ref", Value::String(r)) => raw.push(r.clone()),
+                    _ => walk(v, raw),
+                }),
+                Value::Array(a) => a.iter().for_each(|v| walk(v, raw)),
+                _ => {}
+            }
+        }
+        walk(doc, &mut raw);
+        for r in raw {
+            let name = r.strip_prefix(prefix).unwrap_or_else(|| panic!("ref {r} does not start with {prefix}"));
+            refs.insert(name.to_string());
+        }
+        for name in refs {
+            assert!(defs.contains_key(&name), "unresolved ref {name}");
+        }
+    }
+
+    fn has_gvk(schema: &Value, g: &str, v: &str, k: &str) -> bool {
+        schema["x-kubernetes-group-version-kind"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| *x == json!({"group": g, "version": v, "kind": k})))
+    }
+
+    #[test]
+    fn every_kind_has_a_definition_with_its_gvk() {
+        let reg = Registry::builtin();
+        let api = OpenApi::new(&reg);
+        let v2 = parse(api.v2());
+        let defs = v2["definitions"].as_object().expect("definitions");
+        for def in &reg.resources {
+            let key = if def.group.is_empty() {
+                format!("api/{}", def.version)
+            } else {
+                format!("apis/{}/{}", def.group, def.version)
+            };
+            let doc = v3(&api, &key);
+            let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+            let lists = if def.create_only { None } else { Some(def.list_kind()) };
+            for kind in std::iter::once(def.kind.to_string()).chain(lists) {
+                let in_v2 = defs.values().filter(|s| has_gvk(s, def.group, def.version, &kind)).count();
+                assert_eq!(in_v2, 1, "v2 definition of {kind}");
+                let in_v3 = schemas.values().filter(|s| has_gvk(s, def.group, def.version, &kind)).count();
+                assert_eq!(in_v3, 1, "v3 schema of {kind} in {key}");
+            }
+        }
+    }
+
+    #[test]
+    fn all_refs_resolve_in_each_document() {
+        let api = api();
+        let v2 = parse(api.v2());
+        assert_refs_resolve(&v2, "#/definitions/", v2["definitions"].as_object().expect("definitions"));
+        let keys: Vec<String> = api.v3_paths().map(str::to_string).collect();
+        assert!(keys.contains(&"api/v1".to_string()));
+        assert!(keys.contains(&"apis/certificates.k8s.io/v1".to_string()));
+        for key in keys {
+            let doc = v3(&api, &key);
+            assert_eq!(doc["openapi"], "3.0.0");
+            let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+            assert_refs_resolve(&doc, "#/components/schemas/", schemas);
+        }
+    }
+
+    #[test]
+    fn no_json_schema_leftovers() {
+        let api = api();
+        let text = String::from_utf8_lossy(api.v2()).to_string();
+        // (`$schema` and `$ref` are property names of the CRD's JSONSchemaProps, as upstream.)
+        assert!(!text.contains("$defs") && !text.contains("\"$schema\":\"http") && !text.contains("\"null\""));
+        let doc = String::from_utf8_lossy(api.v3_document("api/v1").expect("core")).to_string();
+        assert!(!doc.contains("#/definitions/") && !doc.contains("$defs"));
+    }
+
+    #[test]
+    fn configmap_data_is_a_map_of_strings() {
+        let api = api();
+        let v2 = parse(api.v2());
+        let cm = &v2["definitions"]["io.k8s.api.core.v1.ConfigMap"];
+        assert_eq!(cm["properties"]["data"]["type"], "object");
+        assert_eq!(cm["properties"]["data"]["additionalProperties"]["type"], "string");
+        assert!(cm.get("required").is_none(), "metadata is not required upstream");
+        let doc = v3(&api, "api/v1");
+        let cm3 = &doc["components"]["schemas"]["io.k8s.api.core.v1.ConfigMap"];
+        assert_eq!(cm3["properties"]["data"]["additionalProperties"]["type"], "string");
+        assert_eq!(
+            cm3["properties"]["metadata"]["allOf"][0]["$ref"],
+            "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"
+        );
+    }
+
+    #[test]
+    fn configmap_patch_has_field_validation() {
+        let api = api();
+        let path = "/api/v1/namespaces/{namespace}/configmaps/{name}";
+        let v2 = parse(api.v2());
+        let patch = &v2["paths"][path]["patch"];
+        let names: Vec<&str> =
+            patch["parameters"].as_array().expect("params").iter().filter_map(|p| p["name"].as_str()).collect();
+        assert!(names.contains(&"fieldValidation"), "{names:?}");
+        assert_eq!(
+            patch["x-kubernetes-group-version-kind"],
+            json!({"group": "", "kind": "ConfigMap", "version": "v1"})
+        );
+        assert!(patch["consumes"]
+            .as_array()
+            .expect("consumes")
+            .contains(&json!("application/strategic-merge-patch+json")));
+
+        let doc = v3(&api, "api/v1");
+        let patch3 = &doc["paths"][path]["patch"];
+        let q: Vec<&Value> = patch3["parameters"]
+            .as_array()
+            .expect("params")
+            .iter()
+            .filter(|p| p["name"] == "fieldValidation" && p["in"] == "query")
+            .collect();
+        assert_eq!(q.len(), 1);
+        assert!(patch3["requestBody"]["content"].get("application/strategic-merge-patch+json").is_some());
+        assert_eq!(patch3["x-kubernetes-action"], "patch");
+        // Create carries it too (kubectl create --validate=strict).
+        let post = &doc["paths"]["/api/v1/namespaces/{namespace}/configmaps"]["post"];
+        assert!(post["parameters"].as_array().expect("params").iter().any(|p| p["name"] == "fieldValidation"));
+    }
+
+    #[test]
+    fn patch_annotations_for_strategic_merge() {
+        let api = api();
+        let doc = v3(&api, "api/v1");
+        let s = &doc["components"]["schemas"];
+        let owners = &s["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]["properties"]["ownerReferences"];
+        assert_eq!(owners["x-kubernetes-patch-merge-key"], "uid");
+        assert_eq!(owners["x-kubernetes-patch-strategy"], "merge");
+        let fin = &s["io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"]["properties"]["finalizers"];
+        assert_eq!(fin["x-kubernetes-patch-strategy"], "merge");
+        let secrets = &s["io.k8s.api.core.v1.ServiceAccount"]["properties"]["secrets"];
+        assert_eq!(secrets["x-kubernetes-patch-merge-key"], "name");
+        assert_eq!(secrets["x-kubernetes-patch-strategy"], "merge");
+    }
+
+    #[test]
+    fn csr_document_has_subresources_and_gvk_paths() {
+        let api = api();
+        let doc = v3(&api, "apis/certificates.k8s.io/v1");
+        let paths = doc["paths"].as_object().expect("paths");
+        let approval = &paths["/apis/certificates.k8s.io/v1/certificatesigningrequests/{name}/approval"];
+        assert_eq!(approval["put"]["operationId"], "replaceCertificatesV1CertificateSigningRequestApproval");
+        assert!(approval.get("post").is_none());
+        let list = &paths["/apis/certificates.k8s.io/v1/certificatesigningrequests"]["get"];
+        assert_eq!(list["operationId"], "listCertificatesV1CertificateSigningRequest");
+        assert_eq!(
+            list["x-kubernetes-group-version-kind"],
+            json!({"group": "certificates.k8s.io", "kind": "CertificateSigningRequest", "version": "v1"})
+        );
+        let csr = &doc["components"]["schemas"]["io.k8s.api.certificates.v1.CertificateSigningRequest"];
+        assert_eq!(csr["required"], json!(["spec"]));
+        // Namespaces: status and finalize, no deletecollection.
+        let core = v3(&api, "api/v1");
+        let cp = core["paths"].as_object().expect("paths");
+        assert!(cp["/api/v1/namespaces/{name}/finalize"].get("put").is_some());
+        assert!(cp["/api/v1/namespaces/{name}/finalize"].get("get").is_none());
+        assert!(cp["/api/v1/namespaces"].get("delete").is_none());
+        assert!(cp["/api/v1/namespaces/{namespace}/configmaps"].get("delete").is_some());
+    }
+
+    #[test]
+    fn index_links_documents_by_hash() {
+        let api = api();
+        let index = parse(api.v3_index());
+        let url = index["paths"]["api/v1"]["serverRelativeURL"].as_str().expect("url");
+        let hash = api.v3_hash("api/v1").expect("hash");
+        assert_eq!(url, format!("/openapi/v3/api/v1?hash={hash}"));
+        assert_eq!(hash.len(), 64);
+        assert!(hash.chars().all(|c| c.is_ascii_digit() || c.is_ascii_uppercase()));
+        for key in ["api", "apis", "version", "apis/rbac.authorization.k8s.io", "apis/coordination.k8s.io/v1"] {
+            assert!(index["paths"].get(key).is_some(), "{key}");
+        }
+        assert!(api.v3_document("/api/v1/").is_some());
+        assert!(api.v3_document("apis/apps/v1").is_none());
+    }
+
+    #[test]
+    fn v3_response_caching_and_redirect() {
+        let api = api();
+        let hash = api.v3_hash("api/v1").expect("hash").to_string();
+        let ok = api.v3_response("api/v1", Some(&format!("hash={hash}"))).expect("doc");
+        assert_eq!(ok.status(), StatusCode::OK);
+        assert_eq!(ok.headers()[header::CACHE_CONTROL], "public, immutable");
+        assert_eq!(ok.headers()[header::ETAG], format!("\"{hash}\"").as_str());
+        let stale = api.v3_response("api/v1", Some("hash=ABC")).expect("doc");
+        assert_eq!(stale.status(), StatusCode::MOVED_PERMANENTLY);
+        assert_eq!(stale.headers()[header::LOCATION], format!("/openapi/v3/api/v1?hash={hash}").as_str());
+        let plain = api.v3_response("api/v1", None).expect("doc");
+        assert!(plain.headers().get(header::CACHE_CONTROL).is_none());
+        assert!(api.v3_response("apis/apps/v1", None).is_none());
+        assert_eq!(api.v2_response("application/json").status(), StatusCode::OK);
+        assert_eq!(
+            api.v2_response("application/com.github.proto-openapi.spec.v2@v1.0+protobuf").status(),
+            StatusCode::NOT_ACCEPTABLE
+        );
+    }
+
+    struct NoRules;
+    impl crate::registry::Strategy for NoRules {
+        fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+            Ok(obj.clone())
+        }
+    }
+
+    #[test]
+    fn custom_resources_get_a_synthesized_definition_without_strategic_merge() {
+        let mut reg = Registry::builtin();
+        reg.resources.push(ResourceDef {
+            group: "kustos.dev",
+            version: "v1alpha1",
+            resource: "widgets",
+            singular: "widget",
+            kind: "Widget",
+            namespaced: true,
+            short_names: &[],
+            categories: &[],
+            subresources: &["status"],
+            create_only: false,
+            strategy: std::sync::Arc::new(NoRules),
+            schema: |g| {
+                let meta = g.subschema_for::<meta::ObjectMeta>();
+                schemars::json_schema!({
+                    "type": "object",
+                    "properties": {"metadata": meta, "spec": {"type": "object", "properties": {"size": {"type": ["integer", "null"], "format": "int32"}}}},
+                })
+            },
+        });
+        let api = OpenApi::new(&reg);
+        let doc = v3(&api, "apis/kustos.dev/v1alpha1");
+        let schemas = doc["components"]["schemas"].as_object().expect("schemas");
+        let widget = &schemas["dev.kustos.v1alpha1.Widget"];
+        assert!(has_gvk(widget, "kustos.dev", "v1alpha1", "Widget"));
+        assert_eq!(widget["properties"]["spec"]["properties"]["size"]["type"], "integer");
+        assert!(has_gvk(&schemas["dev.kustos.v1alpha1.WidgetList"], "kustos.dev", "v1alpha1", "WidgetList"));
+        assert_refs_resolve(&doc, "#/components/schemas/", schemas);
+        let patch = &doc["paths"]["/apis/kustos.dev/v1alpha1/namespaces/{namespace}/widgets/{name}"]["patch"];
+        let content = patch["requestBody"]["content"].as_object().expect("content");
+        assert!(content.contains_key("application/merge-patch+json"));
+        assert!(!content.contains_key("application/strategic-merge-patch+json"));
+        let status = &doc["paths"]["/apis/kustos.dev/v1alpha1/namespaces/{namespace}/widgets/{name}/status"]["patch"];
+        assert!(!status["requestBody"]["content"]
+            .as_object()
+            .expect("content")
+            .contains_key("application/strategic-merge-patch+json"));
+        assert!(api.v3_document("apis/kustos.dev").is_some());
+    }
+
+    #[test]
+    fn sha256_known_vector() {
+        assert_eq!(etag_of(b"abc"), "BA7816BF8F01CFEA414140DE5DAE2223B00361A396177A9CB410FF61F20015AD");
+    }
+
+    #[test]
+    fn normalize_handles_nullable_forms() {
+        let mut s = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {
+                "a": {"type": ["string", "null"]},
+                "b": {"anyOf": [{"$ref": "#/$defs/X"}, {"type": "null"}], "description": "d"},
+                "c": {"const": "k"},
+                "d": {"type": "array", "items": {"$ref": "#/$defs/Y"}},
+            },
+        });
+        normalize(&mut s);
+        assert_eq!(
+            s,
+            json!({
+                "type": "object",
+                "properties": {
+                    "a": {"type": "string"},
+                    "b": {"$ref": "#/definitions/X", "description": "d"},
+                    "c": {"enum": ["k"]},
+                    "d": {"type": "array", "items": {"$ref": "#/definitions/Y"}},
+                },
+            })
+        );
+        assert_eq!(
+            to_v3(&s)["properties"]["b"],
+            json!({"allOf": [{"$ref": "#/components/schemas/X"}], "description": "d"})
+        );
+        assert_eq!(to_v3(&s)["properties"]["d"]["items"], json!({"$ref": "#/components/schemas/Y"}));
+    }
+}
