@@ -6,7 +6,8 @@
 //!   a `crate::` path or a `super::` path (a module path stands for the file that defines
 //!   the longest prefix of it; `mod.rs` and `lib.rs` stand for their folder). A child naming
 //!   one of its ancestors is not counted (a module may always see its parents), and neither
-//!   is a file's `#[cfg(test)]` + `mod tests` tail.
+//!   is test code: comment lines, inline `#[cfg(test)]` modules, and files declared under
+//!   `#[cfg(test)]`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -179,15 +180,87 @@ fn resolve<'a>(modules: &'a BTreeSet<String>, path: &str) -> Option<&'a str> {
     (1..=segs.len()).rev().find_map(|n| modules.get(&segs[..n].join("::")).map(String::as_str))
 }
 
-/// Which files each file imports. `files` maps module paths to their text.
+/// A file's code as the import graph reads it: comment lines left out (a doc may name any
+/// module), and cut where a `#[cfg(test)]` inline module begins (test code may import anything).
+fn code_of(text: &str) -> String {
+    let mut code = String::with_capacity(text.len());
+    for line in text.lines() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        code.push_str(line);
+        code.push('\n');
+    }
+    let mut from = 0;
+    while let Some(i) = code[from..].find("#[cfg(test)]") {
+        let at = from + i;
+        if let Some((_, inline)) = cfg_test_module(&code[at + "#[cfg(test)]".len()..]) {
+            if inline {
+                code.truncate(at);
+                break;
+            }
+        }
+        from = at + 1;
+    }
+    code
+}
+
+/// What follows a `#[cfg(test)]`: if it is a module (after any further attributes and a
+/// visibility), its name and whether it is inline (`{`) rather than a file of its own (`;`).
+fn cfg_test_module(mut s: &str) -> Option<(&str, bool)> {
+    loop {
+        s = s.trim_start();
+        if let Some(attr) = s.strip_prefix("#[") {
+            s = &attr[attr.find(']')? + 1..];
+        } else {
+            break;
+        }
+    }
+    if let Some(v) = s.strip_prefix("pub") {
+        s = v.trim_start();
+        if let Some(scope) = s.strip_prefix('(') {
+            s = &scope[scope.find(')')? + 1..];
+        }
+        s = s.trim_start();
+    }
+    let s = s.strip_prefix("mod ")?.trim_start();
+    let end = s.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))?;
+    let (name, rest) = s.split_at(end);
+    match rest.trim_start().chars().next()? {
+        '{' => Some((name, true)),
+        ';' => Some((name, false)),
+        _ => None,
+    }
+}
+
+/// The children a file declares as `#[cfg(test)] mod name;`: test code in files of their own.
+fn test_only_children(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("#[cfg(test)]") {
+        rest = &rest[i + "#[cfg(test)]".len()..];
+        if let Some((name, false)) = cfg_test_module(rest) {
+            out.push(name);
+        }
+    }
+    out
+}
+
+/// Which files each file imports. `files` maps module paths to their text. Test-only files
+/// (declared under `#[cfg(test)]`, and everything below them) are left out of the graph.
 fn import_graph(files: &BTreeMap<String, String>) -> BTreeMap<String, BTreeSet<String>> {
-    let modules: BTreeSet<String> = files.keys().cloned().collect();
-    let mut graph = BTreeMap::new();
+    let mut test_only: BTreeSet<String> = BTreeSet::new();
     for (module, text) in files {
-        let text = match text.find("#[cfg(test)]\nmod tests") {
-            Some(i) => &text[..i],
-            None => text.as_str(),
-        };
+        for child in test_only_children(text) {
+            test_only.insert(if module.is_empty() { child.to_string() } else { format!("{module}::{child}") });
+        }
+    }
+    let is_test = |m: &str| test_only.iter().any(|t| m == t || m.starts_with(&format!("{t}::")));
+    let modules: BTreeSet<String> = files.keys().filter(|m| !is_test(m)).cloned().collect();
+    let mut graph = BTreeMap::new();
+    for (module, text) in files.iter().filter(|(m, _)| !is_test(m)) {
+        let code = code_of(text);
+        let text = code.as_str();
         let mut edges = BTreeSet::new();
         let mut add = |target: Option<&str>| {
             if let Some(t) = target {
@@ -374,15 +447,24 @@ fn edges_follow_the_rules() {
         ("a", "use crate::b::thing; use crate::a::inner::x;"),
         ("a::inner", "use super::Parent; use crate::a::Parent; use super::sibling::f;"),
         ("a::sibling", "use crate::Root;"),
-        ("b", "fn thing() {}\n#[cfg(test)]\nmod tests { use crate::a::x; }"),
+        ("b", "fn thing() {}\n#[cfg(test)]\n#[allow(clippy::unwrap_used)]\nmod tests { use crate::a::x; }"),
+        ("c", "//! Unlike crate::a, this one ...\n#[cfg(test)]\npub(crate) mod fixture;\n#[cfg(test)]\nmod tests;"),
+        ("c::fixture", "use crate::a::x;"),
+        ("c::tests", "use crate::a::x;"),
+        ("c::tests::deeper", "use crate::a::x;"),
     ]));
     assert_eq!(edges(&graph, "a"), ["a::inner", "b"]);
     // Child → ancestor uses do not count; a sibling through `super::` does.
     assert_eq!(edges(&graph, "a::inner"), ["a::sibling"]);
     // The crate root is never a target.
     assert!(edges(&graph, "a::sibling").is_empty());
-    // The test tail is not read.
+    // The test tail is not read, also with more attributes before `mod tests`.
     assert!(edges(&graph, "b").is_empty());
+    // Comments are not read; test-only files are not in the graph at all.
+    assert!(edges(&graph, "c").is_empty());
+    for test_only in ["c::fixture", "c::tests", "c::tests::deeper"] {
+        assert!(!graph.contains_key(test_only), "{test_only} is test code");
+    }
     assert!(cycles(&graph).is_empty());
 }
 
