@@ -30,7 +30,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use schemars::SchemaGenerator;
 use serde_json::{json, Map, Value};
 
-use crate::api::discovery::{resource_verbs, subresource_kind, subresource_verbs};
+use crate::registry::{resource_verbs, subresource_kind, subresource_verbs};
 use crate::registry::{Registry, ResourceDef, SchemaFn};
 
 /// `info.version` of the documents.
@@ -1134,7 +1134,7 @@ fn resource_paths(def: &ResourceDef, kinds: &KindNames) -> Vec<PathItem> {
         let s = upper_first(sub);
         let sub_gvk = Some((sg, sv, skind));
         let mut ops = Vec::new();
-        for verb in subresource_verbs(sub) {
+        for verb in subresource_verbs(def, sub) {
             let (method, action, id, description, params, body, responses) = match *verb {
                 "get" => (
                     "get",

@@ -173,6 +173,15 @@ impl Strategy for NamespaceStrategy {
         super::Role::Namespace
     }
 
+    fn subresource_verbs(&self, sub: &str) -> &'static [&'static str] {
+        // `finalize` only replaces the finalizers, with a PUT; `status` reads and writes.
+        if sub == "finalize" {
+            &["update"]
+        } else {
+            &["get", "patch", "update"]
+        }
+    }
+
     fn name_rule(&self) -> super::NameRule {
         validation::is_dns1123_label
     }
@@ -565,6 +574,10 @@ impl Strategy for ServiceAccountStrategy {
         (sub == "token").then_some(|c, body, content_type| {
             Box::pin(crate::authn::serviceaccount::token_request(c, body, content_type))
         })
+    }
+
+    fn subresource_kind(&self, sub: &str) -> Option<super::Gvk> {
+        (sub == "token").then_some(("authentication.k8s.io", "v1", "TokenRequest"))
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {

@@ -264,7 +264,7 @@ fn check_subresource(c: &Call<'_>, verb: &str) -> Result<()> {
     if !sub.is_empty() && !c.def.subresources.contains(&sub) {
         return Err(ApiError::not_found(c.def.group, &format!("{}/{sub}", c.def.resource), &c.info.name));
     }
-    if !sub.is_empty() && !crate::api::discovery::subresource_verbs(sub).contains(&verb) {
+    if !sub.is_empty() && !crate::registry::subresource_verbs(c.def, sub).contains(&verb) {
         return Err(ApiError::MethodNotAllowed(format!("{verb} is not supported on {}/{sub}", c.def.resource)));
     }
     Ok(())
