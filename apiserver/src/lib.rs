@@ -604,9 +604,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());
     let (tls_tx, tls_rx) = tokio::sync::watch::channel(http::serve::tls_config(&pki)?);
-    pki::client_ca::spawn(
+    authn::client_ca::spawn(
         pki.dir.join("ca.crt"),
-        pki::client_ca::State::new(kustos_ca::bundle::ca_certificates(&pki.ca_bundle_pem)?, now),
+        authn::client_ca::State::new(kustos_ca::bundle::ca_certificates(&pki.ca_bundle_pem)?, now),
         state.security.authn.clone(),
         tls_tx,
         (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),

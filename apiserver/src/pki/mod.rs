@@ -11,7 +11,7 @@
 //! `ca.crt` may hold several CA certificates (a CA rotation: the new CA and the old one).
 //! The one whose public key matches `ca.key` signs; every CA certificate in it that has not
 //! expired is trusted for client certificates ([`Pki::ca_bundle_pem`]). The running
-//! apiserver follows changes of `ca.crt` without a restart (see [`crate::pki::client_ca`]).
+//! apiserver follows changes of `ca.crt` without a restart (`authn/client_ca.rs`).
 //!
 //! Private keys are created with mode 0600 (never chmod-ed after the fact) and written
 //! atomically (temporary file, fsync, rename). A CA or service-account key that exists but
@@ -23,10 +23,8 @@
 //! days.
 //!
 //! In this folder: files in, keys and certificates out. [`data_dir`] keeps the data
-//! directory private, [`client_ca`] follows the client-CA bundle, [`cluster_info`] writes
-//! `kube-public/cluster-info`.
+//! directory private, [`cluster_info`] writes `kube-public/cluster-info`.
 
-pub mod client_ca;
 pub mod cluster_info;
 pub mod data_dir;
 

@@ -5,7 +5,7 @@
 //!
 //! Everything here is pure: the status a CRD should have ([`decide_status`]) and the
 //! resources an established CRD serves ([`served_resources`]) are computed from values;
-//! `crate::api::crd` does the I/O.
+//! `api/crd.rs` does the I/O.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
