@@ -346,7 +346,7 @@ async fn resource(
 
 /// Create what a fresh cluster has: the four system namespaces.
 pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
-    let Some(def) = state.registry.find("", "v1", "namespaces") else {
+    let Some(def) = state.registry.namespace_kind() else {
         anyhow::bail!("namespaces are not registered");
     };
     let user =
