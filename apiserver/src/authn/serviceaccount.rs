@@ -548,7 +548,7 @@ impl TokenAuthenticator for ServiceAccountAuthenticator {
 struct TokenRequestStrategy;
 
 impl Strategy for TokenRequestStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<authnv1::TokenRequest>(obj)
     }
 }

@@ -62,7 +62,7 @@ fn set_condition(obj: &mut Value, cond: Value) {
 }
 
 impl Strategy for CrdStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<apiextv1::CustomResourceDefinition>(obj)
     }
 

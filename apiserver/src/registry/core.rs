@@ -165,7 +165,7 @@ fn spec_finalizers(obj: &Value) -> Vec<String> {
 }
 
 impl Strategy for NamespaceStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::Namespace>(obj)
     }
 
@@ -305,7 +305,7 @@ fn same_map<V: PartialEq>(a: &Option<BTreeMap<String, V>>, b: &Option<BTreeMap<S
 }
 
 impl Strategy for ConfigMapStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::ConfigMap>(obj)
     }
 
@@ -482,7 +482,7 @@ fn validate_secret(secret: &corev1::Secret, annotations: Option<&BTreeMap<String
 }
 
 impl Strategy for SecretStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::Secret>(obj)
     }
 
@@ -562,7 +562,7 @@ fn clean_secret_references(obj: &mut Value) {
 }
 
 impl Strategy for ServiceAccountStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::ServiceAccount>(obj)
     }
 
@@ -636,7 +636,7 @@ impl Strategy for EventStrategy {
         true
     }
 
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::Event>(obj)
     }
 

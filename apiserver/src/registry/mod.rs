@@ -91,9 +91,9 @@ pub type CreateHandler = for<'a> fn(
 /// The rules for one kind. Every method has no I/O.
 pub trait Strategy: Send + Sync + 'static {
     /// Decode the object into its typed form and back: Ok(pruned) with unknown fields removed,
-    /// Err(message) if a known field has the wrong type (→ 400 BadRequest).
+    /// Err if a known field has the wrong type (→ 400 BadRequest).
     /// The caller compares input and output to find unknown fields (fieldValidation).
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String>;
+    fn roundtrip(&self, obj: &Value) -> Result<Value, DecodeError>;
 
     /// The handler of a create-only subresource (see [`CreateHandler`]); None: `sub` is an
     /// ordinary subresource of the stored object (`status`, `approval`, `finalize`).
@@ -385,13 +385,21 @@ macro_rules! typed {
     };
 }
 
+/// Why an object does not decode into its kind's typed form ([`Strategy::roundtrip`]); the
+/// text follows `... cannot be handled as a <Kind>: ` in the 400.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
 /// Decode into a typed k8s-openapi object and encode back (helper for `Strategy::roundtrip`).
-pub fn typed_roundtrip<T>(obj: &Value) -> Result<Value, String>
+pub fn typed_roundtrip<T>(obj: &Value) -> Result<Value, DecodeError>
 where
     T: serde::de::DeserializeOwned + serde::Serialize,
 {
-    let typed: T = serde_json::from_value(obj.clone()).map_err(|e| e.to_string())?;
-    serde_json::to_value(&typed).map_err(|e| e.to_string())
+    let typed: T = serde_json::from_value(obj.clone())?;
+    Ok(serde_json::to_value(&typed)?)
 }
 
 /// Age column value like kubectl's (`5s`, `3m`, `2d`); used by strategies' cells.

@@ -102,7 +102,7 @@ impl<T> Strategy for ReviewStrategy<T>
 where
     T: serde::de::DeserializeOwned + serde::Serialize + 'static,
 {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<T>(obj)
     }
 }
