@@ -1,6 +1,13 @@
 //! Generic REST handlers for every registered kind: get, list, create, update, patch,
 //! delete, deletecollection (watch lives in `watch.rs`). Each handler does the I/O and calls
 //! the kind's `Strategy` hooks in a fixed order (see `registry`).
+//!
+//! `read.rs`: get and list; `decode.rs`: request bodies; `write.rs`: create, update, patch;
+//! [`delete`](mod@delete): delete, deletecollection and, in [`delete::gc`], what follows a deletion;
+//! `response.rs`: rendering and `Warning` headers. The request types ([`Call`], [`Params`],
+//! [`Reply`]) are the registry's (`registry/call.rs`), re-exported here.
+//!
+//! Layer: above `admission` and `registry`, below `lib.rs`'s dispatch.
 
 mod decode;
 pub mod delete;
