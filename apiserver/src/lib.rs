@@ -346,7 +346,7 @@ async fn resource(
 
 /// Create what a fresh cluster has: the four system namespaces.
 pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
-    let Some(def) = state.registry.find("", "v1", "namespaces") else {
+    let Some(def) = state.registry.namespace_kind() else {
         anyhow::bail!("namespaces are not registered");
     };
     let user =
@@ -600,13 +600,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     flowcontrol::maintain::spawn(state.clone(), flowcontrol::maintain::PERIOD);
     pki::cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
     start_flow_control(&state, &cfg).await?;
-    api::gc::spawn_startup_sweep(state.clone());
+    api::rest::delete::gc::spawn_startup_sweep(state.clone());
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());
     let (tls_tx, tls_rx) = tokio::sync::watch::channel(http::serve::tls_config(&pki)?);
-    pki::client_ca::spawn(
+    authn::client_ca::spawn(
         pki.dir.join("ca.crt"),
-        pki::client_ca::State::new(kustos_ca::bundle::ca_certificates(&pki.ca_bundle_pem)?, now),
+        authn::client_ca::State::new(kustos_ca::bundle::ca_certificates(&pki.ca_bundle_pem)?, now),
         state.security.authn.clone(),
         tls_tx,
         (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),

@@ -253,7 +253,7 @@ impl Plugin for NamespaceLifecycle {
             .storage
             .get(&ns_def.key(None, ns))
             .await
-            .map_err(|e| crate::api::rest::map_storage_error(ns_def, ns, e))?;
+            .map_err(|e| crate::registry::call::map_storage_error(ns_def, ns, e))?;
         let Some(kv) = kv else {
             return Err(ApiError::not_found(ns_def.group, ns_def.resource, ns));
         };

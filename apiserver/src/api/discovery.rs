@@ -15,7 +15,7 @@
 use base64::Engine;
 use serde_json::{json, Value};
 
-use crate::registry::{Registry, ResourceDef};
+use crate::registry::{resource_verbs, subresource_kind, subresource_verbs, Registry, ResourceDef};
 
 /// The Kubernetes release whose API kustos speaks (what `/version` and OpenAPI `info` report).
 pub const KUBE_MAJOR: &str = "1";
@@ -122,44 +122,12 @@ pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
     Some(g)
 }
 
-/// The verbs of a main resource. Like upstream, namespaces have no `deletecollection`.
-pub fn resource_verbs(def: &ResourceDef) -> &'static [&'static str] {
-    if def.create_only {
-        &["create"]
-    } else if def.strategy.role() == crate::registry::Role::Namespace {
-        &["create", "delete", "get", "list", "patch", "update", "watch"]
-    } else {
-        &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
-    }
-}
-
-/// The verbs of a subresource, as upstream serves them.
-pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
-    match sub {
-        "finalize" => &["update"],
-        "token" | "eviction" | "binding" => &["create"],
-        // status, approval, scale and anything else read/write like status.
-        _ => &["get", "patch", "update"],
-    }
-}
-
-/// Group, version and kind a subresource reads and writes: the parent's kind, except for
-/// the few subresources upstream serves with their own kind.
-pub fn subresource_kind(def: &ResourceDef, sub: &str) -> (&'static str, &'static str, &'static str) {
-    match sub {
-        "token" => ("authentication.k8s.io", "v1", "TokenRequest"),
-        "eviction" => ("policy", "v1", "Eviction"),
-        "scale" => ("autoscaling", "v1", "Scale"),
-        "binding" => ("", "v1", "Binding"),
-        _ => (def.group, def.version, def.kind),
-    }
-}
-
 /// Upstream's `storageVersionHash`: base64 of the first 8 bytes of
 /// sha256("<group>/<version>/<kind>") of the storage version.
 pub fn storage_version_hash(def: &ResourceDef) -> String {
-    let digest = crate::api::openapi::sha256(format!("{}/{}/{}", def.group, def.version, def.kind).as_bytes());
-    base64::engine::general_purpose::STANDARD.encode(&digest[..8])
+    let gvk = format!("{}/{}/{}", def.group, def.version, def.kind);
+    let digest = ring::digest::digest(&ring::digest::SHA256, gvk.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(&digest.as_ref()[..8])
 }
 
 fn sorted_resources<'a>(reg: &'a Registry, group: &str, version: &str) -> Vec<&'a ResourceDef> {
@@ -209,7 +177,7 @@ pub fn api_resource_list(reg: &Registry, group: &str, version: &str) -> Option<V
                 "singularName": "",
                 "namespaced": def.namespaced,
                 "kind": kind,
-                "verbs": subresource_verbs(sub),
+                "verbs": subresource_verbs(def, sub),
             });
             if (g, v) != (def.group, def.version) {
                 s["group"] = json!(g);
@@ -243,7 +211,7 @@ fn aggregated_resource(def: &ResourceDef) -> Value {
             json!({
                 "subresource": sub,
                 "responseKind": {"group": g, "version": v, "kind": kind},
-                "verbs": subresource_verbs(sub),
+                "verbs": subresource_verbs(def, sub),
             })
         })
         .collect();

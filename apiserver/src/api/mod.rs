@@ -5,12 +5,12 @@
 //! or a resource: what is kind-specific hangs off the registration.
 //!
 //! - [`rest`]: get, list, create, update, patch, delete, deletecollection; body decoding and
-//!   response rendering.
+//!   response rendering; what follows a deletion (`rest::delete::gc`: finalizers, owner
+//!   references, namespace deletion).
 //! - [`watch`]: watch streams (bookmarks, `sendInitialEvents`, 410 Expired).
 //! - [`patch`]: JSON patch, merge patch, strategic merge patch, with their limits.
 //! - [`dupcheck`], [`selectors`], [`table`]: strict decoding reports, label and field
 //!   selectors, Table rendering.
-//! - [`gc`]: finalizers, owner references, namespace deletion.
 //! - [`discovery`], [`openapi`], [`schema`]: discovery documents and OpenAPI v2/v3.
 //! - [`crd`]: serving CustomResourceDefinitions' kinds.
 //! - [`reviews`]: the create-only review kinds (TokenReview, SubjectAccessReview, ...).
@@ -20,7 +20,6 @@ pub mod apply;
 pub mod crd;
 pub mod discovery;
 pub mod dupcheck;
-pub mod gc;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;

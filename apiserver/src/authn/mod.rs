@@ -20,9 +20,12 @@
 //! Authenticators in order: x509 client certificates (here), bootstrap tokens
 //! ([`bootstrap_token`]), service-account JWTs ([`serviceaccount`], which also serves
 //! TokenRequest and the OIDC discovery documents), anonymous. [`impersonation`] then swaps
-//! the user for an `Impersonate-*` one when the real user may impersonate.
+//! the user for an `Impersonate-*` one when the real user may impersonate. [`client_ca`]
+//! follows the client CA file while serving: the x509 authenticator's trust set and the CA
+//! subjects the TLS handshake hints.
 
 pub mod bootstrap_token;
+pub mod client_ca;
 pub mod impersonation;
 pub mod serviceaccount;
 

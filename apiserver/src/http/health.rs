@@ -13,13 +13,28 @@ pub struct Health {
     pub shutting_down: AtomicBool,
 }
 
+/// Why a check failed (never sent: a client reads "reason withheld").
+#[derive(Debug, Clone, thiserror::Error)]
+enum CheckFailed {
+    #[error(transparent)]
+    Storage(#[from] crate::storage::Error),
+    #[error("not finished")]
+    NotFinished,
+    #[error("process is shutting down")]
+    ShuttingDown,
+}
+
 /// The checks of an endpoint, in order, with their outcome.
-async fn checks(endpoint: &str, health: &Health, store: &Arc<dyn Storage>) -> Vec<(&'static str, Result<(), String>)> {
+async fn checks(
+    endpoint: &str,
+    health: &Health,
+    store: &Arc<dyn Storage>,
+) -> Vec<(&'static str, Result<(), CheckFailed>)> {
     let storage_ok = match store.count("/registry/core/namespaces/").await {
         Ok(_) => Ok(()),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(CheckFailed::from(e)),
     };
-    let started = if health.started.load(Ordering::SeqCst) { Ok(()) } else { Err("not finished".into()) };
+    let started = if health.started.load(Ordering::SeqCst) { Ok(()) } else { Err(CheckFailed::NotFinished) };
     let mut out = vec![("ping", Ok(())), ("log", Ok(())), ("etcd", storage_ok)];
     if endpoint == "readyz" {
         out.push(("informer-sync", Ok(())));
@@ -28,7 +43,7 @@ async fn checks(endpoint: &str, health: &Health, store: &Arc<dyn Storage>) -> Ve
     out.push(("poststarthook/start-apiextensions-informers", Ok(())));
     if endpoint == "readyz" {
         let shutdown =
-            if health.shutting_down.load(Ordering::SeqCst) { Err("process is shutting down".into()) } else { Ok(()) };
+            if health.shutting_down.load(Ordering::SeqCst) { Err(CheckFailed::ShuttingDown) } else { Ok(()) };
         out.push(("shutdown", shutdown));
     }
     out

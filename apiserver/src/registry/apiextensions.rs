@@ -5,7 +5,7 @@
 //!
 //! Everything here is pure: the status a CRD should have ([`decide_status`]) and the
 //! resources an established CRD serves ([`served_resources`]) are computed from values;
-//! `crate::api::crd` does the I/O.
+//! `api/crd.rs` does the I/O.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -62,7 +62,7 @@ fn set_condition(obj: &mut Value, cond: Value) {
 }
 
 impl Strategy for CrdStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<apiextv1::CustomResourceDefinition>(obj)
     }
 
@@ -371,13 +371,13 @@ pub fn decide_status(crd: &Value, taken: &TakenNames, now: &str) -> Value {
         accepted = json!({});
     }
     let mut problem: Option<(&str, String)> = None;
-    let check = |field: &str, set: &BTreeSet<String>| -> Result<(), String> {
+    let check = |field: &str, set: &BTreeSet<String>| -> Result<(), NameInUse> {
         let want = requested[field].as_str().unwrap_or("");
         if want.is_empty() || accepted_old[field].as_str() == Some(want) {
             return Ok(());
         }
         if set.contains(want) {
-            return Err(format!("{want:?} is already in use"));
+            return Err(NameInUse(want.to_string()));
         }
         Ok(())
     };
@@ -386,7 +386,7 @@ pub fn decide_status(crd: &Value, taken: &TakenNames, now: &str) -> Value {
     {
         match check(field, set) {
             Ok(()) => accepted[field] = requested[field].clone(),
-            Err(m) => problem = problem.or(Some((reason, m))),
+            Err(e) => problem = problem.or(Some((reason, e.to_string()))),
         }
     }
     let shorts: Vec<&str> =
@@ -407,7 +407,7 @@ pub fn decide_status(crd: &Value, taken: &TakenNames, now: &str) -> Value {
     for (field, reason) in [("kind", "KindConflict"), ("listKind", "ListKindConflict")] {
         match check(field, &taken.kinds) {
             Ok(()) => accepted[field] = requested[field].clone(),
-            Err(m) => problem = problem.or(Some((reason, m))),
+            Err(e) => problem = problem.or(Some((reason, e.to_string()))),
         }
     }
     match requested.get("categories") {
@@ -497,10 +497,30 @@ pub fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
     key(a).cmp(&key(b))
 }
 
+/// A name a CRD asks for that another resource holds (the message of a `*Conflict`
+/// condition).
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is already in use")]
+struct NameInUse(String);
+
+/// Why an established CRD cannot be served (logged; the CRD's kinds stay unserved).
+#[derive(Debug, thiserror::Error)]
+pub enum NotServable {
+    #[error(transparent)]
+    Decode(#[from] serde_json::Error),
+    #[error("version {0} has no schema")]
+    NoSchema(String),
+    /// The schema is not structural: its field errors, rendered and joined.
+    #[error("{0}")]
+    Schema(String),
+    #[error("{0}")]
+    PrinterColumn(#[from] crate::registry::custom::JsonPathError),
+}
+
 /// The resources a served CRD adds: one `ResourceDef` per served version, in version
 /// priority order. Names come from `status.acceptedNames`.
-pub fn served_resources(crd: &Value) -> Result<Vec<ResourceDef>, String> {
-    let typed: apiextv1::CustomResourceDefinition = serde_json::from_value(crd.clone()).map_err(|e| e.to_string())?;
+pub fn served_resources(crd: &Value) -> Result<Vec<ResourceDef>, NotServable> {
+    let typed: apiextv1::CustomResourceDefinition = serde_json::from_value(crd.clone())?;
     let accepted = &crd["status"]["acceptedNames"];
     let group = intern(&typed.spec.group);
     let plural = accepted["plural"].as_str().unwrap_or(&typed.spec.names.plural);
@@ -519,9 +539,9 @@ pub fn served_resources(crd: &Value) -> Result<Vec<ResourceDef>, String> {
             .schema
             .as_ref()
             .and_then(|s| s.open_api_v3_schema.as_ref())
-            .ok_or_else(|| format!("version {} has no schema", v.name))?;
+            .ok_or_else(|| NotServable::NoSchema(v.name.clone()))?;
         let structural = Structural::from_props(props, "openAPIV3Schema")
-            .map_err(|e| e.iter().map(FieldError::render).collect::<Vec<_>>().join("; "))?;
+            .map_err(|e| NotServable::Schema(e.iter().map(FieldError::render).collect::<Vec<_>>().join("; ")))?;
         let status = v.subresources.as_ref().is_some_and(|s| s.status.is_some());
         let mut columns = Vec::new();
         for c in v.additional_printer_columns.iter().flatten() {
@@ -534,10 +554,10 @@ pub fn served_resources(crd: &Value) -> Result<Vec<ResourceDef>, String> {
                     u32::try_from(c.priority.unwrap_or(0)).unwrap_or(0),
                     &c.json_path,
                 )
-                .map_err(|e| e.to_string())?,
+                .map_err(NotServable::PrinterColumn)?,
             );
         }
-        let openapi = custom::openapi_schema(&serde_json::to_value(props).map_err(|e| e.to_string())?);
+        let openapi = custom::openapi_schema(&serde_json::to_value(props)?);
         out.push(ResourceDef {
             group,
             version: intern(&v.name),

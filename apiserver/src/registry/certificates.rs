@@ -524,7 +524,7 @@ fn condition_summary(obj: &Value) -> String {
 }
 
 impl Strategy for CertificateSigningRequestStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<Csr>(obj)
     }
 

@@ -68,7 +68,7 @@ fn validate_lease_strategy(strategy: &str, field: &str) -> Vec<FieldError> {
 }
 
 impl Strategy for LeaseStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<coordv1::Lease>(obj)
     }
 

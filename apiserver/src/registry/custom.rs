@@ -29,7 +29,7 @@ pub struct CustomStrategy {
 }
 
 impl Strategy for CustomStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         let mut out = obj.clone();
         self.schema.apply_defaults(&mut out);
         self.schema.prune(&mut out, true);

@@ -651,7 +651,7 @@ fn keep(new: &mut Value, old: &Value, key: &str) {
 pub struct FlowSchemaStrategy;
 
 impl Strategy for FlowSchemaStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<fcv1::FlowSchema>(obj)
     }
 
@@ -720,7 +720,7 @@ impl Strategy for FlowSchemaStrategy {
 pub struct PriorityLevelConfigurationStrategy;
 
 impl Strategy for PriorityLevelConfigurationStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<fcv1::PriorityLevelConfiguration>(obj)
     }
 

@@ -2,7 +2,7 @@
 //!
 //! A `Strategy` holds the kind's rules with no I/O (like upstream's `rest.RESTCreateStrategy`):
 //! defaults, validation, what a write to the main resource or a subresource may change,
-//! selectable fields and Table columns. The generic REST handlers (`crate::api::rest`) do the I/O
+//! selectable fields and Table columns. The generic REST handlers (`api/rest/`) do the I/O
 //! and call these hooks in a fixed order:
 //!
 //! create:  decode → `prepare_for_create` → `prepare_for_create_by(requester)` → generic
@@ -14,14 +14,22 @@
 //!
 //! Everything kind-specific the generic path needs is asked of the strategy, never decided
 //! by group or resource name: the kind's [`Role`] (namespaces), its name rule, its
-//! strategic-merge-patch keys, its create-only subresources ([`CreateHandler`]), its Table.
-//! Admission plugins (`crate::admission`) say themselves which kinds they handle.
+//! strategic-merge-patch keys, its subresources' verbs and kinds and its create-only
+//! subresources ([`CreateHandler`]), its Table. Admission plugins (`admission/`) say
+//! themselves which kinds they handle.
+//!
+//! Layer: below admission and the API handlers, above storage. Files here import `storage`,
+//! `meta`, `error`, `validation`, `http::{request_info, negotiate}` and the user type of
+//! `authn`, never `admission` or `api::rest`; what a kind's own handler needs of the request
+//! ([`call::Call`], [`call::Reply`]) is defined here for that reason. (Two pure value types
+//! still come from `api/`: `api::patch::ListStrategy` and `api::schema::Structural`.)
 //!
 //! Objects are `serde_json::Value`s in their wire form; strategies decode into the
 //! `k8s-openapi` types where typing helps (validation, unknown-field detection). Validation
 //! fails closed: an object that does not decode is invalid ([`decode`], [`decode_update`]).
 
 pub mod apiextensions;
+pub mod call;
 pub mod certificates;
 pub mod coordination;
 pub mod core;
@@ -29,6 +37,7 @@ pub mod custom;
 pub mod flowcontrol;
 pub mod intern;
 pub mod rbac;
+pub mod reviews;
 pub mod shared;
 
 use std::sync::Arc;
@@ -58,10 +67,13 @@ pub enum Role {
     Object,
     /// The kind whose objects are the namespaces: cluster-scoped but named where a namespace
     /// goes in the URL (`/api/v1/namespaces/<name>`), always deleted gracefully (its content
-    /// first, by `crate::api::gc`; the object goes when its finalizers are gone through
+    /// first, by the deletion follow-ups in `api/rest/delete/gc.rs`; the object goes when its finalizers are gone through
     /// `/finalize`), no `deletecollection`; NamespaceLifecycle admission looks them up.
     Namespace,
 }
+
+/// Group, version and kind.
+pub type Gvk = (&'static str, &'static str, &'static str);
 
 /// A name rule (upstream's per-kind `ValidateName`): the problems with a name.
 pub type NameRule = fn(&str) -> Vec<String>;
@@ -72,21 +84,37 @@ pub type MergeKeys = &'static [(&'static [&'static str], crate::api::patch::List
 /// The handler of a subresource whose only verb is `create` and which is not stored
 /// (a ServiceAccount's `token`: TokenRequest).
 pub type CreateHandler = for<'a> fn(
-    &'a crate::api::rest::Call<'a>,
+    &'a call::Call<'a>,
     &'a bytes::Bytes,
     &'a str,
-) -> futures::future::BoxFuture<'a, crate::error::Result<crate::api::rest::Reply>>;
+) -> futures::future::BoxFuture<'a, crate::error::Result<call::Reply>>;
 
 /// The rules for one kind. Every method has no I/O.
 pub trait Strategy: Send + Sync + 'static {
     /// Decode the object into its typed form and back: Ok(pruned) with unknown fields removed,
-    /// Err(message) if a known field has the wrong type (→ 400 BadRequest).
+    /// Err if a known field has the wrong type (→ 400 BadRequest).
     /// The caller compares input and output to find unknown fields (fieldValidation).
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String>;
+    fn roundtrip(&self, obj: &Value) -> Result<Value, DecodeError>;
 
     /// The handler of a create-only subresource (see [`CreateHandler`]); None: `sub` is an
     /// ordinary subresource of the stored object (`status`, `approval`, `finalize`).
     fn create_handler(&self, _sub: &str) -> Option<CreateHandler> {
+        None
+    }
+
+    /// The verbs of subresource `sub`: `create` for a create-only subresource (one with a
+    /// [`CreateHandler`]), otherwise `get`, `patch` and `update` like `status`.
+    fn subresource_verbs(&self, sub: &str) -> &'static [&'static str] {
+        if self.create_handler(sub).is_some() {
+            &["create"]
+        } else {
+            &["get", "patch", "update"]
+        }
+    }
+
+    /// Group, version and kind subresource `sub` reads and writes when it is not the kind's
+    /// own (a ServiceAccount's `token` takes a TokenRequest); None: the parent's.
+    fn subresource_kind(&self, _sub: &str) -> Option<Gvk> {
         None
     }
 
@@ -100,7 +128,7 @@ pub trait Strategy: Send + Sync + 'static {
         crate::validation::is_dns1123_subdomain
     }
 
-    /// List merge keys for strategic merge patch, beyond the defaults of `crate::api::patch`.
+    /// List merge keys for strategic merge patch, beyond the defaults of `api/patch.rs`.
     fn merge_keys(&self) -> MergeKeys {
         &[]
     }
@@ -207,7 +235,7 @@ pub struct ResourceDef {
     /// Subresources besides the main one: `status`, `approval`.
     pub subresources: &'static [&'static str],
     /// A create-only kind that is never stored (TokenReview, SubjectAccessReview...): the
-    /// only verb is `create`, which answers with the computed object (`crate::api::reviews`).
+    /// only verb is `create`, which answers with the computed object (`api/reviews/`).
     pub create_only: bool,
     pub strategy: Arc<dyn Strategy>,
     /// JSON schema of the kind: `|g| g.subschema_for::<k8s_openapi::api::core::v1::ConfigMap>()`
@@ -251,6 +279,28 @@ impl ResourceDef {
     }
 }
 
+/// The verbs of a main resource. Like upstream, namespaces have no `deletecollection`.
+pub fn resource_verbs(def: &ResourceDef) -> &'static [&'static str] {
+    if def.create_only {
+        &["create"]
+    } else if def.strategy.role() == Role::Namespace {
+        &["create", "delete", "get", "list", "patch", "update", "watch"]
+    } else {
+        &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+    }
+}
+
+/// The verbs of a subresource of `def`, as its strategy says ([`Strategy::subresource_verbs`]).
+pub fn subresource_verbs(def: &ResourceDef, sub: &str) -> &'static [&'static str] {
+    def.strategy.subresource_verbs(sub)
+}
+
+/// Group, version and kind a subresource of `def` reads and writes: the parent's, unless its
+/// strategy names another ([`Strategy::subresource_kind`]).
+pub fn subresource_kind(def: &ResourceDef, sub: &str) -> Gvk {
+    def.strategy.subresource_kind(sub).unwrap_or((def.group, def.version, def.kind))
+}
+
 /// All served resources.
 #[derive(Clone)]
 pub struct Registry {
@@ -265,7 +315,7 @@ impl Registry {
         resources.extend(coordination::resources());
         resources.extend(certificates::resources());
         resources.extend(rbac::resources());
-        resources.extend(crate::api::reviews::resources());
+        resources.extend(reviews::resources());
         resources.extend(apiextensions::resources());
         resources.extend(flowcontrol::resources());
         Registry { resources }
@@ -336,13 +386,21 @@ macro_rules! typed {
     };
 }
 
+/// Why an object does not decode into its kind's typed form ([`Strategy::roundtrip`]); the
+/// text follows `... cannot be handled as a <Kind>: ` in the 400.
+#[derive(Debug, thiserror::Error)]
+pub enum DecodeError {
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
 /// Decode into a typed k8s-openapi object and encode back (helper for `Strategy::roundtrip`).
-pub fn typed_roundtrip<T>(obj: &Value) -> Result<Value, String>
+pub fn typed_roundtrip<T>(obj: &Value) -> Result<Value, DecodeError>
 where
     T: serde::de::DeserializeOwned + serde::Serialize,
 {
-    let typed: T = serde_json::from_value(obj.clone()).map_err(|e| e.to_string())?;
-    serde_json::to_value(&typed).map_err(|e| e.to_string())
+    let typed: T = serde_json::from_value(obj.clone())?;
+    Ok(serde_json::to_value(&typed)?)
 }
 
 /// Age column value like kubectl's (`5s`, `3m`, `2d`); used by strategies' cells.

@@ -196,7 +196,7 @@ impl Strategy for RoleStrategy {
         validation::validate_path_segment_name
     }
 
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<rbacv1::Role>(obj)
     }
 
@@ -219,7 +219,7 @@ impl Strategy for ClusterRoleStrategy {
         validation::validate_path_segment_name
     }
 
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<rbacv1::ClusterRole>(obj)
     }
 
@@ -389,7 +389,7 @@ impl Strategy for RoleBindingStrategy {
         validation::validate_path_segment_name
     }
 
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<rbacv1::RoleBinding>(obj)
     }
 
@@ -431,7 +431,7 @@ impl Strategy for ClusterRoleBindingStrategy {
         validation::validate_path_segment_name
     }
 
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<rbacv1::ClusterRoleBinding>(obj)
     }
 

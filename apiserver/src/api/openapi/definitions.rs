@@ -8,7 +8,7 @@ use schemars::SchemaGenerator;
 use serde_json::{json, Map, Value};
 
 use super::*;
-use crate::api::discovery::subresource_kind;
+use crate::registry::subresource_kind;
 use crate::registry::{Registry, ResourceDef, SchemaFn};
 
 /// Schema functions of the kinds subresources read and write when that is not the parent kind.

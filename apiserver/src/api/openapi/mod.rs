@@ -466,7 +466,7 @@ mod tests {
 
     struct NoRules;
     impl crate::registry::Strategy for NoRules {
-        fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+        fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
             Ok(obj.clone())
         }
     }

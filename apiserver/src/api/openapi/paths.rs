@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use super::definitions::{gvk, ref_name, KindNames};
 use super::*;
-use crate::api::discovery::{resource_verbs, subresource_kind, subresource_verbs};
+use crate::registry::{resource_verbs, subresource_kind, subresource_verbs};
 use crate::registry::{Registry, ResourceDef};
 
 /// Collect every `$ref` target in `value` (any depth).
@@ -565,7 +565,7 @@ fn resource_paths(def: &ResourceDef, kinds: &KindNames) -> Vec<PathItem> {
         let s = upper_first(sub);
         let sub_gvk = Some((sg, sv, skind));
         let mut ops = Vec::new();
-        for verb in subresource_verbs(sub) {
+        for verb in subresource_verbs(def, sub) {
             let (method, action, id, description, params, body, responses) = match *verb {
                 "get" => (
                     "get",

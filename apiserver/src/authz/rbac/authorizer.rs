@@ -88,7 +88,7 @@ impl Authorizer for RbacAuthorizer {
                 let (rules, errors) = s.rules_for(user, namespace);
                 rule_set(rules, &errors)
             }
-            Err(e) => RuleSet { evaluation_error: e, ..Default::default() },
+            Err(e) => RuleSet { evaluation_error: e.to_string(), ..Default::default() },
         }
     }
 }

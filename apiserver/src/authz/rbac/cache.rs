@@ -158,6 +158,14 @@ impl std::fmt::Debug for RbacCache {
     }
 }
 
+/// Why the RBAC objects could not be read (the storage error's text, as the authorizer
+/// reports it).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0}")]
+    Storage(#[from] storage::Error),
+}
+
 impl RbacCache {
     fn loaded_at(&self, generation: u64) -> Option<Arc<Snapshot>> {
         let guard = self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -165,7 +173,7 @@ impl RbacCache {
     }
 
     /// The current objects (reloaded if any RBAC write happened since the last load).
-    pub async fn snapshot(&self) -> Result<Arc<Snapshot>, String> {
+    pub async fn snapshot(&self) -> Result<Arc<Snapshot>, LoadError> {
         if let Some(s) = self.loaded_at(self.generation.load(Ordering::SeqCst)) {
             return Ok(s);
         }
@@ -257,9 +265,9 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    async fn load(store: &dyn Storage) -> Result<Snapshot, String> {
+    async fn load(store: &dyn Storage) -> Result<Snapshot, LoadError> {
         let prefix = rbac_prefix();
-        let page = store.list(&prefix, ListOptions::default()).await.map_err(|e| e.to_string())?;
+        let page = store.list(&prefix, ListOptions::default()).await?;
         let mut s = Snapshot::default();
         for kv in &page.items {
             let rest = kv.key.strip_prefix(&prefix).unwrap_or("");

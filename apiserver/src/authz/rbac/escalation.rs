@@ -100,8 +100,24 @@ async fn authorized(cx: &Context<'_>, verb: &str, resource: &str, namespace: &st
     cx.authz.authorize(&Attributes { user: cx.user, info: &info }).await.allowed()
 }
 
+/// The requester's rules do not cover what an object grants: the detail of the 403.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[error(
+    "user {user} (groups={groups}) is attempting to grant RBAC permissions not currently held:\n{missing}{resolution}"
+)]
+pub struct Escalation {
+    /// The user's name, Go-quoted.
+    user: String,
+    /// The user's groups, as Go prints a quoted list.
+    groups: String,
+    /// The rules not held, one compact line each.
+    missing: String,
+    /// `; resolution errors: [...]` when some of the requester's bindings did not resolve.
+    resolution: String,
+}
+
 /// Err(detail) unless the requester's rules in `namespace` cover `rules`.
-async fn confirm_no_escalation(cx: &Context<'_>, namespace: &str, rules: &[PolicyRule]) -> Result<(), String> {
+async fn confirm_no_escalation(cx: &Context<'_>, namespace: &str, rules: &[PolicyRule]) -> Result<(), Escalation> {
     let held = cx.authz.rules_for(cx.user, namespace).await;
     let mut owner = held.resource_rules;
     owner.extend(held.non_resource_rules);
@@ -110,16 +126,17 @@ async fn confirm_no_escalation(cx: &Context<'_>, namespace: &str, rules: &[Polic
         return Ok(());
     }
     let described: std::collections::BTreeSet<String> = compact_rules(&missing).iter().map(compact_string).collect();
-    let mut msg = format!(
-        "user {} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
-        go_quote(&cx.user.name),
-        go_quote_list(&cx.user.groups),
-        described.into_iter().collect::<Vec<_>>().join("\n")
-    );
-    if !held.evaluation_error.is_empty() {
-        msg.push_str(&format!("; resolution errors: [{}]", held.evaluation_error));
-    }
-    Err(msg)
+    let resolution = if held.evaluation_error.is_empty() {
+        String::new()
+    } else {
+        format!("; resolution errors: [{}]", held.evaluation_error)
+    };
+    Err(Escalation {
+        user: go_quote(&cx.user.name),
+        groups: go_quote_list(&cx.user.groups),
+        missing: described.into_iter().collect::<Vec<_>>().join("\n"),
+        resolution,
+    })
 }
 
 async fn check_role(cx: &Context<'_>, resource: &str, new: &Value, old: Option<&Value>) -> Result<(), ApiError> {
@@ -131,7 +148,9 @@ async fn check_role(cx: &Context<'_>, resource: &str, new: &Value, old: Option<&
     }
     let name = crate::meta::name(new);
     let rules = rules_of(new)?;
-    confirm_no_escalation(cx, &cx.info.namespace, &rules).await.map_err(|m| forbidden(resource, name, &m))?;
+    confirm_no_escalation(cx, &cx.info.namespace, &rules)
+        .await
+        .map_err(|e| forbidden(resource, name, &e.to_string()))?;
     if resource == "clusterroles" && (has_aggregation_rule(Some(new)) || has_aggregation_rule(old)) {
         let full = [
             PolicyRule {
@@ -175,7 +194,7 @@ async fn check_binding(cx: &Context<'_>, resource: &str, new: &Value, old: Optio
         other @ RefError::UnsupportedKind(_) => ApiError::internal(other.lister_message()),
     })?;
     let name = crate::meta::name(new);
-    confirm_no_escalation(cx, namespace, rules).await.map_err(|m| forbidden(resource, name, &m))
+    confirm_no_escalation(cx, namespace, rules).await.map_err(|e| forbidden(resource, name, &e.to_string()))
 }
 
 #[cfg(test)]

@@ -84,7 +84,7 @@ impl NodeAuthorizer {
 
 /// A node may get, create, update, patch and delete only its own Lease in kube-node-lease.
 /// A create has no name in the URL: the name in its body is checked at admission
-/// ([`crate::admission::node_restriction`]).
+/// (the NodeRestriction admission plugin, `admission/node_restriction.rs`).
 fn lease(node: &str, attrs: &Attributes<'_>) -> Verdict {
     let info = attrs.info;
     let deny = |reason: &str| Verdict { reason: reason.into(), ..Verdict::no_opinion() };

@@ -13,7 +13,7 @@ use crate::validation;
 pub struct ConfigMapStrategy;
 
 impl Strategy for ConfigMapStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::ConfigMap>(obj)
     }
 

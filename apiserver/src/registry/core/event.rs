@@ -27,7 +27,7 @@ impl Strategy for EventStrategy {
         true
     }
 
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::Event>(obj)
     }
 

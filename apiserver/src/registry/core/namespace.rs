@@ -53,12 +53,21 @@ fn spec_finalizers(obj: &Value) -> Vec<String> {
 }
 
 impl Strategy for NamespaceStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::Namespace>(obj)
     }
 
     fn role(&self) -> crate::registry::Role {
         crate::registry::Role::Namespace
+    }
+
+    fn subresource_verbs(&self, sub: &str) -> &'static [&'static str] {
+        // `finalize` only replaces the finalizers, with a PUT; `status` reads and writes.
+        if sub == "finalize" {
+            &["update"]
+        } else {
+            &["get", "patch", "update"]
+        }
     }
 
     fn name_rule(&self) -> crate::registry::NameRule {

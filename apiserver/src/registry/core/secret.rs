@@ -120,7 +120,7 @@ fn validate_secret(secret: &corev1::Secret, annotations: Option<&BTreeMap<String
 }
 
 impl Strategy for SecretStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::Secret>(obj)
     }
 

@@ -20,7 +20,7 @@ fn clean_secret_references(obj: &mut Value) {
 }
 
 impl Strategy for ServiceAccountStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::ServiceAccount>(obj)
     }
 
@@ -32,6 +32,10 @@ impl Strategy for ServiceAccountStrategy {
         (sub == "token").then_some(|c, body, content_type| {
             Box::pin(super::serviceaccount_token::token_request(c, body, content_type))
         })
+    }
+
+    fn subresource_kind(&self, sub: &str) -> Option<crate::registry::Gvk> {
+        (sub == "token").then_some(("authentication.k8s.io", "v1", "TokenRequest"))
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {

@@ -29,7 +29,7 @@ const AUTHENTICATION_GROUP: &str = "authentication.k8s.io";
 struct TokenRequestStrategy;
 
 impl Strategy for TokenRequestStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, String> {
+    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<authnv1::TokenRequest>(obj)
     }
 }

@@ -17,7 +17,7 @@ use kustos_ca::bundle::{ca_certificates, BundleCert};
 use rustls::ServerConfig;
 use tokio::sync::watch;
 
-use crate::authn::AuthnChain;
+use super::AuthnChain;
 
 /// What the reloader knows between two polls.
 #[derive(Debug, Clone, Default, PartialEq)]

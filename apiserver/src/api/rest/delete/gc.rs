@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::api::rest::{self, Call, DeleteOptions, Params};
+use super::{delete_one, DeleteOptions};
+use crate::api::rest::{Call, Params};
 use crate::authn::UserInfo;
 use crate::http::negotiate::Output;
 use crate::http::request_info::RequestInfo;
@@ -64,7 +65,7 @@ async fn delete_as_system_inner(state: &Arc<AppState>, def: &ResourceDef, ns: &s
     let user = system_user();
     let c = Call { state, def, info: &info, user: &user, params: Params::default(), out: Output::default() };
     let opts = DeleteOptions { propagation: Some(propagation.into()), ..Default::default() };
-    if let Err(e) = rest::delete_one(&c, name, &opts).await {
+    if let Err(e) = delete_one(&c, name, &opts).await {
         if !matches!(e, crate::error::ApiError::NotFound { .. }) {
             tracing::warn!(resource = def.resource, namespace = ns, name, error = %e, "cleanup delete failed");
         }

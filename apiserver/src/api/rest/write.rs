@@ -1,0 +1,386 @@
+//! create, update (PUT) and patch, of the main resource or a subresource: the strategy's
+//! hooks, generic metadata, validation, admission, then a compare-and-swap write.
+
+use bytes::Bytes;
+use http::StatusCode;
+use serde_json::{json, Value};
+
+use super::*;
+use crate::admission::Operation;
+use crate::api::patch::{self, PatchType};
+use crate::error::{ApiError, FieldError, Result};
+use crate::meta;
+use crate::registry::ResourceDef;
+use crate::storage::{self, Rev};
+use crate::validation;
+
+fn validate_meta(def: &ResourceDef, obj: &Value) -> Vec<FieldError> {
+    let name_fn = def.strategy.name_rule();
+    let empty = json!({});
+    let m = obj.get("metadata").unwrap_or(&empty);
+    validation::validate_object_meta(m, def.namespaced, name_fn, "metadata")
+}
+
+/// The one 422 `Invalid` for every field error found, or a 500 when one of them is the
+/// server's (a stored object that does not decode: [`FieldError::internal`]).
+fn invalid(def: &ResourceDef, obj: &Value, errs: Vec<FieldError>) -> ApiError {
+    if let Some(e) = errs.iter().find(|e| e.reason == crate::error::INTERNAL_ERROR) {
+        return ApiError::internal(e.render());
+    }
+    ApiError::invalid(def.group, def.kind, meta::name(obj), errs)
+}
+
+/// Server-owned metadata on create.
+fn init_metadata(def: &ResourceDef, obj: &mut Value, ns: Option<&str>) {
+    let tracks = def.strategy.tracks_generation();
+    let m = meta::meta_mut(obj);
+    m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
+    m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
+    for k in ["resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"] {
+        m.remove(k);
+    }
+    if tracks {
+        m.insert("generation".into(), json!(1));
+    } else {
+        m.remove("generation");
+    }
+    match ns {
+        Some(ns) if def.namespaced => {
+            m.insert("namespace".into(), json!(ns));
+        }
+        // Cluster-scoped kinds: an empty namespace is dropped, a set one fails validation.
+        _ if !def.namespaced && m.get("namespace").and_then(Value::as_str).is_some_and(str::is_empty) => {
+            m.remove("namespace");
+        }
+        _ => {}
+    }
+    if m.get("generateName").and_then(Value::as_str).is_some_and(str::is_empty) {
+        m.remove("generateName");
+    }
+}
+
+pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
+    if !c.info.subresource.is_empty() {
+        return Err(ApiError::MethodNotAllowed(format!(
+            "create is not supported on {}/{}",
+            c.def.resource, c.info.subresource
+        )));
+    }
+    let dry_run = c.params.dry_run()?;
+    let mode = c.params.field_validation()?;
+    let raw = decode_body(c.def, body, content_type)?;
+    let dups =
+        if content_type.is_empty() || content_type == "application/json" { duplicate_fields(body) } else { Vec::new() };
+    let (mut obj, warnings) = typed_check(c.def, &raw, mode, &dups)?;
+    // Namespace in the body must agree with the path.
+    if c.def.namespaced {
+        let body_ns = meta::namespace(&obj).to_string();
+        let Some(path_ns) = c.ns() else {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        };
+        if !body_ns.is_empty() && body_ns != path_ns {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+    }
+    obj["apiVersion"] = json!(c.def.api_version());
+    obj["kind"] = json!(c.def.kind);
+    init_metadata(c.def, &mut obj, c.ns());
+    let generate = meta::name(&obj).is_empty() && meta::meta_str(&obj, "generateName").is_some();
+    if generate {
+        let prefix = meta::meta_str(&obj, "generateName").unwrap_or("").to_string();
+        meta::meta_mut(&mut obj).insert("name".into(), json!(validation::generate_name(&prefix)));
+    }
+    c.def.strategy.prepare_for_create(&mut obj);
+    c.def.strategy.prepare_for_create_by(&mut obj, c.user);
+    let mut errs = validate_meta(c.def, &obj);
+    errs.extend(c.def.strategy.validate(&obj));
+    if !errs.is_empty() {
+        return Err(invalid(c.def, &obj, errs));
+    }
+    admit(c, Operation::Create, Some(&obj), None).await?;
+    // The size and depth limits of a stored object, checked on a dry run too.
+    let mut stored = meta::to_stored_new(&obj)?;
+    if dry_run {
+        return Ok(Reply { code: StatusCode::CREATED, body: c.object_body(obj), warnings });
+    }
+    let mut attempts = 0;
+    loop {
+        let name = meta::name(&obj).to_string();
+        let key = c.def.key(c.ns(), &name);
+        match c.store().create(&key, std::mem::take(&mut stored)).await {
+            Ok(rev) => {
+                meta::set_rv(&mut obj, rev);
+                return Ok(Reply { code: StatusCode::CREATED, body: c.object_body(obj), warnings });
+            }
+            Err(storage::Error::AlreadyExists(_)) if generate && attempts + 1 < GENERATE_NAME_ATTEMPTS => {
+                attempts += 1;
+                let prefix = meta::meta_str(&obj, "generateName").unwrap_or("").to_string();
+                meta::meta_mut(&mut obj).insert("name".into(), json!(validation::generate_name(&prefix)));
+                stored = meta::to_stored_new(&obj)?;
+            }
+            Err(e) => return Err(c.storage_err(&name, e)),
+        }
+    }
+}
+
+/// The metadata a subresource write may not change (upstream ResetObjectMetaForStatus).
+const STATUS_RESET_META: &[&str] =
+    &["labels", "annotations", "finalizers", "ownerReferences", "deletionTimestamp", "generation"];
+/// Metadata that always comes from the stored object.
+const SERVER_META: &[&str] = &[
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "selfLink",
+    "managedFields",
+];
+
+/// Spec changes bump generation for kinds that track it.
+fn spec_changed(new: &Value, old: &Value) -> bool {
+    let strip = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(m) = v.as_object_mut() {
+            m.remove("metadata");
+            m.remove("status");
+        }
+        v
+    };
+    strip(new) != strip(old)
+}
+
+/// Shared tail of update and patch: prepare, validate, store. `old_rev` is the revision
+/// the caller read `old` at (the CAS precondition).
+pub async fn finish_update(
+    c: &Call<'_>,
+    old: &Value,
+    old_rev: Rev,
+    mut new: Value,
+    warnings: Vec<String>,
+    dry_run: bool,
+) -> Result<Reply> {
+    let sub = c.info.subresource.as_str();
+    let name = meta::name(old).to_string();
+    // Identity and server-owned metadata come from the stored object.
+    new["apiVersion"] = json!(c.def.api_version());
+    new["kind"] = json!(c.def.kind);
+    {
+        let old_meta = old.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
+        let m = meta::meta_mut(&mut new);
+        for k in SERVER_META {
+            match old_meta.get(*k) {
+                Some(v) => m.insert((*k).to_string(), v.clone()),
+                None => m.remove(*k),
+            };
+        }
+        if !sub.is_empty() {
+            for k in STATUS_RESET_META {
+                match old_meta.get(*k) {
+                    Some(v) => m.insert((*k).to_string(), v.clone()),
+                    None => m.remove(*k),
+                };
+            }
+        }
+        if m.get("namespace").and_then(Value::as_str).is_none_or(str::is_empty) {
+            if let Some(ns) = old_meta.get("namespace") {
+                m.insert("namespace".into(), ns.clone());
+            }
+        }
+        if m.get("name").and_then(Value::as_str).is_none_or(str::is_empty) {
+            m.insert("name".into(), json!(name));
+        }
+        m.remove("resourceVersion");
+    }
+    if sub.is_empty() {
+        c.def.strategy.prepare_for_update(&mut new, old);
+    } else {
+        c.def.strategy.prepare_for_subresource(sub, &mut new, old);
+    }
+    if sub.is_empty() && c.def.strategy.tracks_generation() && spec_changed(&new, old) {
+        let g = old.get("metadata").and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0);
+        meta::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+    }
+    // Validation.
+    let mut errs = validate_meta(c.def, &new);
+    let empty = json!({});
+    errs.extend(validation::validate_object_meta_update(
+        new.get("metadata").unwrap_or(&empty),
+        old.get("metadata").unwrap_or(&empty),
+    ));
+    if meta::is_deleting(old) {
+        let old_f = meta::finalizers(old);
+        if meta::finalizers(&new).iter().any(|f| !old_f.contains(f)) {
+            errs.push(FieldError::forbidden(
+                "metadata.finalizers",
+                "no new finalizers can be added if the object is being deleted",
+            ));
+        }
+    }
+    errs.extend(c.def.strategy.validate_on_update(&new, old));
+    if sub.is_empty() {
+        errs.extend(c.def.strategy.validate_update(&new, old));
+    } else {
+        errs.extend(c.def.strategy.validate_subresource(sub, &new, old));
+    }
+    if !errs.is_empty() {
+        return Err(invalid(c.def, &new, errs));
+    }
+    admit(c, Operation::Update, Some(&new), Some(old)).await?;
+    let key = c.def.key(c.ns(), &name);
+    // A write that changes nothing is not stored (the resourceVersion stays).
+    let mut old_cmp = old.clone();
+    meta::meta_mut(&mut old_cmp).remove("resourceVersion");
+    if new == old_cmp {
+        let mut same = new;
+        meta::set_rv(&mut same, old_rev);
+        return Ok(Reply { code: StatusCode::OK, body: c.object_body(same), warnings });
+    }
+    // The last finalizer removed from a deleting object completes its deletion.
+    let completes_deletion = meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !is_namespace(c.def);
+    // The size and depth limits of a stored object, checked on a dry run too.
+    let stored = if completes_deletion { Vec::new() } else { meta::to_stored(&new)? };
+    if dry_run {
+        meta::set_rv(&mut new, old_rev);
+        return Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings });
+    }
+    if completes_deletion {
+        let rev = c.store().delete(&key, old_rev).await.map_err(|e| c.storage_err(&name, e))?;
+        meta::set_rv(&mut new, rev);
+        super::delete::gc::after_delete(c.state, c.def, &new);
+        return Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings });
+    }
+    let rev = c.store().update(&key, stored, old_rev).await.map_err(|e| c.storage_err(&name, e))?;
+    meta::set_rv(&mut new, rev);
+    Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings })
+}
+
+fn check_subresource(c: &Call<'_>, verb: &str) -> Result<()> {
+    let sub = c.info.subresource.as_str();
+    if !sub.is_empty() && !c.def.subresources.contains(&sub) {
+        return Err(ApiError::not_found(c.def.group, &format!("{}/{sub}", c.def.resource), &c.info.name));
+    }
+    if !sub.is_empty() && !crate::registry::subresource_verbs(c.def, sub).contains(&verb) {
+        return Err(ApiError::MethodNotAllowed(format!("{verb} is not supported on {}/{sub}", c.def.resource)));
+    }
+    Ok(())
+}
+
+pub async fn update(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
+    check_subresource(c, "update")?;
+    let dry_run = c.params.dry_run()?;
+    let mode = c.params.field_validation()?;
+    let raw = decode_body(c.def, body, content_type)?;
+    let dups =
+        if content_type.is_empty() || content_type == "application/json" { duplicate_fields(body) } else { Vec::new() };
+    let (new, warnings) = typed_check(c.def, &raw, mode, &dups)?;
+    let name = c.info.name.clone();
+    let body_name = meta::name(&new);
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::BadRequest(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    if c.def.namespaced {
+        let body_ns = meta::namespace(&new);
+        if !body_ns.is_empty() && Some(body_ns) != c.ns() {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+    }
+    let key = c.def.key(c.ns(), &name);
+    let kv = c.store().get(&key).await.map_err(|e| c.storage_err(&name, e))?;
+    let Some(kv) = kv else { return Err(c.not_found(&name)) };
+    let old = meta::from_stored(&kv)?;
+    let body_rv = meta::rv(&new);
+    if !body_rv.is_empty() && body_rv != kv.mod_rev.to_string() {
+        return Err(ApiError::conflict(
+            c.def.group,
+            c.def.resource,
+            &name,
+            "the object has been modified; please apply your changes to the latest version and try again",
+        ));
+    }
+    finish_update(c, &old, kv.mod_rev, new, warnings, dry_run).await
+}
+
+pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
+    check_subresource(c, "patch")?;
+    let Some(pt) = PatchType::from_content_type(content_type) else {
+        return Err(ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json, application/apply-patch+yaml (got {content_type:?})"
+        )));
+    };
+    if pt == PatchType::StrategicMerge && !c.def.strategy.strategic_merge_patch() {
+        return Err(ApiError::UnsupportedMediaType(
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
+        ));
+    }
+    if pt == PatchType::Apply {
+        return Err(ApiError::UnsupportedMediaType(
+            "server-side apply (application/apply-patch+yaml) is not supported by this server yet".into(),
+        ));
+    }
+    if c.params.get("force").is_some() {
+        return Err(ApiError::BadRequest("force: Forbidden: may not be specified for non-apply patch".into()));
+    }
+    let dry_run = c.params.dry_run()?;
+    let mode = c.params.field_validation()?;
+    if body.len() > MAX_BODY {
+        return Err(ApiError::RequestEntityTooLarge("Request entity too large: limit is 3145728".into()));
+    }
+    let name = c.info.name.clone();
+    let key = c.def.key(c.ns(), &name);
+    let keys = patch::TableMergeKeys(c.def.strategy.merge_keys());
+    // Retry on write conflicts unless the patch itself pins a resourceVersion.
+    for _ in 0..8 {
+        let kv = c.store().get(&key).await.map_err(|e| c.storage_err(&name, e))?;
+        let Some(kv) = kv else { return Err(c.not_found(&name)) };
+        let old = meta::from_stored(&kv)?;
+        let patched = patch::apply_patch(&old, body, pt, &keys).map_err(|e| match e {
+            patch::PatchError::BadRequest(m) => ApiError::BadRequest(m),
+            patch::PatchError::TooLarge(m) => ApiError::RequestEntityTooLarge(m),
+            patch::PatchError::Invalid(m) => ApiError::Invalid {
+                message: m,
+                subject: crate::error::Subject {
+                    group: c.def.group.into(),
+                    kind: c.def.kind.into(),
+                    name: name.clone(),
+                },
+                causes: Vec::new(),
+            },
+        })?;
+        if !patched.is_object() {
+            return Err(ApiError::BadRequest("the patch produced a value that is not an object".into()));
+        }
+        check_type_meta(c.def, &patched)?;
+        let patched_rv = meta::rv(&patched).to_string();
+        let pinned = patched_rv != kv.mod_rev.to_string();
+        if pinned && !patched_rv.is_empty() {
+            return Err(ApiError::conflict(
+                c.def.group,
+                c.def.resource,
+                &name,
+                "the object has been modified; please apply your changes to the latest version and try again",
+            ));
+        }
+        if meta::name(&patched) != name {
+            return Err(invalid(
+                c.def,
+                &patched,
+                vec![FieldError::immutable("metadata.name", &json!(meta::name(&patched)))],
+            ));
+        }
+        let (new, warnings) = typed_check(c.def, &patched, mode, &[])?;
+        match finish_update(c, &old, kv.mod_rev, new, warnings, dry_run).await {
+            Err(ApiError::Conflict { .. }) if !pinned => continue,
+            other => return other,
+        }
+    }
+    Err(ApiError::conflict(c.def.group, c.def.resource, &name, "too many concurrent writes, please retry"))
+}
