@@ -191,3 +191,72 @@ async fn objects_over_the_etcd_request_size_are_refused() {
     assert_status(&r, 400, Some("BadRequest"), "a gzip-encoded body");
     still_serving(&s, "large objects").await;
 }
+
+/// The stored size of an object as the server reads it back: its JSON without
+/// `metadata.resourceVersion`.
+fn stored_len(obj: &Value) -> usize {
+    let mut o = obj.clone();
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.remove("resourceVersion");
+    }
+    serde_json::to_vec(&o).map(|b| b.len()).unwrap_or(usize::MAX)
+}
+
+/// Updates keep 4 KiB below the stored-object limit, so an object grown by updates can
+/// always be marked deleting: a patch into that reserve is refused, and an object just
+/// under it takes its deletion timestamp (also on a dry run, which checks the same limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_grown_by_updates_can_still_be_deleted() {
+    // meta.rs: MAX_OBJECT_BYTES and MAX_UPDATE_OBJECT_BYTES.
+    const MAX_OBJECT: usize = 1_568_768;
+    const MAX_UPDATE: usize = MAX_OBJECT - 4 * 1024;
+    let s = shared();
+    let http = s.http();
+    let ns = unique("limits-delete");
+    send(http.post(format!("{}/api/v1/namespaces", s.url)).json(&json!({"metadata": {"name": ns}})))
+        .await
+        .expect_code(201, "namespace");
+    let leases = format!("{}/apis/coordination.k8s.io/v1/namespaces/{ns}/leases", s.url);
+    let created = send(http.post(&leases).json(&json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "grown", "finalizers": ["example.com/hold"]},
+        "spec": {"holderIdentity": "x".repeat(1_400_000)}
+    })))
+    .await;
+    created.expect_code(201, "a large Lease with a finalizer");
+    // A merge patch growing the Lease's stored form to `target` bytes.
+    let grow_to = |target: usize, now: &Value| {
+        let cur = now["spec"]["holderIdentity"].as_str().map(str::len).unwrap_or(0);
+        let len = (cur + target).saturating_sub(stored_len(now));
+        json!({"spec": {"holderIdentity": "y".repeat(len)}}).to_string()
+    };
+    let merge = |body: String| {
+        http.patch(format!("{leases}/grown")).header("content-type", "application/merge-patch+json").body(body)
+    };
+
+    // Into the reserve: 20 bytes under the stored-object limit.
+    let r = send(merge(grow_to(MAX_OBJECT - 20, &created.body))).await;
+    assert_status(&r, 413, Some("RequestEntityTooLarge"), "a patch into the deletion reserve");
+    // Just under the update limit (1.5 KiB of slack for the server's own metadata).
+    let r = send(merge(grow_to(MAX_UPDATE - 1536, &created.body))).await;
+    r.expect_code(200, "a patch just under the update limit");
+    assert!(stored_len(&r.body) > MAX_UPDATE - 4096, "grown to {} bytes", stored_len(&r.body));
+
+    let r = send(http.delete(format!("{leases}/grown?dryRun=All"))).await;
+    r.expect_code(200, "a dry-run delete of the grown object");
+    let r = send(http.delete(format!("{leases}/grown"))).await;
+    r.expect_code(200, "deleting the grown object");
+    assert!(
+        r.body["metadata"]["deletionTimestamp"].is_string(),
+        "marked deleting: {}",
+        &r.text[..200.min(r.text.len())]
+    );
+    // Let it go.
+    let r = send(
+        http.patch(format!("{leases}/grown"))
+            .header("content-type", "application/merge-patch+json")
+            .body(json!({"metadata": {"finalizers": null}}).to_string()),
+    )
+    .await;
+    r.expect_code(200, "the finalizer removed");
+}

@@ -284,6 +284,14 @@ async fn resource(
     if !info.subresource.is_empty() && !def.subresources.contains(&info.subresource.as_str()) {
         return Err(not_found_path());
     }
+    // A verb the kind does not serve (namespaces have no deletecollection, as upstream) is
+    // refused here, before any handler could act on it.
+    if info.subresource.is_empty() && !registry::resource_verbs(def).contains(&info.verb.as_str()) {
+        return Err(ApiError::MethodNotAllowed(format!(
+            "the server does not allow this method on the requested resource ({})",
+            info.verb
+        )));
+    }
     let handler = def.strategy.create_handler(&info.subresource);
     let special = def.create_only || handler.is_some();
     if special && info.verb != "create" {

@@ -55,6 +55,12 @@ pub fn to_stored_new(obj: &Value) -> Result<Vec<u8>, ApiError> {
     to_stored_within(obj, MAX_CREATE_OBJECT_BYTES)
 }
 
+/// [`to_stored`] for a client's update or patch: at most [`MAX_UPDATE_OBJECT_BYTES`], so
+/// that marking the object deleting (a deletion timestamp, finalizers) always fits.
+pub fn to_stored_update(obj: &Value) -> Result<Vec<u8>, ApiError> {
+    to_stored_within(obj, MAX_UPDATE_OBJECT_BYTES)
+}
+
 fn to_stored_within(obj: &Value, limit: usize) -> Result<Vec<u8>, ApiError> {
     let depth = nesting_depth(obj);
     if depth > MAX_OBJECT_DEPTH {
@@ -84,7 +90,16 @@ pub const MAX_OBJECT_BYTES: usize = ETCD_MAX_REQUEST_BYTES - 4 * 1024;
 /// accepted at create never has a status write refused for its size.
 pub const MAX_CREATE_OBJECT_BYTES: usize = MAX_OBJECT_BYTES - 64 * 1024;
 
-const _: () = assert!(MAX_CREATE_OBJECT_BYTES < MAX_OBJECT_BYTES && MAX_OBJECT_BYTES < ETCD_MAX_REQUEST_BYTES);
+/// The largest object a client's update may store: [`MAX_OBJECT_BYTES`] less 4 KiB kept for
+/// what a graceful delete adds (`deletionTimestamp`, `deletionGracePeriodSeconds`, the
+/// `orphan` or `foregroundDeletion` finalizer), so that no object is too big to delete.
+pub const MAX_UPDATE_OBJECT_BYTES: usize = MAX_OBJECT_BYTES - 4 * 1024;
+
+const _: () = assert!(
+    MAX_CREATE_OBJECT_BYTES < MAX_UPDATE_OBJECT_BYTES
+        && MAX_UPDATE_OBJECT_BYTES < MAX_OBJECT_BYTES
+        && MAX_OBJECT_BYTES < ETCD_MAX_REQUEST_BYTES
+);
 
 /// The deepest nesting of arrays and objects a stored object may have: what a JSON request
 /// body may have (serde_json's recursion limit of 128 reads 127 levels), so that every
@@ -249,17 +264,21 @@ mod tests {
         let big = |n: usize| json!({"kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "x".repeat(n)}});
         // The JSON around the value is this many bytes.
         let frame = serde_json::to_vec(&big(0)).unwrap().len();
-        let cases: Vec<(&str, Value, bool, Option<u16>)> = vec![
-            ("small", big(10), false, None),
-            ("at the update limit", big(MAX_OBJECT_BYTES - frame), false, None),
-            ("one byte over the update limit", big(MAX_OBJECT_BYTES - frame + 1), false, Some(413)),
-            ("at the create limit", big(MAX_CREATE_OBJECT_BYTES - frame), true, None),
-            ("one byte over the create limit", big(MAX_CREATE_OBJECT_BYTES - frame + 1), true, Some(413)),
-            ("127 levels", json!({"metadata": {"name": "a"}, "x": nested(MAX_OBJECT_DEPTH - 1)}), false, None),
-            ("128 levels", json!({"metadata": {"name": "a"}, "x": nested(MAX_OBJECT_DEPTH)}), false, Some(400)),
+        type Encode = fn(&Value) -> Result<Vec<u8>, ApiError>;
+        let (server, update, create): (Encode, Encode, Encode) = (to_stored, to_stored_update, to_stored_new);
+        let cases: Vec<(&str, Value, Encode, Option<u16>)> = vec![
+            ("small", big(10), server, None),
+            ("at the limit", big(MAX_OBJECT_BYTES - frame), server, None),
+            ("one byte over the limit", big(MAX_OBJECT_BYTES - frame + 1), server, Some(413)),
+            ("at the update limit", big(MAX_UPDATE_OBJECT_BYTES - frame), update, None),
+            ("one byte over the update limit", big(MAX_UPDATE_OBJECT_BYTES - frame + 1), update, Some(413)),
+            ("at the create limit", big(MAX_CREATE_OBJECT_BYTES - frame), create, None),
+            ("one byte over the create limit", big(MAX_CREATE_OBJECT_BYTES - frame + 1), create, Some(413)),
+            ("127 levels", json!({"metadata": {"name": "a"}, "x": nested(MAX_OBJECT_DEPTH - 1)}), server, None),
+            ("128 levels", json!({"metadata": {"name": "a"}, "x": nested(MAX_OBJECT_DEPTH)}), server, Some(400)),
         ];
-        for (name, obj, create, want) in cases {
-            let got = if create { to_stored_new(&obj) } else { to_stored(&obj) };
+        for (name, obj, encode, want) in cases {
+            let got = encode(&obj);
             match (got, want) {
                 (Ok(bytes), None) => assert!(bytes.len() <= MAX_OBJECT_BYTES, "{name}"),
                 (Err(e), Some(code)) => assert_eq!(e.code().as_u16(), code, "{name}: {e}"),

@@ -283,3 +283,54 @@ async fn finalizers_hold_a_delete_until_removed() {
     assert_eq!(released.status, 200, "{released}");
     assert_eq!(srv.get(&admin, &format!("{CMS}/f")).await.status, 404, "gone once the last finalizer is removed");
 }
+
+/// A delete-collection is no way around admission or around the verbs a kind serves:
+/// namespaces have no deletecollection (405, the protected ones stay), and every item of
+/// another kind's collection passes the admission chain as its own delete would.
+#[tokio::test]
+async fn delete_collection_keeps_to_verbs_and_admission() {
+    let srv = server().await;
+    let admin = Caller::admin();
+    let r = srv.delete(&admin, "/api/v1/namespaces", None).await;
+    assert_eq!(r.status, 405, "{r}");
+    assert_eq!(r.reason(), "MethodNotAllowed");
+    for ns in ["default", "kube-system", "kube-public"] {
+        let got = srv.get(&admin, &format!("/api/v1/namespaces/{ns}")).await;
+        assert_eq!(got.status, 200, "{ns}: {got}");
+        assert!(got.body["metadata"]["deletionTimestamp"].is_null(), "{ns} not deleting: {got}");
+    }
+
+    // NodeRestriction refuses a node another node's Lease, inside a collection too.
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+    let lease = |name: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
+               "spec": {"holderIdentity": name}})
+    };
+    for name in ["n1", "n2"] {
+        let r = srv.post(&admin, leases, &lease(name)).await;
+        assert_eq!(r.status, 201, "{r}");
+    }
+    let grant = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "lease-deleter"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["deletecollection", "list"]}]
+    });
+    let r = srv.post(&admin, "/apis/rbac.authorization.k8s.io/v1/clusterroles", &grant).await;
+    assert_eq!(r.status, 201, "{r}");
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "lease-deleter"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "lease-deleter"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "Group", "name": "system:nodes"}]
+    });
+    let r = srv.post(&admin, "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", &binding).await;
+    assert_eq!(r.status, 201, "{r}");
+    let node = Caller::node("n1");
+    let refused = srv
+        .eventually(std::time::Duration::from_secs(10), || async {
+            let r = srv.delete(&node, leases, None).await;
+            (r.status == 403 && r.message().contains("same name as the requesting node")).then_some(r)
+        })
+        .await;
+    let Some(refused) = refused else { panic!("the node's collection delete was never refused by NodeRestriction") };
+    assert_eq!(refused.reason(), "Forbidden", "{refused}");
+    assert_eq!(srv.get(&admin, &format!("{leases}/n2")).await.status, 200, "n2's Lease is still there");
+}

@@ -15,7 +15,7 @@ pub fn decode_body(def: &ResourceDef, body: &Bytes, content_type: &str) -> Resul
         return Err(ApiError::BadRequest("request body is empty".into()));
     }
     let v: Value = match content_type {
-        "" | "application/json" | "*/*" => serde_json::from_slice(body)
+        ct if reads_as_json(ct) => serde_json::from_slice(body)
             .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body)
             .map_err(|e| ApiError::BadRequest(format!("error converting YAML to JSON: {e}")))?,
@@ -130,9 +130,19 @@ pub fn typed_check(
     }
 }
 
+/// Whether [`decode_body`] reads a body of this content type as JSON (no content type and
+/// `*/*` included).
+fn reads_as_json(content_type: &str) -> bool {
+    matches!(content_type, "" | "application/json" | "*/*")
+}
+
 /// Keys that appear twice in one JSON object of `body`, as dotted paths (bounded: see
-/// [`crate::api::dupcheck`]).
-pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
+/// [`crate::api::dupcheck`]), for a body [`decode_body`] reads as JSON. Under
+/// `fieldValidation=Ignore` nobody is told, so the body is not searched.
+pub fn duplicate_fields(body: &[u8], content_type: &str, mode: FieldValidation) -> Vec<String> {
+    if mode == FieldValidation::Ignore || !reads_as_json(content_type) {
+        return Vec::new();
+    }
     crate::api::dupcheck::duplicate_keys(body)
 }
 
@@ -140,6 +150,24 @@ pub fn duplicate_fields(body: &[u8]) -> Vec<String> {
 mod tests {
     use super::*;
     use serde_json::Map;
+
+    #[test]
+    fn duplicates_are_searched_in_json_bodies_unless_ignored() {
+        let body = br#"{"a":1,"a":2}"#;
+        let cases: &[(&str, FieldValidation, bool)] = &[
+            ("", FieldValidation::Strict, true),
+            ("application/json", FieldValidation::Strict, true),
+            ("*/*", FieldValidation::Strict, true),
+            ("application/json", FieldValidation::Warn, true),
+            ("application/json", FieldValidation::Ignore, false),
+            ("*/*", FieldValidation::Ignore, false),
+            ("application/yaml", FieldValidation::Strict, false),
+        ];
+        for (content_type, mode, found) in cases {
+            let got = duplicate_fields(body, content_type, *mode);
+            assert_eq!(!got.is_empty(), *found, "{content_type:?} under {mode:?}: {got:?}");
+        }
+    }
 
     #[test]
     fn unknown_fields_are_paths_missing_after_the_roundtrip() {

@@ -185,11 +185,13 @@ pub async fn delete_one(c: &Call<'_>, name: &str, opts: &DeleteOptions) -> Resul
             m.remove("resourceVersion");
         }
         c.def.strategy.mark_deleting(&mut obj);
+        // The size and depth limits of a stored object, checked on a dry run too.
+        let stored = meta::to_stored(&obj)?;
         if opts.dry_run {
             meta::set_rv(&mut obj, kv.mod_rev);
             return Ok(obj);
         }
-        match c.store().update(&key, meta::to_stored(&obj)?, kv.mod_rev).await {
+        match c.store().update(&key, stored, kv.mod_rev).await {
             Ok(rev) => {
                 meta::set_rv(&mut obj, rev);
                 gc::after_mark_deleting(c.state, c.def, &obj);
@@ -243,6 +245,9 @@ pub async fn delete_collection(c: &Call<'_>, body: &Bytes, content_type: &str) -
             params: c.params.clone(),
             out: Output::default(),
         };
+        // Each object passes admission as its own delete would, so a collection is no way
+        // around a plugin (upstream's DeleteCollection validates every item the same way).
+        admit(&call, Operation::Delete, None, Some(&obj)).await?;
         match delete_one(&call, &info.name, &opts).await {
             Ok(v) if v.get("kind").and_then(Value::as_str) == Some("Status") => deleted.push(obj),
             Ok(v) => deleted.push(v),

@@ -69,8 +69,7 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
     let raw = decode_body(c.def, body, content_type)?;
-    let dups =
-        if content_type.is_empty() || content_type == "application/json" { duplicate_fields(body) } else { Vec::new() };
+    let dups = duplicate_fields(body, content_type, mode);
     let (mut obj, warnings) = typed_check(c.def, &raw, mode, &dups)?;
     // Namespace in the body must agree with the path.
     if c.def.namespaced {
@@ -243,7 +242,7 @@ pub async fn finish_update(
     // The last finalizer removed from a deleting object completes its deletion.
     let completes_deletion = meta::is_deleting(&new) && meta::finalizers(&new).is_empty() && !is_namespace(c.def);
     // The size and depth limits of a stored object, checked on a dry run too.
-    let stored = if completes_deletion { Vec::new() } else { meta::to_stored(&new)? };
+    let stored = if completes_deletion { Vec::new() } else { meta::to_stored_update(&new)? };
     if dry_run {
         meta::set_rv(&mut new, old_rev);
         return Ok(Reply { code: StatusCode::OK, body: c.object_body(new), warnings });
@@ -275,8 +274,7 @@ pub async fn update(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
     let raw = decode_body(c.def, body, content_type)?;
-    let dups =
-        if content_type.is_empty() || content_type == "application/json" { duplicate_fields(body) } else { Vec::new() };
+    let dups = duplicate_fields(body, content_type, mode);
     let (new, warnings) = typed_check(c.def, &raw, mode, &dups)?;
     let name = c.info.name.clone();
     let body_name = meta::name(&new);

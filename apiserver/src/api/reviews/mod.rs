@@ -75,8 +75,7 @@ pub fn decode(
     if let Some(m) = raw.as_object_mut() {
         m.remove("status");
     }
-    let json_body = content_type.is_empty() || content_type == "application/json";
-    let dups = if json_body { rest::duplicate_fields(body) } else { Vec::new() };
+    let dups = rest::duplicate_fields(body, content_type, mode);
     let (mut obj, warnings) = rest::typed_check(def, &raw, mode, &dups)?;
     let expected = if def.namespaced { url_namespace } else { "" };
     let in_body = crate::meta::namespace(&obj).to_string();

@@ -227,8 +227,7 @@ fn decode_token_request(
     if let Some(m) = raw.as_object_mut() {
         m.remove("status");
     }
-    let json_body = content_type.is_empty() || content_type == "application/json";
-    let dups = if json_body { rest::duplicate_fields(body) } else { Vec::new() };
+    let dups = rest::duplicate_fields(body, content_type, mode);
     let (mut obj, warnings) = rest::typed_check(def, &raw, mode, &dups)?;
     let in_body = meta::namespace(&obj).to_string();
     if in_body.is_empty() {
