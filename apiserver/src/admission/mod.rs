@@ -17,10 +17,10 @@
 //!
 //! Semantics follow upstream's chain: every mutating plugin that handles the request runs,
 //! in order, then every validating one; the first error stops the chain and is the answer
-//! (upstream's plugins answer 403 Forbidden, and so do these). Field validation is not
-//! admission: the strategy collects every field error of an object into one 422 `Invalid`
-//! before the chain runs. Unlike upstream, the mutating phase also runs after the
-//! strategy's validation (no plugin here changes the object).
+//! (upstream's plugins answer 403 Forbidden, and so do these). A create or update runs the
+//! phases apart ([`Chain::admit_phase`]), as upstream: mutating on the object as sent, then
+//! the strategy's preparation and field validation (every field error of the object in one
+//! 422 `Invalid`), then validating. A delete runs the whole chain before anything is read.
 //!
 //! Reads are not admitted upstream. kustos adds one read plugin, BootstrapCSRReads: a
 //! bootstrap token (group `system:bootstrappers`) may list and watch
@@ -187,7 +187,24 @@ impl Chain {
         out
     }
 
-    /// Run the chain for `a`: the first refusal is the answer.
+    /// Run one phase of the chain for `a` (a write runs [`Phase::Mutating`] before the
+    /// strategy prepares and validates the object, [`Phase::Validating`] after, as
+    /// upstream): the first refusal is the answer.
+    pub async fn admit_phase(
+        &self,
+        state: &AppState,
+        a: &Attributes<'_>,
+        phase: Phase,
+        new: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        for p in self.ordered(a).into_iter().filter(|p| p.phase() == phase) {
+            p.admit(state, a, new, old).await?;
+        }
+        Ok(())
+    }
+
+    /// Run the chain for `a`, every phase in order: the first refusal is the answer.
     pub async fn admit(
         &self,
         state: &AppState,

@@ -334,3 +334,23 @@ async fn delete_collection_keeps_to_verbs_and_admission() {
     assert_eq!(refused.reason(), "Forbidden", "{refused}");
     assert_eq!(srv.get(&admin, &format!("{leases}/n2")).await.status, 200, "n2's Lease is still there");
 }
+
+/// Mutating admission runs before the strategy validates, validating admission after, as
+/// upstream: an invalid Lease a node may not write at all is refused by NodeRestriction
+/// (403), an invalid one of its own by validation (422).
+#[tokio::test]
+async fn mutating_admission_answers_before_validation() {
+    let srv = server().await;
+    let node = Caller::node("n1");
+    let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases";
+    let bad = |name: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name},
+               "spec": {"holderIdentity": name, "leaseDurationSeconds": -1}})
+    };
+    let cases = [("another node's", "n2", 403, "Forbidden"), ("its own", "n1", 422, "Invalid")];
+    for (what, name, code, reason) in cases {
+        let r = srv.post(&node, leases, &bad(name)).await;
+        assert_eq!(r.status.as_u16(), code, "{what}: {r}");
+        assert_eq!(r.reason(), reason, "{what}: {r}");
+    }
+}

@@ -61,10 +61,22 @@ impl Call<'_> {
     }
 }
 
-/// Run the admission chain for a write or delete through `c`.
+/// Run the admission chain for a delete through `c`.
 async fn admit(c: &Call<'_>, op: Operation, new: Option<&Value>, old: Option<&Value>) -> Result<()> {
     let a = Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None };
     admission::chain().admit(c.state, &a, new, old).await
+}
+
+/// Run one phase of the admission chain for a create or update through `c`.
+async fn admit_phase(
+    c: &Call<'_>,
+    op: Operation,
+    phase: admission::Phase,
+    new: Option<&Value>,
+    old: Option<&Value>,
+) -> Result<()> {
+    let a = Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None };
+    admission::chain().admit_phase(c.state, &a, phase, new, old).await
 }
 
 fn is_namespace(def: &ResourceDef) -> bool {

@@ -6,7 +6,7 @@ use http::StatusCode;
 use serde_json::{json, Value};
 
 use super::*;
-use crate::admission::Operation;
+use crate::admission::{Operation, Phase};
 use crate::api::patch::{self, PatchType};
 use crate::error::{ApiError, FieldError, Result};
 use crate::meta;
@@ -87,6 +87,9 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     }
     obj["apiVersion"] = json!(c.def.api_version());
     obj["kind"] = json!(c.def.kind);
+    // As upstream: mutating admission sees the object as the client sent it, before the
+    // server fills in metadata and the strategy prepares and validates it.
+    admit_phase(c, Operation::Create, Phase::Mutating, Some(&obj), None).await?;
     init_metadata(c.def, &mut obj, c.ns());
     let generate = meta::name(&obj).is_empty() && meta::meta_str(&obj, "generateName").is_some();
     if generate {
@@ -100,7 +103,7 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     if !errs.is_empty() {
         return Err(invalid(c.def, &obj, errs));
     }
-    admit(c, Operation::Create, Some(&obj), None).await?;
+    admit_phase(c, Operation::Create, Phase::Validating, Some(&obj), None).await?;
     // The size and depth limits of a stored object, checked on a dry run too.
     let mut stored = meta::to_stored_new(&obj)?;
     if dry_run {
@@ -195,6 +198,7 @@ pub async fn finish_update(
         }
         m.remove("resourceVersion");
     }
+    admit_phase(c, Operation::Update, Phase::Mutating, Some(&new), Some(old)).await?;
     if sub.is_empty() {
         c.def.strategy.prepare_for_update(&mut new, old);
     } else {
@@ -229,7 +233,7 @@ pub async fn finish_update(
     if !errs.is_empty() {
         return Err(invalid(c.def, &new, errs));
     }
-    admit(c, Operation::Update, Some(&new), Some(old)).await?;
+    admit_phase(c, Operation::Update, Phase::Validating, Some(&new), Some(old)).await?;
     let key = c.def.key(c.ns(), &name);
     // A write that changes nothing is not stored (the resourceVersion stays).
     let mut old_cmp = old.clone();
