@@ -573,6 +573,59 @@ async fn a_watch_from_the_list_rv_sees_added_modified_deleted_in_order() {
     }
 }
 
+/// client-go's metadata informers (garbage collector, namespace controller) list and watch
+/// with these Accept headers and decode only `PartialObjectMetadata`.
+const METADATA_LIST_ACCEPT: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+const METADATA_WATCH_ACCEPT: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_watch_sends_partial_object_metadata_for_every_event() {
+    let s = shared_apiserver();
+    let http = s.http();
+    let ns = s.create_namespace("mw").await;
+    let list = send(http.get(cms(&s.url, &ns)).header("Accept", METADATA_LIST_ACCEPT)).await;
+    list.expect_code(200, "metadata list");
+    assert_eq!(list.body["kind"], "PartialObjectMetadataList", "{}", list.body);
+    let rv = list.body["metadata"]["resourceVersion"].as_str().expect("list RV").to_string();
+    let mut w = WatchLines::open(http.get(cms(&s.url, &ns)).header("Accept", METADATA_WATCH_ACCEPT).query(&[
+        ("watch", "1"),
+        ("resourceVersion", rv.as_str()),
+        ("allowWatchBookmarks", "true"),
+        ("timeoutSeconds", "60"),
+    ]))
+    .await;
+    assert_eq!(w.code, 200, "metadata watch");
+    let created = create_cm(&http, &s.url, &ns, &configmap("m", json!({"v": "1"}))).await;
+    let mut upd = created.clone();
+    upd["data"]["v"] = json!("2");
+    upd["metadata"]["labels"] = json!({"step": "2"});
+    let updated = send(http.put(format!("{}/m", cms(&s.url, &ns))).json(&upd)).await;
+    updated.expect_code(200, "update");
+    send(http.delete(format!("{}/m", cms(&s.url, &ns)))).await.expect_code(200, "delete");
+    let want_rvs = [
+        created["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string(),
+        updated.body["metadata"]["resourceVersion"].as_str().unwrap_or_default().to_string(),
+    ];
+    let mut last_rv = 0u64;
+    for (i, want) in ["ADDED", "MODIFIED", "DELETED"].into_iter().enumerate() {
+        let ev = w.next_non_bookmark(EVENT_WAIT).await.expect("an event");
+        assert_eq!(ev["type"], want, "event order: {ev}");
+        let obj = &ev["object"];
+        assert_eq!(obj["kind"], "PartialObjectMetadata", "{ev}");
+        assert_eq!(obj["apiVersion"], "meta.k8s.io/v1", "{ev}");
+        assert!(obj.get("data").is_none(), "metadata only: {ev}");
+        assert_eq!(obj["metadata"]["name"], "m", "{ev}");
+        assert_eq!(obj["metadata"]["namespace"], ns.as_str(), "{ev}");
+        assert_eq!(obj["metadata"]["uid"], created["metadata"]["uid"], "{ev}");
+        if let Some(rv) = want_rvs.get(i) {
+            assert_eq!(obj["metadata"]["resourceVersion"], rv.as_str(), "the write's resourceVersion: {ev}");
+        }
+        let this: u64 = obj["metadata"]["resourceVersion"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+        assert!(this > last_rv, "RVs rise: {this} after {last_rv}");
+        last_rv = this;
+    }
+}
+
 /// A name-pinned list and watch (as a kubelet waits for its CSR) read one key: a sibling
 /// whose name extends the pinned one is never included, the list's resourceVersion lets a
 /// watch continue without a gap, and the other terms of the selectors still apply.

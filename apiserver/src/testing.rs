@@ -305,7 +305,12 @@ impl TestServer {
     /// Open a watch (`path` carries `?watch=1` or is a `/watch/` path); a refused watch is
     /// the error `Reply`.
     pub async fn watch(&self, caller: &Caller, path: &str) -> Result<Watch, Reply> {
-        let req = match Request::builder().uri(path).header(header::ACCEPT, "application/json").body(Body::empty()) {
+        self.watch_accepting(caller, path, "application/json").await
+    }
+
+    /// [`TestServer::watch`] with the given `Accept` header (e.g. a metadata-only watch).
+    pub async fn watch_accepting(&self, caller: &Caller, path: &str, accept: &str) -> Result<Watch, Reply> {
+        let req = match Request::builder().uri(path).header(header::ACCEPT, accept).body(Body::empty()) {
             Ok(r) => r,
             Err(e) => return Err(Reply::invalid(format!("building the request: {e}"))),
         };

@@ -1,5 +1,11 @@
 //! Watch: a chunked stream of `{"type":..,"object":..}` lines, one JSON event per line.
 //!
+//! Each event's object is converted as the Accept header asked (upstream's
+//! `watchEmbeddedEncoder`): `as=PartialObjectMetadata` → a `PartialObjectMetadata` of the
+//! version asked (client-go's metadata informers), `as=Table` → a one-row Table with the
+//! column definitions on the first event only; BOOKMARK objects are converted too, an
+//! ERROR's `Status` never is.
+//!
 //! Start (seed §6): resourceVersion unset or "0" → synthetic ADDED for every object, then
 //! changes; "X" → changes after X; `sendInitialEvents=true` (needs
 //! `resourceVersionMatch=NotOlderThan`) → ADDED per object, then a BOOKMARK annotated
@@ -19,6 +25,7 @@ use serde_json::{json, Value};
 use crate::api::rest::{Call, Filter};
 use crate::api::table::{self, IncludeObject};
 use crate::error::{ApiError, FieldError, Result};
+use crate::http::negotiate::Output;
 use crate::meta;
 use crate::registry::ResourceDef;
 use crate::storage::{self, EventKind, ListOptions, Rev, Storage};
@@ -122,44 +129,97 @@ fn ns<'a>(c: &'a Call<'_>) -> Option<&'a str> {
     }
 }
 
-/// Renders events for one watcher (JSON line per event; Table rows when asked).
-#[derive(Clone)]
+/// What each event's object becomes, per the negotiated output (upstream's
+/// `watchEmbeddedEncoder`: every event's object is converted but an ERROR's `Status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// The object as stored.
+    Full,
+    /// `as=PartialObjectMetadata`: `kind`, `apiVersion` (the version asked), `metadata`.
+    Metadata { api_version: &'static str },
+    /// `as=Table`: a one-row Table; only the first event carries `columnDefinitions`.
+    Table { include: IncludeObject, api_version: &'static str, columns_sent: bool },
+}
+
+impl Form {
+    fn from_output(out: &Output, include: IncludeObject) -> Form {
+        let api_version = out.meta_api_version();
+        if out.table {
+            Form::Table { include, api_version, columns_sent: false }
+        } else if out.metadata_only && !out.metadata_list {
+            Form::Metadata { api_version }
+        } else {
+            // `as=PartialObjectMetadataList` names a list; upstream cannot convert a watch
+            // event's object to it and sends the object unconverted.
+            Form::Full
+        }
+    }
+}
+
+/// Renders events for one watcher (JSON line per event).
 struct Encoder {
     def: ResourceDef,
-    table: bool,
-    include: IncludeObject,
+    form: Form,
 }
 
 impl Encoder {
-    fn event(&self, kind: &str, obj: Value) -> Bytes {
-        let object = if self.table && kind != "BOOKMARK" && kind != "ERROR" {
-            table::table(
-                &self.def,
-                std::slice::from_ref(&obj),
-                self.include,
-                json!({"resourceVersion": meta::rv(&obj)}),
-                true,
-            )
-        } else {
-            obj
-        };
+    /// The object an event of `kind` carries for `obj`.
+    fn object(&mut self, kind: &str, obj: Value) -> Value {
+        if kind == "ERROR" {
+            return obj;
+        }
+        match &mut self.form {
+            Form::Full => obj,
+            Form::Metadata { api_version } => {
+                let mut p = table::partial_object_metadata(&obj);
+                p["apiVersion"] = json!(*api_version);
+                p
+            }
+            Form::Table { include, api_version, columns_sent } => {
+                let list_meta = json!({"resourceVersion": meta::rv(&obj)});
+                let mut t = table::table(&self.def, std::slice::from_ref(&obj), *include, list_meta, !*columns_sent);
+                t["apiVersion"] = json!(*api_version);
+                if let Some(rows) = t["rows"].as_array_mut() {
+                    for row in rows {
+                        if row["object"]["kind"] == "PartialObjectMetadata" {
+                            row["object"]["apiVersion"] = json!(*api_version);
+                        }
+                    }
+                }
+                t
+            }
+        }
+    }
+
+    fn event(&mut self, kind: &str, obj: Value) -> Bytes {
+        let object = self.object(kind, obj);
+        if let Form::Table { columns_sent, .. } = &mut self.form {
+            // Upstream stops sending headers after the first event, whatever it was.
+            *columns_sent = true;
+        }
         let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
         line.push(b'\n');
         Bytes::from(line)
     }
 
-    fn bookmark(&self, rev: Rev, initial_end: bool) -> Bytes {
-        let mut m = json!({"resourceVersion": rev.to_string()});
-        if initial_end {
-            m["annotations"] = json!({"k8s.io/initial-events-end": "true"});
-        }
-        let obj = json!({"kind": self.def.kind, "apiVersion": self.def.api_version(), "metadata": m});
+    fn bookmark(&mut self, rev: Rev, initial_end: bool) -> Bytes {
+        let obj = bookmark_object(&self.def, rev, initial_end);
         self.event("BOOKMARK", obj)
     }
 
-    fn error(&self, e: &ApiError) -> Bytes {
+    fn error(&mut self, e: &ApiError) -> Bytes {
         self.event("ERROR", e.status())
     }
+}
+
+/// The object of a BOOKMARK: the kind with only `metadata.resourceVersion` (and the
+/// initial-events-end annotation) set.
+fn bookmark_object(def: &ResourceDef, rev: Rev, initial_end: bool) -> Value {
+    let mut m = json!({"resourceVersion": rev.to_string()});
+    if initial_end {
+        m["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+    }
+    json!({"kind": def.kind, "apiVersion": def.api_version(), "metadata": m})
 }
 
 /// Serve a watch request.
@@ -173,8 +233,7 @@ pub async fn watch(c: &Call<'_>) -> Result<Response> {
     let bookmarks = c.params.flag("allowWatchBookmarks")?;
     let enc = Encoder {
         def: c.def.clone(),
-        table: c.out.table,
-        include: IncludeObject::parse(c.params.get("includeObject")),
+        form: Form::from_output(&c.out, IncludeObject::parse(c.params.get("includeObject"))),
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(BUFFER);
     let planned = plan(c, &filter).await?;
@@ -210,7 +269,7 @@ async fn run(
     def: ResourceDef,
     filter: Filter,
     planned: std::result::Result<Plan, storage::Error>,
-    enc: Encoder,
+    mut enc: Encoder,
     bookmarks: bool,
     tx: tokio::sync::mpsc::Sender<Bytes>,
 ) {
@@ -254,7 +313,7 @@ async fn run(
                     }
                 };
                 last = ev.rev;
-                let Some(line) = translate(&def, &filter, &enc, &ev) else { continue };
+                let Some(line) = translate(&def, &filter, &mut enc, &ev) else { continue };
                 if tx.send(line).await.is_err() {
                     return;
                 }
@@ -271,7 +330,7 @@ async fn run(
 }
 
 /// One storage event → zero or one watch line, applying selector transitions.
-fn translate(def: &ResourceDef, filter: &Filter, enc: &Encoder, ev: &storage::Event) -> Option<Bytes> {
+fn translate(def: &ResourceDef, filter: &Filter, enc: &mut Encoder, ev: &storage::Event) -> Option<Bytes> {
     let obj = meta::decode_at(&ev.value, ev.rev).ok()?;
     match ev.kind {
         EventKind::Created => filter.matches(def, &obj).then(|| enc.event("ADDED", obj)),
@@ -290,5 +349,134 @@ fn translate(def: &ResourceDef, filter: &Filter, enc: &Encoder, ev: &storage::Ev
                 (false, false) => None,
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::negotiate::{negotiate, MetaVersion};
+    use crate::registry::Registry;
+
+    fn configmaps() -> ResourceDef {
+        Registry::builtin().find("", "v1", "configmaps").cloned().expect("configmaps are built in")
+    }
+
+    fn cm() -> Value {
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "namespace": "default", "resourceVersion": "7", "labels": {"x": "y"}},
+            "data": {"k": "v"},
+        })
+    }
+
+    fn decode(line: &Bytes) -> Value {
+        assert_eq!(line.last(), Some(&b'\n'), "one event per line");
+        serde_json::from_slice(line).expect("a JSON event")
+    }
+
+    #[test]
+    fn the_accept_header_picks_the_form_of_every_event() {
+        let cases: &[(&str, &str, Form)] = &[
+            ("plain JSON", "application/json", Form::Full),
+            (
+                "metadata informer (protobuf first)",
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json",
+                Form::Metadata { api_version: "meta.k8s.io/v1" },
+            ),
+            (
+                "metadata v1beta1",
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1",
+                Form::Metadata { api_version: "meta.k8s.io/v1beta1" },
+            ),
+            ("a list form cannot be a watch event", "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1", Form::Full),
+            (
+                "table",
+                "application/json;as=Table;g=meta.k8s.io;v=v1",
+                Form::Table { include: IncludeObject::Metadata, api_version: "meta.k8s.io/v1", columns_sent: false },
+            ),
+        ];
+        for (name, accept, want) in cases {
+            let out = negotiate(Some(accept)).expect(name);
+            assert_eq!(Form::from_output(&out, IncludeObject::Metadata), *want, "{name}");
+        }
+        let beta = Output { metadata_only: true, meta_version: MetaVersion::V1beta1, ..Default::default() };
+        assert_eq!(
+            Form::from_output(&beta, IncludeObject::None),
+            Form::Metadata { api_version: "meta.k8s.io/v1beta1" }
+        );
+    }
+
+    #[test]
+    fn metadata_events_carry_metadata_only_and_errors_stay_status() {
+        let mut enc = Encoder { def: configmaps(), form: Form::Metadata { api_version: "meta.k8s.io/v1" } };
+        for kind in ["ADDED", "MODIFIED", "DELETED"] {
+            let e = decode(&enc.event(kind, cm()));
+            assert_eq!(e["type"], kind);
+            assert_eq!(
+                e["object"],
+                json!({
+                    "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                    "metadata": {"name": "a", "namespace": "default", "resourceVersion": "7", "labels": {"x": "y"}},
+                }),
+                "{kind}"
+            );
+        }
+        let b = decode(&enc.bookmark(9, true));
+        assert_eq!(
+            b,
+            json!({"type": "BOOKMARK", "object": {
+                "kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"resourceVersion": "9", "annotations": {"k8s.io/initial-events-end": "true"}},
+            }})
+        );
+        let err = decode(
+            &enc.error(&ApiError::Expired { message: "too old resource version: 1 (5)".into(), continue_token: None }),
+        );
+        assert_eq!(err["type"], "ERROR");
+        assert_eq!(err["object"]["kind"], "Status", "{err}");
+        assert_eq!(err["object"]["code"], 410, "{err}");
+    }
+
+    #[test]
+    fn metadata_events_in_v1beta1() {
+        let mut enc = Encoder { def: configmaps(), form: Form::Metadata { api_version: "meta.k8s.io/v1beta1" } };
+        let e = decode(&enc.event("ADDED", cm()));
+        assert_eq!(e["object"]["apiVersion"], "meta.k8s.io/v1beta1", "{e}");
+        let b = decode(&enc.bookmark(3, false));
+        assert_eq!(b["object"]["apiVersion"], "meta.k8s.io/v1beta1", "{b}");
+        assert_eq!(b["object"]["metadata"], json!({"resourceVersion": "3"}), "{b}");
+    }
+
+    #[test]
+    fn full_events_are_the_objects() {
+        let mut enc = Encoder { def: configmaps(), form: Form::Full };
+        assert_eq!(decode(&enc.event("ADDED", cm())), json!({"type": "ADDED", "object": cm()}));
+        let b = decode(&enc.bookmark(4, false));
+        assert_eq!(b["object"], json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": "4"}}));
+    }
+
+    #[test]
+    fn table_events_send_columns_once() {
+        let form =
+            Form::Table { include: IncludeObject::Metadata, api_version: "meta.k8s.io/v1beta1", columns_sent: false };
+        let mut enc = Encoder { def: configmaps(), form };
+        let first = decode(&enc.event("ADDED", cm()));
+        let t = &first["object"];
+        assert_eq!(t["kind"], "Table", "{t}");
+        assert_eq!(t["apiVersion"], "meta.k8s.io/v1beta1", "{t}");
+        assert_eq!(t["metadata"]["resourceVersion"], "7", "{t}");
+        assert!(t["columnDefinitions"].as_array().is_some_and(|c| !c.is_empty()), "{t}");
+        assert_eq!(t["rows"][0]["cells"][0], "a", "{t}");
+        assert_eq!(t["rows"][0]["object"]["kind"], "PartialObjectMetadata", "{t}");
+        assert_eq!(t["rows"][0]["object"]["apiVersion"], "meta.k8s.io/v1beta1", "{t}");
+        let second = decode(&enc.event("MODIFIED", cm()));
+        assert_eq!(second["object"]["columnDefinitions"], Value::Null, "{second}");
+        assert_eq!(second["object"]["rows"][0]["cells"][0], "a", "{second}");
+        let b = decode(&enc.bookmark(8, false));
+        assert_eq!(b["object"]["kind"], "Table", "{b}");
+        assert_eq!(b["object"]["metadata"]["resourceVersion"], "8", "{b}");
+        let err = decode(&enc.error(&ApiError::Expired { message: "gone".into(), continue_token: None }));
+        assert_eq!(err["object"]["kind"], "Status", "{err}");
     }
 }

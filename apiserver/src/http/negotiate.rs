@@ -1,4 +1,11 @@
 //! Content negotiation: what the client accepts (JSON, YAML, Table) and what it sent.
+//!
+//! A media range with `as=Table`, `as=PartialObjectMetadata` or `as=PartialObjectMetadataList`
+//! (`g=meta.k8s.io`, `v=v1` or `v1beta1`) asks for the object converted to that
+//! `meta.k8s.io` kind; [`Output`] keeps the kind and version asked, as upstream's
+//! `MediaTypeOptions.Convert` does, so that each handler converts as upstream's would (a watch
+//! converts every event but ERROR; see `api/watch.rs`). Ranges kustos cannot serve (protobuf,
+//! an unknown `as`) are passed over for the next one; none left → 406.
 
 use crate::error::ApiError;
 
@@ -9,8 +16,37 @@ pub struct Output {
     pub table: bool,
     /// `as=PartialObjectMetadata` / `PartialObjectMetadataList`.
     pub metadata_only: bool,
+    /// Of those, `as=PartialObjectMetadataList` was the one asked.
+    pub metadata_list: bool,
+    /// The `meta.k8s.io` version asked for the converted form (`v=`).
+    pub meta_version: MetaVersion,
     /// `application/yaml`.
     pub yaml: bool,
+}
+
+/// The version of `meta.k8s.io` a `Table` or `PartialObjectMetadata` is served in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MetaVersion {
+    #[default]
+    V1,
+    V1beta1,
+}
+
+impl MetaVersion {
+    /// `meta.k8s.io/v1` or `meta.k8s.io/v1beta1`.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            MetaVersion::V1 => "meta.k8s.io/v1",
+            MetaVersion::V1beta1 => "meta.k8s.io/v1beta1",
+        }
+    }
+}
+
+impl Output {
+    /// `apiVersion` of a `Table` or `PartialObjectMetadata` this output asks for.
+    pub fn meta_api_version(&self) -> &'static str {
+        self.meta_version.api_version()
+    }
 }
 
 /// One media range of an Accept header.
@@ -59,23 +95,29 @@ pub fn negotiate(accept: Option<&str>) -> Result<Output, ApiError> {
         if !json_like {
             continue;
         }
-        match r.param("as") {
-            None => return Ok(Output::default()),
-            Some("Table") => {
-                let g_ok = r.param("g").is_none_or(|g| g == "meta.k8s.io");
-                let v_ok = r.param("v").is_none_or(|v| v == "v1" || v == "v1beta1");
-                if g_ok && v_ok {
-                    return Ok(Output { table: true, ..Default::default() });
-                }
-            }
-            Some("PartialObjectMetadata") | Some("PartialObjectMetadataList") => {
-                let g_ok = r.param("g").is_none_or(|g| g == "meta.k8s.io");
-                let v_ok = r.param("v").is_none_or(|v| v == "v1" || v == "v1beta1");
-                if g_ok && v_ok {
-                    return Ok(Output { metadata_only: true, ..Default::default() });
-                }
-            }
+        let Some(kind) = r.param("as") else {
+            return Ok(Output::default());
+        };
+        let g_ok = r.param("g").is_none_or(|g| g == "meta.k8s.io");
+        let meta_version = match r.param("v") {
+            None | Some("v1") => MetaVersion::V1,
+            Some("v1beta1") => MetaVersion::V1beta1,
             Some(_) => continue,
+        };
+        if !g_ok {
+            continue;
+        }
+        match kind {
+            "Table" => return Ok(Output { table: true, meta_version, ..Default::default() }),
+            "PartialObjectMetadata" | "PartialObjectMetadataList" => {
+                return Ok(Output {
+                    metadata_only: true,
+                    metadata_list: kind == "PartialObjectMetadataList",
+                    meta_version,
+                    ..Default::default()
+                })
+            }
+            _ => continue,
         }
     }
     Err(ApiError::NotAcceptable(format!(
@@ -108,9 +150,44 @@ mod tests {
             ("yaml", Some("application/yaml"), Ok(Output { yaml: true, ..Default::default() })),
             ("unknown as falls back", Some("application/json;as=Foo;g=x;v=v1, application/json"), Ok(Output::default())),
             (
-                "metadata",
+                "metadata list",
                 Some("application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"),
+                Ok(Output { metadata_only: true, metadata_list: true, ..Default::default() }),
+            ),
+            (
+                "metadata object",
+                Some("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
                 Ok(Output { metadata_only: true, ..Default::default() }),
+            ),
+            (
+                "metadata v1beta1",
+                Some("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1"),
+                Ok(Output { metadata_only: true, meta_version: MetaVersion::V1beta1, ..Default::default() }),
+            ),
+            (
+                "client-go metadata watch: protobuf passed over for JSON",
+                Some("application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"),
+                Ok(Output { metadata_only: true, ..Default::default() }),
+            ),
+            (
+                "metadata as protobuf only",
+                Some("application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"),
+                Err(()),
+            ),
+            (
+                "metadata in another group falls back",
+                Some("application/json;as=PartialObjectMetadata;g=example.com;v=v1,application/json"),
+                Ok(Output::default()),
+            ),
+            (
+                "metadata in an unknown version is not acceptable",
+                Some("application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v2"),
+                Err(()),
+            ),
+            (
+                "table v1beta1",
+                Some("application/json;as=Table;g=meta.k8s.io;v=v1beta1"),
+                Ok(Output { table: true, meta_version: MetaVersion::V1beta1, ..Default::default() }),
             ),
         ];
         for (name, accept, want) in cases {

@@ -238,3 +238,86 @@ async fn watch_from_a_compacted_revision_is_expired() {
     assert_eq!(event["object"]["reason"], "Expired", "{event}");
     assert!(w.next_within(QUIET).await.is_none(), "the watch ends after the error");
 }
+
+/// client-go's metadata informers (garbage collector, namespace controller) watch with this.
+const METADATA_ACCEPT: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+
+#[tokio::test]
+async fn metadata_watch_sends_partial_object_metadata() {
+    let srv = seeded().await;
+    let admin = Caller::admin();
+    let rv = srv.get(&admin, CMS).await.resource_version().to_string();
+    let path = format!("{CMS}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true");
+    let mut w = match srv.watch_accepting(&admin, &path, METADATA_ACCEPT).await {
+        Ok(w) => w,
+        Err(r) => panic!("metadata watch: {r}"),
+    };
+    let created = srv.post(&admin, CMS, &cm("e", json!({"tier": "web"}))).await;
+    assert_eq!(created.status, 201, "{created}");
+    let patched =
+        srv.patch(&admin, &format!("{CMS}/a"), "application/merge-patch+json", &json!({"data": {"k": "v"}})).await;
+    assert_eq!(patched.status, 200, "{patched}");
+    let deleted = srv.delete(&admin, &format!("{CMS}/b"), None).await;
+    assert_eq!(deleted.status, 200, "{deleted}");
+    let events = w.drain(QUIET, 10).await;
+    assert_eq!(
+        summary(&events),
+        [("ADDED".into(), "e".into()), ("MODIFIED".into(), "a".into()), ("DELETED".into(), "b".into())]
+    );
+    let write_rvs = [created.resource_version(), patched.resource_version()];
+    for (event, want_rv) in events.iter().zip(write_rvs) {
+        assert_eq!(event["object"]["metadata"]["resourceVersion"], want_rv, "{event}");
+    }
+    // A delete's event carries the revision of the delete, past the patch.
+    let delete_rv: u64 =
+        events[2]["object"]["metadata"]["resourceVersion"].as_str().unwrap_or("0").parse().unwrap_or(0);
+    assert!(delete_rv > patched.resource_version().parse().unwrap_or(u64::MAX), "{}", events[2]);
+    for event in &events {
+        let object = event["object"].as_object().expect("an object");
+        let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+        keys.sort();
+        assert_eq!(keys, ["apiVersion", "kind", "metadata"], "metadata only: {event}");
+        assert_eq!(event["object"]["kind"], "PartialObjectMetadata", "{event}");
+        assert_eq!(event["object"]["apiVersion"], "meta.k8s.io/v1", "{event}");
+        assert_eq!(event["object"]["metadata"]["namespace"], "default", "{event}");
+        assert!(!event["object"]["metadata"]["uid"].as_str().unwrap_or_default().is_empty(), "{event}");
+    }
+    assert_eq!(events[0]["object"]["metadata"]["labels"], json!({"tier": "web"}), "{}", events[0]);
+}
+
+#[tokio::test]
+async fn metadata_watch_initial_events_and_bookmark() {
+    let srv = seeded().await;
+    let path = format!(
+        "{CMS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&labelSelector=env%3Dprod"
+    );
+    let accept = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1beta1";
+    let mut w = match srv.watch_accepting(&Caller::admin(), &path, accept).await {
+        Ok(w) => w,
+        Err(r) => panic!("metadata watch: {r}"),
+    };
+    let events = w.drain(QUIET, 10).await;
+    let kinds: Vec<&str> = events.iter().filter_map(|e| e["type"].as_str()).collect();
+    assert_eq!(kinds, ["ADDED", "ADDED", "BOOKMARK"], "{events:?}");
+    for event in &events {
+        assert_eq!(event["object"]["kind"], "PartialObjectMetadata", "{event}");
+        assert_eq!(event["object"]["apiVersion"], "meta.k8s.io/v1beta1", "{event}");
+        assert!(event["object"].get("data").is_none(), "{event}");
+    }
+    let bookmark = &events[2]["object"]["metadata"];
+    assert_eq!(bookmark["annotations"]["k8s.io/initial-events-end"], "true", "{bookmark}");
+    assert!(!bookmark["resourceVersion"].as_str().unwrap_or_default().is_empty(), "{bookmark}");
+}
+
+#[tokio::test]
+async fn metadata_watch_as_protobuf_only_is_not_acceptable() {
+    let srv = seeded().await;
+    let accept = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+    match srv.watch_accepting(&Caller::admin(), &format!("{CMS}?watch=1"), accept).await {
+        Ok(_) => panic!("a protobuf-only metadata watch opened"),
+        Err(r) => {
+            assert_eq!(r.status, 406, "{r}");
+            assert_eq!(r.body["reason"], "NotAcceptable", "{r}");
+        }
+    }
+}
