@@ -38,6 +38,7 @@ pub mod flowcontrol;
 pub mod intern;
 pub mod rbac;
 pub mod reviews;
+pub mod schema;
 pub mod shared;
 
 use std::sync::Arc;
