@@ -34,7 +34,6 @@ fn def_for(v: &Value) -> Option<&'static ResourceDef> {
 
 fuzz_target!(|data: &[u8]| {
     let body = Bytes::copy_from_slice(data);
-    let duplicates = duplicate_fields(data);
     for content_type in [JSON, YAML, protobuf::MEDIA_TYPE] {
         let probe: Option<Value> = match content_type {
             JSON => serde_json::from_slice(data).ok(),
@@ -43,8 +42,8 @@ fuzz_target!(|data: &[u8]| {
         };
         let Some(def) = def_for(probe.as_ref().unwrap_or(&Value::Null)) else { return };
         let Ok(v) = decode_body(def, &body, content_type) else { continue };
-        let dups: &[String] = if content_type == JSON { &duplicates } else { &[] };
-        if let Ok((obj, _warnings)) = typed_check(def, &v, FieldValidation::Warn, dups) {
+        let dups = duplicate_fields(data, content_type, FieldValidation::Warn);
+        if let Ok((obj, _warnings)) = typed_check(def, &v, FieldValidation::Warn, &dups) {
             let _ = def.strategy.validate(&obj);
         }
     }

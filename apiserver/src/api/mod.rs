@@ -11,7 +11,9 @@
 //! - [`patch`]: JSON patch, merge patch, strategic merge patch, with their limits.
 //! - [`dupcheck`], [`selectors`], [`table`]: strict decoding reports, label and field
 //!   selectors, Table rendering.
-//! - [`discovery`], [`openapi`], [`schema`]: discovery documents and OpenAPI v2/v3.
+//! - [`discovery`], [`openapi`]: discovery documents and OpenAPI v2/v3.
+//! - [`schema`]: CRDs' structural schemas (defined in `registry::schema`, which the kinds
+//!   need; re-exported here).
 //! - [`crd`]: serving CustomResourceDefinitions' kinds.
 //! - [`reviews`]: the create-only review kinds (TokenReview, SubjectAccessReview, ...).
 //! - [`protobuf`]: the Kubernetes protobuf wire format.
@@ -25,7 +27,8 @@ pub mod patch;
 pub mod protobuf;
 pub mod rest;
 pub mod reviews;
-pub mod schema;
+/// Structural schemas live with the kinds (`registry/`), which need them.
+pub use crate::registry::schema;
 pub mod selectors;
 pub mod table;
 pub mod watch;

@@ -44,7 +44,20 @@ pub struct Decision {
     /// Trust exactly these CA certificates (DER) from now on; `None`: no change.
     pub replace: Option<Vec<Vec<u8>>>,
     /// Why the file was not used (the last good CA certificates were), if it was not.
-    pub problem: Option<String>,
+    pub problem: Option<Problem>,
+}
+
+/// Why the client CA file was not used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Problem {
+    /// The file could not be read (the I/O error's message).
+    #[error("reading the file: {0}")]
+    Unreadable(String),
+    /// Its contents are not a CA bundle.
+    #[error(transparent)]
+    Invalid(#[from] kustos_ca::Error),
+    #[error("every CA certificate in it has expired")]
+    AllExpired,
 }
 
 fn unexpired(cas: &[BundleCert], now: DateTime<Utc>) -> Vec<Vec<u8>> {
@@ -52,14 +65,14 @@ fn unexpired(cas: &[BundleCert], now: DateTime<Utc>) -> Vec<Vec<u8>> {
 }
 
 /// Decide from the file's contents (or why it could not be read) at `now`.
-pub fn decide(state: &State, file: Result<&str, &str>, now: DateTime<Utc>) -> Decision {
+pub fn decide(state: &State, file: Result<&str, &std::io::Error>, now: DateTime<Utc>) -> Decision {
     let loaded = match file {
         Ok(text) => match ca_certificates(text) {
-            Ok(cas) if unexpired(&cas, now).is_empty() => Err("every CA certificate in it has expired".to_string()),
+            Ok(cas) if unexpired(&cas, now).is_empty() => Err(Problem::AllExpired),
             Ok(cas) => Ok(cas),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(Problem::Invalid(e)),
         },
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(Problem::Unreadable(e.to_string())),
     };
     let (remember, problem, source) = match loaded {
         Ok(cas) => {
@@ -84,14 +97,14 @@ pub fn spawn(
     every: Duration,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut reported: Option<String> = None;
+        let mut reported: Option<Problem> = None;
         loop {
             tokio::select! {
                 _ = tls.closed() => return,
                 _ = tokio::time::sleep(every) => {}
             }
-            let read = tokio::fs::read_to_string(&path).await.map_err(|e| format!("reading the file: {e}"));
-            let d = decide(&state, read.as_deref().map_err(String::as_str), Utc::now());
+            let read = tokio::fs::read_to_string(&path).await;
+            let d = decide(&state, read.as_deref(), Utc::now());
             if d.problem != reported {
                 match &d.problem {
                     Some(p) => tracing::warn!(
@@ -162,7 +175,7 @@ mod tests {
         // state before: the CAs loaded last (their unexpired ones active)
         fn(&World) -> Vec<BundleCert>,
         // the file: its text, or why it could not be read
-        fn(&World) -> Result<String, String>,
+        fn(&World) -> Result<String, std::io::Error>,
         // days after t0
         i64,
         // wanted: new trust set (CNs) or None, remembered (CNs) or None, problem text or ""
@@ -211,11 +224,11 @@ mod tests {
         (
             "unreadable: the last good set stays",
             |w| cas(&[w.old.cert_pem()]),
-            |_| Err("reading the file: No such file or directory".into()),
+            |_| Err(std::io::Error::new(std::io::ErrorKind::NotFound, "No such file or directory")),
             0,
             None,
             None,
-            "No such file",
+            "reading the file: No such file",
         ),
         (
             "a file of expired CAs is not used",
@@ -253,7 +266,7 @@ mod tests {
             // The state as it was at t0, then polled `days` later.
             let state = State::new(before(&w), t0());
             let text = file(&w);
-            let d = decide(&state, text.as_deref().map_err(String::as_str), t0() + Duration::days(*days));
+            let d = decide(&state, text.as_deref(), t0() + Duration::days(*days));
             assert_eq!(
                 d.replace.as_deref().map(cns),
                 want_trust.map(|v| v.iter().map(|s| s.to_string()).collect()),
@@ -266,7 +279,7 @@ mod tests {
             );
             match (&d.problem, want_problem.is_empty()) {
                 (None, true) => {}
-                (Some(p), false) => assert!(p.contains(want_problem), "{name}: problem {p}"),
+                (Some(p), false) => assert!(p.to_string().contains(want_problem), "{name}: problem {p}"),
                 (got, _) => panic!("{name}: problem {got:?}, want {want_problem:?}"),
             }
         }

@@ -15,8 +15,8 @@ use serde_json::{json, Value};
 
 use super::custom::{self, CustomStrategy};
 use super::intern::{intern, intern_list};
+use super::schema::Structural;
 use super::{typed_roundtrip, ResourceDef, Strategy};
-use crate::api::schema::Structural;
 use crate::error::FieldError;
 use crate::validation;
 

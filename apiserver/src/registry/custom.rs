@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::schema::Structural;
 use super::{human_duration, Column, Strategy};
-use crate::api::schema::Structural;
 use crate::error::FieldError;
 
 /// One `additionalPrinterColumns` entry, compiled.

@@ -21,8 +21,9 @@
 //! Layer: below admission and the API handlers, above storage. Files here import `storage`,
 //! `meta`, `error`, `validation`, `http::{request_info, negotiate}` and the user type of
 //! `authn`, never `admission` or `api::rest`; what a kind's own handler needs of the request
-//! ([`call::Call`], [`call::Reply`]) is defined here for that reason. (Two pure value types
-//! still come from `api/`: `api::patch::ListStrategy` and `api::schema::Structural`.)
+//! ([`call::Call`], [`call::Reply`]) is defined here for that reason, and so are the pure
+//! value types a kind declares and the API handlers read: [`ListStrategy`] (for
+//! `api::patch`) and [`schema::Structural`] (a CRD's compiled schema).
 //!
 //! Objects are `serde_json::Value`s in their wire form; strategies decode into the
 //! `k8s-openapi` types where typing helps (validation, unknown-field detection). Validation
@@ -38,6 +39,7 @@ pub mod flowcontrol;
 pub mod intern;
 pub mod rbac;
 pub mod reviews;
+pub mod schema;
 pub mod shared;
 
 use std::sync::Arc;
@@ -79,7 +81,18 @@ pub type Gvk = (&'static str, &'static str, &'static str);
 pub type NameRule = fn(&str) -> Vec<String>;
 
 /// Strategic-merge-patch list strategies by field path (`patchMergeKey` of the Go types).
-pub type MergeKeys = &'static [(&'static [&'static str], crate::api::patch::ListStrategy)];
+pub type MergeKeys = &'static [(&'static [&'static str], ListStrategy)];
+
+/// How a strategic merge patch treats a list field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ListStrategy {
+    /// `patchStrategy:"merge" patchMergeKey:"<key>"`: items are maps merged by this key.
+    MergeByKey(&'static str),
+    /// `patchStrategy:"merge"` on a list of primitives: set-like union.
+    MergePrimitives,
+    /// No patch strategy: the patch's list replaces the original (the default).
+    Replace,
+}
 
 /// The handler of a subresource whose only verb is `create` and which is not stored
 /// (a ServiceAccount's `token`: TokenRequest).

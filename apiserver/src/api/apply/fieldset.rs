@@ -14,6 +14,23 @@ use std::fmt;
 
 use serde_json::Value;
 
+/// Why a `fieldsV1` value (or one of its keys) cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FieldsV1Error {
+    #[error("parsing key as path element: {0:?} has no type prefix")]
+    NoTypePrefix(String),
+    #[error("parsing key as path element: {0}")]
+    Json(serde_json::Error),
+    #[error("parsing key as path element: {0:?} is not a JSON object")]
+    KeyNotObject(String),
+    #[error("parsing key as path element: empty key")]
+    EmptyKey,
+    #[error("parsing key as path element: {0}")]
+    Index(std::num::ParseIntError),
+    #[error("fieldsV1: expected an object, got {0}")]
+    NotAnObject(Value),
+}
+
 /// One step of a path.
 #[derive(Debug, Clone)]
 pub enum PathElement {
@@ -155,26 +172,24 @@ impl PathElement {
 
     /// Reads a `FieldsV1` key. `Ok(None)`: an element kind this version does not know
     /// (upstream drops those).
-    pub fn from_fields_v1_key(key: &str) -> Result<Option<PathElement>, String> {
+    pub fn from_fields_v1_key(key: &str) -> Result<Option<PathElement>, FieldsV1Error> {
         let Some((kind, rest)) = key.split_once(':') else {
-            return Err(format!("parsing key as path element: {key:?} has no type prefix"));
+            return Err(FieldsV1Error::NoTypePrefix(key.to_string()));
         };
         let pe = match kind {
             "f" => PathElement::Field(rest.to_string()),
             "k" => {
-                let v: Value = serde_json::from_str(rest).map_err(|e| format!("parsing key as path element: {e}"))?;
+                let v: Value = serde_json::from_str(rest).map_err(FieldsV1Error::Json)?;
                 let Value::Object(m) = v else {
-                    return Err(format!("parsing key as path element: {rest:?} is not a JSON object"));
+                    return Err(FieldsV1Error::KeyNotObject(rest.to_string()));
                 };
                 if m.is_empty() {
-                    return Err("parsing key as path element: empty key".to_string());
+                    return Err(FieldsV1Error::EmptyKey);
                 }
                 PathElement::key(m.into_iter().collect())
             }
-            "v" => {
-                PathElement::Value(serde_json::from_str(rest).map_err(|e| format!("parsing key as path element: {e}"))?)
-            }
-            "i" => PathElement::Index(rest.parse().map_err(|e| format!("parsing key as path element: {e}"))?),
+            "v" => PathElement::Value(serde_json::from_str(rest).map_err(FieldsV1Error::Json)?),
+            "i" => PathElement::Index(rest.parse().map_err(FieldsV1Error::Index)?),
             _ => return Ok(None),
         };
         Ok(Some(pe))
@@ -384,7 +399,7 @@ impl FieldSet {
     }
 
     /// Reads a `fieldsV1` value. Unknown element kinds are dropped, as upstream does.
-    pub fn from_fields_v1(v: &Value) -> Result<FieldSet, String> {
+    pub fn from_fields_v1(v: &Value) -> Result<FieldSet, FieldsV1Error> {
         let (set, _) = read_node(v)?;
         Ok(set.unwrap_or_default())
     }
@@ -439,9 +454,9 @@ impl FieldSet {
 }
 
 /// A node of `fieldsV1`: its children (None: none) and whether it is itself a member.
-fn read_node(v: &Value) -> Result<(Option<FieldSet>, bool), String> {
+fn read_node(v: &Value) -> Result<(Option<FieldSet>, bool), FieldsV1Error> {
     let Value::Object(m) = v else {
-        return Err(format!("fieldsV1: expected an object, got {v}"));
+        return Err(FieldsV1Error::NotAnObject(v.clone()));
     };
     let mut children: Option<FieldSet> = None;
     let mut is_member = false;

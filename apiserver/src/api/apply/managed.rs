@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use super::fieldset::{FieldSet, Path};
+use super::fieldset::{FieldSet, FieldsV1Error, Path};
 use super::schema::Schema;
-use super::typed::{compare, merge, remove_unowned, to_field_set};
+use super::typed::{compare, merge, remove_unowned, to_field_set, TypedError};
 
 /// `operation` of a managedFields entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -87,16 +87,16 @@ impl ManagedEntry {
         Value::Object(m)
     }
 
-    pub fn from_value(v: &Value) -> Result<ManagedEntry, String> {
+    pub fn from_value(v: &Value) -> Result<ManagedEntry, ManagedFieldsError> {
         let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
         let operation = match s("operation").as_str() {
             "Apply" => Operation::Apply,
             "Update" => Operation::Update,
-            other => return Err(format!("invalid operation {other:?}, must be Apply or Update")),
+            other => return Err(ManagedFieldsError::InvalidOperation(other.to_string())),
         };
         match s("fieldsType").as_str() {
             "FieldsV1" => {}
-            other => return Err(format!("invalid fieldsType {other:?}, must be FieldsV1")),
+            other => return Err(ManagedFieldsError::InvalidFieldsType(other.to_string())),
         }
         let fields = match v.get("fieldsV1") {
             Some(f) => FieldSet::from_fields_v1(f)?,
@@ -113,16 +113,32 @@ impl ManagedEntry {
     }
 }
 
+/// Why `metadata.managedFields` (or one of its entries) cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagedFieldsError {
+    #[error("invalid operation {0:?}, must be Apply or Update")]
+    InvalidOperation(String),
+    #[error("invalid fieldsType {0:?}, must be FieldsV1")]
+    InvalidFieldsType(String),
+    #[error(transparent)]
+    FieldsV1(#[from] FieldsV1Error),
+    /// Entry `.0` of the list.
+    #[error("metadata.managedFields[{0}]: {1}")]
+    Entry(usize, Box<ManagedFieldsError>),
+    #[error("metadata.managedFields: must be a list")]
+    NotAList,
+}
+
 /// The entries of `obj`'s `metadata.managedFields` (none when absent or null).
-pub fn decode_managed_fields(obj: &Value) -> Result<Vec<ManagedEntry>, String> {
+pub fn decode_managed_fields(obj: &Value) -> Result<Vec<ManagedEntry>, ManagedFieldsError> {
     match obj.pointer("/metadata/managedFields") {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Array(list)) => list
             .iter()
             .enumerate()
-            .map(|(i, e)| ManagedEntry::from_value(e).map_err(|err| format!("metadata.managedFields[{i}]: {err}")))
+            .map(|(i, e)| ManagedEntry::from_value(e).map_err(|err| ManagedFieldsError::Entry(i, Box::new(err))))
             .collect(),
-        Some(_) => Err("metadata.managedFields: must be a list".to_string()),
+        Some(_) => Err(ManagedFieldsError::NotAList),
     }
 }
 
@@ -206,6 +222,18 @@ pub enum ApplyError {
     BadRequest(String),
 }
 
+impl From<TypedError> for ApplyError {
+    fn from(e: TypedError) -> Self {
+        ApplyError::BadRequest(e.to_string())
+    }
+}
+
+impl From<ManagedFieldsError> for ApplyError {
+    fn from(e: ManagedFieldsError) -> Self {
+        ApplyError::BadRequest(e.to_string())
+    }
+}
+
 /// Upstream's message: `Apply failed with 1 conflict: conflict with "m" using v1: .data.key`,
 /// or for several, one line per manager (sorted) and `- <path>` per field.
 pub fn conflict_message(conflicts: &[Conflict]) -> String {
@@ -276,7 +304,7 @@ fn update_owners(
     force: bool,
     reset: &FieldSet,
 ) -> Result<super::typed::Comparison, ApplyError> {
-    let mut cmp = compare(schema, old, new).map_err(ApplyError::BadRequest)?;
+    let mut cmp = compare(schema, old, new)?;
     cmp.added = cmp.added.recursive_difference(reset);
     cmp.modified = cmp.modified.recursive_difference(reset);
     cmp.removed = cmp.removed.recursive_difference(reset);
@@ -350,14 +378,13 @@ pub fn apply(
     let empty = super::typed::empty_object();
     let live_obj = live.map(without_managed_fields).unwrap_or(empty);
     let previous = match live {
-        Some(l) => decode_managed_fields(l).map_err(ApplyError::BadRequest)?,
+        Some(l) => decode_managed_fields(l)?,
         None => Vec::new(),
     };
     let config = without_managed_fields(config);
 
-    let applied =
-        to_field_set(schema, &config).map_err(ApplyError::BadRequest)?.recursive_difference(writer.reset_fields);
-    let mut merged = merge(schema, &live_obj, &config).map_err(ApplyError::BadRequest)?;
+    let applied = to_field_set(schema, &config)?.recursive_difference(writer.reset_fields);
+    let mut merged = merge(schema, &live_obj, &config)?;
 
     let me = ManagedEntry {
         manager: writer.manager.to_string(),

@@ -22,9 +22,10 @@ pub mod typed;
 #[cfg(test)]
 mod tests;
 
-pub use fieldset::{FieldSet, Path, PathElement};
+pub use fieldset::{FieldSet, FieldsV1Error, Path, PathElement};
 pub use managed::{
     apply, conflict_message, conflict_status, decode_managed_fields, update, ApplyError, Conflict, ManagedEntry,
-    Operation, Outcome, Writer,
+    ManagedFieldsError, Operation, Outcome, Writer,
 };
-pub use schema::Schema;
+pub use schema::{Schema, SchemaError};
+pub use typed::TypedError;

@@ -58,6 +58,20 @@ pub enum Node {
     Deduced,
 }
 
+/// Why a schema cannot be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaError {
+    #[error("schema: no definition {0:?}")]
+    NoDefinition(String),
+    #[error("schema: nested too deeply")]
+    TooDeep,
+    #[error("schema: x-kubernetes-list-type map without x-kubernetes-list-map-keys")]
+    MapWithoutKeys,
+    /// A CRD schema that does not encode as JSON.
+    #[error("{0}")]
+    Encode(serde_json::Error),
+}
+
 #[derive(Debug, Clone)]
 pub struct Schema {
     nodes: Vec<Node>,
@@ -83,14 +97,14 @@ impl Schema {
 
     /// The kind `root` of an OpenAPI document's `definitions` (v2) or
     /// `components.schemas` (v3).
-    pub fn from_definitions(defs: &Map<String, Value>, root: &str) -> Result<Schema, String> {
+    pub fn from_definitions(defs: &Map<String, Value>, root: &str) -> Result<Schema, SchemaError> {
         let mut b = Builder { defs, nodes: vec![Node::Deduced], named: HashMap::new() };
         let root = b.named(root)?;
         Ok(Schema { nodes: b.nodes, root })
     }
 
     /// One inline schema (refs resolved in `defs`, which may be empty).
-    pub fn from_value(schema: &Value, defs: &Map<String, Value>) -> Result<Schema, String> {
+    pub fn from_value(schema: &Value, defs: &Map<String, Value>) -> Result<Schema, SchemaError> {
         let mut b = Builder { defs, nodes: vec![Node::Deduced], named: HashMap::new() };
         let root = b.compile(schema, 0)?;
         Ok(Schema { nodes: b.nodes, root })
@@ -98,8 +112,8 @@ impl Schema {
 
     /// A CRD version's `openAPIV3Schema`. As apiextensions-apiserver serves it, the root
     /// gets `apiVersion`, `kind` and the full `ObjectMeta` whatever the CRD says of them.
-    pub fn from_crd(props: &JSONSchemaProps) -> Result<Schema, String> {
-        let mut v = serde_json::to_value(props).map_err(|e| e.to_string())?;
+    pub fn from_crd(props: &JSONSchemaProps) -> Result<Schema, SchemaError> {
+        let mut v = serde_json::to_value(props).map_err(SchemaError::Encode)?;
         if let Some(root) = v.as_object_mut() {
             let props = root.entry("properties").or_insert_with(|| Value::Object(Map::new()));
             if let Some(props) = props.as_object_mut() {
@@ -157,12 +171,12 @@ fn ref_name(r: &str) -> &str {
 }
 
 impl Builder<'_> {
-    fn named(&mut self, name: &str) -> Result<NodeId, String> {
+    fn named(&mut self, name: &str) -> Result<NodeId, SchemaError> {
         if let Some(id) = self.named.get(name) {
             return Ok(*id);
         }
         let Some(def) = self.defs.get(name) else {
-            return Err(format!("schema: no definition {name:?}"));
+            return Err(SchemaError::NoDefinition(name.to_string()));
         };
         // Reserve the id first: definitions may refer to themselves.
         let id = self.nodes.len();
@@ -187,7 +201,7 @@ impl Builder<'_> {
         prop.get("default").cloned()
     }
 
-    fn compile(&mut self, s: &Value, depth: usize) -> Result<NodeId, String> {
+    fn compile(&mut self, s: &Value, depth: usize) -> Result<NodeId, SchemaError> {
         if let Some(r) = reference(s) {
             return self.named(ref_name(r));
         }
@@ -199,9 +213,9 @@ impl Builder<'_> {
         Ok(self.nodes.len() - 1)
     }
 
-    fn node_of(&mut self, s: &Value, depth: usize) -> Result<Node, String> {
+    fn node_of(&mut self, s: &Value, depth: usize) -> Result<Node, SchemaError> {
         if depth > MAX_DEPTH {
-            return Err("schema: nested too deeply".to_string());
+            return Err(SchemaError::TooDeep);
         }
         let Value::Object(m) = s else { return Ok(Node::Deduced) };
         if let Some(r) = reference(s) {
@@ -226,7 +240,7 @@ impl Builder<'_> {
                             .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
                             .unwrap_or_default();
                         if keys.is_empty() {
-                            return Err("schema: x-kubernetes-list-type map without x-kubernetes-list-map-keys".into());
+                            return Err(SchemaError::MapWithoutKeys);
                         }
                         for k in &keys {
                             if let Some(d) = m.get("items").and_then(|i| self.property_default(i, k)) {

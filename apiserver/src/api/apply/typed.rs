@@ -20,12 +20,25 @@ pub struct Comparison {
     pub removed: FieldSet,
 }
 
+/// Why a value cannot be walked with its schema (a 400 for the request that carried it).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TypedError {
+    #[error("{0}: object nested too deeply")]
+    TooDeep(Path),
+    #[error("{path}: set items must be scalars, found {found}")]
+    SetItemNotScalar { path: Path, found: &'static str },
+    #[error("{0}: associative list with keys has an element that is not a map")]
+    MapItemNotMap(Path),
+    #[error("{path}: associative list with keys has an element that omits key field {key:?} (and doesn't have default value)")]
+    MissingKey { path: Path, key: String },
+    #[error("{path}: duplicate entries for key {element}")]
+    Duplicate { path: Path, element: PathElement },
+    #[error("{0}: field not declared in schema")]
+    Undeclared(Path),
+}
+
 /// Deepest value walked (the stored form is capped far below this).
 const MAX_DEPTH: usize = 1000;
-
-fn too_deep(path: &Path) -> String {
-    format!("{path}: object nested too deeply")
-}
 
 /// The path element of list item `item`, or why it has none.
 fn item_element(
@@ -34,28 +47,24 @@ fn item_element(
     item: &Value,
     index: usize,
     path: &Path,
-) -> Result<PathElement, String> {
+) -> Result<PathElement, TypedError> {
     match list_type {
         ListType::Atomic => Ok(PathElement::Index(index)),
         ListType::Set => match item {
             Value::Object(_) | Value::Array(_) => {
-                Err(format!("{path}: set items must be scalars, found {}", kind_name(item)))
+                Err(TypedError::SetItemNotScalar { path: path.clone(), found: kind_name(item) })
             }
             v => Ok(PathElement::Value(v.clone())),
         },
         ListType::Map(keys) => {
             let Value::Object(m) = item else {
-                return Err(format!("{path}: associative list with keys has an element that is not a map"));
+                return Err(TypedError::MapItemNotMap(path.clone()));
             };
             let mut fields = Vec::with_capacity(keys.len());
             for k in keys {
                 match m.get(k).or_else(|| defaults.get(k)) {
                     Some(v) => fields.push((k.clone(), v.clone())),
-                    None => {
-                        return Err(format!(
-                            "{path}: associative list with keys has an element that omits key field {k:?} (and doesn't have default value)"
-                        ))
-                    }
+                    None => return Err(TypedError::MissingKey { path: path.clone(), key: k.clone() }),
                 }
             }
             Ok(PathElement::key(fields))
@@ -78,13 +87,13 @@ fn list_elements(
     defaults: &BTreeMap<String, Value>,
     items: &[Value],
     path: &Path,
-) -> Result<Vec<PathElement>, String> {
+) -> Result<Vec<PathElement>, TypedError> {
     let mut out: Vec<PathElement> = Vec::with_capacity(items.len());
     let mut seen = std::collections::BTreeSet::new();
     for (i, item) in items.iter().enumerate() {
         let pe = item_element(list_type, defaults, item, i, path)?;
         if !seen.insert(pe.clone()) {
-            return Err(format!("{path}: duplicate entries for key {pe}"));
+            return Err(TypedError::Duplicate { path: path.clone(), element: pe });
         }
         out.push(pe);
     }
@@ -111,7 +120,7 @@ fn entry_node(node: &Node, key: &str) -> Option<(NodeId, bool)> {
 /// The set of fields `value` sets, as upstream's `ToFieldSet`: every scalar and atomic
 /// value, every list item, every map entry that is not a named struct field, and every
 /// named field that is null or an empty map.
-pub fn to_field_set(schema: &Schema, value: &Value) -> Result<FieldSet, String> {
+pub fn to_field_set(schema: &Schema, value: &Value) -> Result<FieldSet, TypedError> {
     let mut set = FieldSet::new();
     walk_set(schema, schema.root(), value, &Path::default(), &mut set, 0)?;
     Ok(set)
@@ -124,9 +133,9 @@ fn walk_set(
     path: &Path,
     set: &mut FieldSet,
     depth: usize,
-) -> Result<(), String> {
+) -> Result<(), TypedError> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(path));
+        return Err(TypedError::TooDeep(path.clone()));
     }
     let node = schema.node(id);
     match (node, v) {
@@ -146,7 +155,7 @@ fn walk_set(
         (Node::Map { atomic: false, .. } | Node::Deduced, Value::Object(m)) => {
             for (key, val) in m {
                 let Some((child_id, named)) = entry_node(node, key) else {
-                    return Err(format!("{}: field not declared in schema", path.child(PathElement::field(key))));
+                    return Err(TypedError::Undeclared(path.child(PathElement::field(key))));
                 };
                 let child = path.child(PathElement::field(key));
                 walk_set(schema, child_id, val, &child, set, depth + 1)?;
@@ -168,7 +177,7 @@ fn walk_set(
 /// `config` merged into `live`: what the configuration sets wins; maps and set/map lists
 /// are merged item by item, atomic values replaced. List order: the configuration's, with
 /// items only the live object has kept where they were.
-pub fn merge(schema: &Schema, live: &Value, config: &Value) -> Result<Value, String> {
+pub fn merge(schema: &Schema, live: &Value, config: &Value) -> Result<Value, TypedError> {
     merge_node(schema, schema.root(), live, config, &Path::default(), 0)
 }
 
@@ -179,9 +188,9 @@ fn merge_node(
     config: &Value,
     path: &Path,
     depth: usize,
-) -> Result<Value, String> {
+) -> Result<Value, TypedError> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(path));
+        return Err(TypedError::TooDeep(path.clone()));
     }
     let node = schema.node(id);
     match (node, live, config) {
@@ -191,7 +200,7 @@ fn merge_node(
                 let child = path.child(PathElement::field(key));
                 let merged = match (l.get(key), entry_node(node, key)) {
                     (Some(lv), Some((child_id, _))) => merge_node(schema, child_id, lv, cv, &child, depth + 1)?,
-                    (_, None) => return Err(format!("{child}: field not declared in schema")),
+                    (_, None) => return Err(TypedError::Undeclared(child)),
                     (None, _) => cv.clone(),
                 };
                 out.insert(key.clone(), merged);
@@ -242,7 +251,7 @@ fn merge_node(
 
 /// What changed from `old` to `new`: paths added, whose value changed, and removed.
 /// A subtree present on one side only is counted node by node, as upstream counts it.
-pub fn compare(schema: &Schema, old: &Value, new: &Value) -> Result<Comparison, String> {
+pub fn compare(schema: &Schema, old: &Value, new: &Value) -> Result<Comparison, TypedError> {
     let mut c = Comparison::default();
     compare_node(schema, schema.root(), old, new, &Path::default(), &mut c, 0)?;
     Ok(c)
@@ -256,9 +265,9 @@ fn compare_node(
     path: &Path,
     c: &mut Comparison,
     depth: usize,
-) -> Result<(), String> {
+) -> Result<(), TypedError> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(path));
+        return Err(TypedError::TooDeep(path.clone()));
     }
     let node = schema.node(id);
     match (node, old, new) {
@@ -319,9 +328,9 @@ fn subtree(
     path: &Path,
     set: &mut FieldSet,
     depth: usize,
-) -> Result<(), String> {
+) -> Result<(), TypedError> {
     if depth > MAX_DEPTH {
-        return Err(too_deep(path));
+        return Err(TypedError::TooDeep(path.clone()));
     }
     set.insert(path);
     let node = schema.node(id);
@@ -468,7 +477,7 @@ mod tests {
             (json!({"spec": {"tags": [{"a": 1}]}}), "set items must be scalars"),
             (json!({"spec": {"unknown": 1}}), ".spec.unknown: field not declared in schema"),
         ] {
-            let err = to_field_set(&s, &v).unwrap_err();
+            let err = to_field_set(&s, &v).unwrap_err().to_string();
             assert!(err.contains(msg), "{err}");
         }
     }

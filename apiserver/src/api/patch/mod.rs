@@ -15,6 +15,8 @@ mod json;
 mod merge;
 mod strategic;
 
+/// Defined with the kinds' merge-key tables, which `registry/` declares.
+pub use crate::registry::ListStrategy;
 pub use json::{json_patch, BudgetExceeded, PatchBudget};
 pub use merge::merge_patch;
 pub use strategic::strategic_merge_patch;
@@ -98,17 +100,8 @@ fn unprocessable(detail: impl std::fmt::Display) -> PatchError {
     PatchError::Invalid(UNPROCESSABLE_MESSAGE.to_string())
 }
 
-/// How a strategic merge patch treats a list field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ListStrategy {
-    /// `patchStrategy:"merge" patchMergeKey:"<key>"`: items are maps merged by this key.
-    MergeByKey(&'static str),
-    /// `patchStrategy:"merge"` on a list of primitives: set-like union.
-    MergePrimitives,
-    /// No patch strategy: the patch's list replaces the original (the default).
-    Replace,
-}
-
+/// What the patch code asks of a list strategy (the type is defined with the kinds'
+/// merge-key tables in `registry/`).
 impl ListStrategy {
     fn merge_key(self) -> Option<&'static str> {
         match self {

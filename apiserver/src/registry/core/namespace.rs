@@ -75,7 +75,7 @@ impl Strategy for NamespaceStrategy {
     }
 
     fn merge_keys(&self) -> crate::registry::MergeKeys {
-        &[(&["status", "conditions"], crate::api::patch::ListStrategy::MergeByKey("type"))]
+        &[(&["status", "conditions"], crate::registry::ListStrategy::MergeByKey("type"))]
     }
 
     fn mark_deleting(&self, obj: &mut Value) {

@@ -25,7 +25,7 @@ impl Strategy for ServiceAccountStrategy {
     }
 
     fn merge_keys(&self) -> crate::registry::MergeKeys {
-        &[(&["secrets"], crate::api::patch::ListStrategy::MergeByKey("name"))]
+        &[(&["secrets"], crate::registry::ListStrategy::MergeByKey("name"))]
     }
 
     fn create_handler(&self, sub: &str) -> Option<crate::registry::CreateHandler> {
