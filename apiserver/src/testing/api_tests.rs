@@ -188,15 +188,21 @@ async fn a_crd_serves_its_custom_resources() {
     });
     let r = srv.post(&admin, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", &crd).await;
     assert_eq!(r.status, 201, "{r}");
-    let served = srv
-        .eventually(Duration::from_secs(10), || async { (srv.get(&admin, widgets).await.status == 200).then_some(()) })
+    // The kind is served first and its Established condition written next (a client that
+    // sees Established finds the endpoints): wait for both.
+    let crd_path = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com";
+    let established = |crd: &Value| {
+        crd["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"))
+    };
+    let ready = srv
+        .eventually(Duration::from_secs(10), || async {
+            let crd_now = srv.get(&admin, crd_path).await;
+            (established(&crd_now.body) && srv.get(&admin, widgets).await.status == 200).then_some(())
+        })
         .await;
-    assert!(served.is_some(), "widgets are served once the CRD is established");
-    let crd_now = srv.get(&admin, "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.com").await;
-    let established = crd_now.body["status"]["conditions"]
-        .as_array()
-        .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Established" && c["status"] == "True"));
-    assert!(established, "{crd_now}");
+    assert!(ready.is_some(), "widgets are served and the CRD is established: {}", srv.get(&admin, crd_path).await);
 
     let widget = |name: &str, size: i64| json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": name}, "spec": {"size": size}});
     let r = srv.post(&admin, widgets, &widget("w1", 3)).await;
