@@ -673,6 +673,13 @@ impl Strategy for FlowSchemaStrategy {
         validate_flow_schema(obj)
     }
 
+    fn reset_fields(&self, sub: &str) -> super::ResetFields {
+        match sub {
+            "status" => &[&["metadata"], &["spec"]],
+            _ => super::status_reset_fields(sub),
+        }
+    }
+
     fn tracks_generation(&self) -> bool {
         true
     }
@@ -740,6 +747,13 @@ impl Strategy for PriorityLevelConfigurationStrategy {
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         validate_priority_level(obj)
+    }
+
+    fn reset_fields(&self, sub: &str) -> super::ResetFields {
+        match sub {
+            "status" => &[&["metadata"], &["spec"]],
+            _ => super::status_reset_fields(sub),
+        }
     }
 
     fn tracks_generation(&self) -> bool {
