@@ -4,6 +4,8 @@
 //!
 //! Both kinds are cluster-scoped, have a `status` subresource (create clears status, an
 //! update of the main resource keeps it, `/status` keeps the spec) and track generation.
+//! The file is over 800 lines because the two kinds share their defaults and validation
+//! helpers, as upstream's one API group does.
 //! Only v1 is served, so `limited.nominalConcurrencyShares` may be 0 (a "jail" level) and
 //! defaults to 30 when unset.
 //!

@@ -20,7 +20,14 @@ async fn server() -> TestServer {
 }
 
 /// PATCH `path` with a raw body of `content_type`, sending `user_agent`.
-async fn send_raw(srv: &TestServer, method: Method, path: &str, content_type: &str, user_agent: &str, body: &str) -> Reply {
+async fn send_raw(
+    srv: &TestServer,
+    method: Method,
+    path: &str,
+    content_type: &str,
+    user_agent: &str,
+    body: &str,
+) -> Reply {
     let req = Request::builder()
         .method(method)
         .uri(path)
@@ -168,13 +175,26 @@ async fn ordinary_writes_take_ownership_as_updates() {
 
     // A merge patch with ?fieldManager= records that manager.
     let p = srv
-        .patch(&Caller::admin(), &format!("{CMS}/a?fieldManager=patcher"), "application/merge-patch+json", &json!({"data": {"p": "1"}}))
+        .patch(
+            &Caller::admin(),
+            &format!("{CMS}/a?fieldManager=patcher"),
+            "application/merge-patch+json",
+            &json!({"data": {"p": "1"}}),
+        )
         .await;
     assert_eq!(p.status, 200, "{p}");
     assert!(entries(&p.body).contains(&("patcher".into(), "Update".into(), json!({"f:data": {"f:p": {}}}))), "{p}");
 
     // A create records an Update entry for everything it set.
-    let created = send_raw(&srv, Method::POST, CMS, "application/json", "kubectl-create/v1.32.0", &cm("b", json!({"k": "v"})).to_string()).await;
+    let created = send_raw(
+        &srv,
+        Method::POST,
+        CMS,
+        "application/json",
+        "kubectl-create/v1.32.0",
+        &cm("b", json!({"k": "v"})).to_string(),
+    )
+    .await;
     assert_eq!(created.status, 201, "{created}");
     assert_eq!(
         entries(&created.body),
@@ -217,7 +237,10 @@ async fn field_manager_is_required_for_apply_and_checked_everywhere() {
     let r = apply(&srv, "a", "", &cm("a", json!({"k": "v"}))).await;
     assert_eq!(r.status, 422, "{r}");
     assert_eq!(r.reason(), "Invalid");
-    assert_eq!(r.message(), "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch");
+    assert_eq!(
+        r.message(),
+        "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"
+    );
     assert_eq!(r.body["details"]["kind"], "PatchOptions");
     assert_eq!(r.body["details"]["group"], "meta.k8s.io");
     let long = "m".repeat(129);
@@ -227,9 +250,13 @@ async fn field_manager_is_required_for_apply_and_checked_everywhere() {
     let r = srv.post(&Caller::admin(), &format!("{CMS}?fieldManager=a%07b"), &cm("b", json!({}))).await;
     assert_eq!(r.status, 422, "{r}");
     assert!(r.message().contains("invalid character U+0007 (at position 1)"), "{r}");
-    let r = srv.patch(&Caller::admin(), &format!("{CMS}/b?force=true"), "application/merge-patch+json", &json!({})).await;
+    let r =
+        srv.patch(&Caller::admin(), &format!("{CMS}/b?force=true"), "application/merge-patch+json", &json!({})).await;
     assert_eq!(r.status, 422, "{r}");
-    assert_eq!(r.message(), "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch");
+    assert_eq!(
+        r.message(),
+        "PatchOptions.meta.k8s.io \"\" is invalid: force: Forbidden: may not be specified for non-apply patch"
+    );
     // Nothing was created by the refused writes.
     assert_eq!(srv.get(&Caller::admin(), &format!("{CMS}/a")).await.status, 404);
     assert_eq!(srv.get(&Caller::admin(), &format!("{CMS}/b")).await.status, 404);
@@ -254,7 +281,12 @@ async fn apply_checks_identity_and_version() {
     assert_eq!(r.message(), "metadata.managedFields must be nil");
     // Applying to the status of an object that does not exist finds nothing.
     let r = srv
-        .patch(&Caller::admin(), "/api/v1/namespaces/nope/status?fieldManager=m1", APPLY, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nope"}}))
+        .patch(
+            &Caller::admin(),
+            "/api/v1/namespaces/nope/status?fieldManager=m1",
+            APPLY,
+            &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "nope"}}),
+        )
         .await;
     assert_eq!(r.status, 404, "{r}");
 }
@@ -297,7 +329,9 @@ async fn status_writes_own_status_and_main_writes_do_not() {
     body["metadata"]["labels"] = json!({"l": "v"});
     let s = srv.put(&admin, "/api/v1/namespaces/owned/status?fieldManager=statuser", &body).await;
     assert_eq!(s.status, 200, "{s}");
-    let entry = s.body["metadata"]["managedFields"].as_array().and_then(|l| l.iter().find(|e| e["manager"] == "statuser").cloned());
+    let entry = s.body["metadata"]["managedFields"]
+        .as_array()
+        .and_then(|l| l.iter().find(|e| e["manager"] == "statuser").cloned());
     // Nothing changed through /status but fields it may not set: no entry.
     assert_eq!(entry, None, "{s}");
 }

@@ -145,8 +145,13 @@ fn record_update(c: &Call<'_>, manager: &str, live: Option<&Value>, new: Value) 
     let reset = reset_fields(c);
     let api_version = c.def.api_version();
     let time = meta::now_rfc3339();
-    let writer =
-        Writer { manager, api_version: &api_version, subresource: &c.info.subresource, time: &time, reset_fields: &reset };
+    let writer = Writer {
+        manager,
+        api_version: &api_version,
+        subresource: &c.info.subresource,
+        time: &time,
+        reset_fields: &reset,
+    };
     apply::update(&schema, live, &new, &writer).object
 }
 
@@ -243,14 +248,8 @@ async fn create_object(
 const STATUS_RESET_META: &[&str] =
     &["labels", "annotations", "finalizers", "ownerReferences", "deletionTimestamp", "generation"];
 /// Metadata that always comes from the stored object.
-const SERVER_META: &[&str] = &[
-    "uid",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "generation",
-    "selfLink",
-];
+const SERVER_META: &[&str] =
+    &["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "selfLink"];
 
 /// Spec changes bump generation for kinds that track it.
 fn spec_changed(new: &Value, old: &Value) -> bool {
