@@ -267,17 +267,27 @@ async fn a_text_plain_post_is_415() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn server_side_apply_is_415() {
+async fn server_side_apply_creates_and_requires_a_field_manager() {
     let s = shared_apiserver();
     let http = s.http();
     let ns = s.create_namespace("ssa").await;
+    let body = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  a: b\n";
+    let r = send(
+        http.patch(format!("{}/applied", cms(&s.url, &ns)))
+            .header("Content-Type", "application/apply-patch+yaml")
+            .body(body),
+    )
+    .await;
+    assert_status(&r, 422, Some("Invalid"), "apply patch without fieldManager");
     let r = send(
         http.patch(format!("{}/applied?fieldManager=e2e", cms(&s.url, &ns)))
             .header("Content-Type", "application/apply-patch+yaml")
-            .body("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: applied\ndata:\n  a: b\n"),
+            .body(body),
     )
     .await;
-    assert_status(&r, 415, Some("UnsupportedMediaType"), "apply patch");
+    r.expect_code(201, "apply patch creating the object");
+    assert_eq!(r.body["metadata"]["managedFields"][0]["manager"], "e2e", "{}", r.text);
+    assert_eq!(r.body["metadata"]["managedFields"][0]["operation"], "Apply", "{}", r.text);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

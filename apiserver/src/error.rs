@@ -102,6 +102,10 @@ pub enum ApiError {
     AlreadyExists { message: String, subject: Subject },
     #[error("{message}")]
     Conflict { message: String, subject: Subject },
+    /// 409 with reason Conflict and one `FieldManagerConflict` cause per field a
+    /// server-side apply would take from another manager (upstream `NewApplyConflict`).
+    #[error("{message}")]
+    ApplyConflict { message: String, causes: Vec<FieldError> },
     /// 410 with reason Expired; `continue_token` is the fresh token upstream returns.
     #[error("{message}")]
     Expired { message: String, continue_token: Option<String> },
@@ -176,7 +180,9 @@ impl ApiError {
             ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => {
+                StatusCode::CONFLICT
+            }
             ApiError::Expired { .. } => StatusCode::GONE,
             ApiError::RequestEntityTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -197,7 +203,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
             ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Expired { .. } => "Expired",
             ApiError::RequestEntityTooLarge(_) => "RequestEntityTooLarge",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
@@ -240,7 +246,7 @@ impl ApiError {
                 details.insert("kind".into(), json!(s.kind));
             }
         }
-        if let ApiError::Invalid { causes, .. } = self {
+        if let ApiError::Invalid { causes, .. } | ApiError::ApplyConflict { causes, .. } = self {
             let causes: Vec<Value> =
                 causes.iter().map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field})).collect();
             details.insert("causes".into(), Value::Array(causes));

@@ -119,7 +119,10 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 async fn resolve_request_info(mut req: Request, next: Next) -> Response {
-    let info = http::request_info::resolve(req.method(), req.uri().path(), req.uri().query());
+    let mut info = http::request_info::resolve(req.method(), req.uri().path(), req.uri().query());
+    if let Some(agent) = req.headers().get(header::USER_AGENT) {
+        info.user_agent = String::from_utf8_lossy(agent.as_bytes()).into_owned();
+    }
     req.extensions_mut().insert(info);
     next.run(req).await
 }

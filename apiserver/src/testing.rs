@@ -25,6 +25,8 @@
 #[cfg(test)]
 mod api_tests;
 #[cfg(test)]
+mod apply_tests;
+#[cfg(test)]
 mod gc_tests;
 #[cfg(test)]
 mod list_watch_tests;

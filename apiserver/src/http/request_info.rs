@@ -21,6 +21,9 @@ pub struct RequestInfo {
     pub name: String,
     /// Path segments after the resource/name/subresource that no route uses (→ 404).
     pub extra_parts: usize,
+    /// The `User-Agent` header (empty when absent): writes without `?fieldManager=` are
+    /// recorded in `metadata.managedFields` under its first part.
+    pub user_agent: String,
 }
 
 /// True if the query string asks for a watch (`watch=1` or `watch=true`).

@@ -114,6 +114,13 @@ impl Strategy for CrdStrategy {
         errs
     }
 
+    fn reset_fields(&self, sub: &str) -> super::ResetFields {
+        match sub {
+            "status" => &[&["metadata"], &["spec"]],
+            _ => super::status_reset_fields(sub),
+        }
+    }
+
     fn tracks_generation(&self) -> bool {
         true
     }

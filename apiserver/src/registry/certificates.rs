@@ -532,6 +532,16 @@ impl Strategy for CertificateSigningRequestStrategy {
         validation::validate_path_segment_name
     }
 
+    /// `/status` sets the certificate, `/approval` the conditions.
+    fn reset_fields(&self, sub: &str) -> super::ResetFields {
+        match sub {
+            "" => &[&["status"]],
+            "status" => &[&["spec"], &["status", "conditions"]],
+            "approval" => &[&["spec"], &["status", "certificate"]],
+            _ => &[],
+        }
+    }
+
     /// The requester's identity, from the request's user (upstream's PrepareForCreate).
     fn prepare_for_create_by(&self, obj: &mut Value, user: &crate::authn::UserInfo) {
         if !obj.get("spec").is_some_and(Value::is_object) {

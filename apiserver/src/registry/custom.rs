@@ -85,6 +85,14 @@ impl Strategy for CustomStrategy {
         true
     }
 
+    fn reset_fields(&self, sub: &str) -> super::ResetFields {
+        if self.status {
+            super::status_reset_fields(sub)
+        } else {
+            &[]
+        }
+    }
+
     fn columns(&self) -> Vec<Column> {
         if self.columns.is_empty() {
             return vec![Column {

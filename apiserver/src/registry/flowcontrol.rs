@@ -4,6 +4,8 @@
 //!
 //! Both kinds are cluster-scoped, have a `status` subresource (create clears status, an
 //! update of the main resource keeps it, `/status` keeps the spec) and track generation.
+//! The file is over 800 lines because the two kinds share their defaults and validation
+//! helpers, as upstream's one API group does.
 //! Only v1 is served, so `limited.nominalConcurrencyShares` may be 0 (a "jail" level) and
 //! defaults to 30 when unset.
 //!
@@ -673,6 +675,13 @@ impl Strategy for FlowSchemaStrategy {
         validate_flow_schema(obj)
     }
 
+    fn reset_fields(&self, sub: &str) -> super::ResetFields {
+        match sub {
+            "status" => &[&["metadata"], &["spec"]],
+            _ => super::status_reset_fields(sub),
+        }
+    }
+
     fn tracks_generation(&self) -> bool {
         true
     }
@@ -740,6 +749,13 @@ impl Strategy for PriorityLevelConfigurationStrategy {
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         validate_priority_level(obj)
+    }
+
+    fn reset_fields(&self, sub: &str) -> super::ResetFields {
+        match sub {
+            "status" => &[&["metadata"], &["spec"]],
+            _ => super::status_reset_fields(sub),
+        }
     }
 
     fn tracks_generation(&self) -> bool {

@@ -80,6 +80,19 @@ pub type Gvk = (&'static str, &'static str, &'static str);
 /// A name rule (upstream's per-kind `ValidateName`): the problems with a name.
 pub type NameRule = fn(&str) -> Vec<String>;
 
+/// Field paths from the object root (`&[&["status"], &["spec"]]`): see [`Strategy::reset_fields`].
+pub type ResetFields = &'static [&'static [&'static str]];
+
+/// The reset fields of a kind with a `status` subresource, as upstream's strategies have
+/// them: the main resource may not set `status`, `/status` may not set `spec`.
+pub fn status_reset_fields(sub: &str) -> ResetFields {
+    match sub {
+        "" => &[&["status"]],
+        "status" => &[&["spec"]],
+        _ => &[],
+    }
+}
+
 /// Strategic-merge-patch list strategies by field path (`patchMergeKey` of the Go types).
 pub type MergeKeys = &'static [(&'static [&'static str], ListStrategy)];
 
@@ -224,6 +237,13 @@ pub trait Strategy: Send + Sync + 'static {
     /// typed `ResourceDef::schema` is used.
     fn openapi_schema(&self) -> Option<Value> {
         None
+    }
+
+    /// The fields a write through subresource `sub` (`""`: the main resource) does not set
+    /// (the preparation hooks reset them), so that the writer never owns them in
+    /// `metadata.managedFields` (upstream's `ResetFieldsStrategy.GetResetFields`).
+    fn reset_fields(&self, _sub: &str) -> ResetFields {
+        &[]
     }
 
     /// Whether `application/strategic-merge-patch+json` is accepted (built-in kinds only,

@@ -258,7 +258,7 @@ pub fn conflict_status(conflicts: &[Conflict]) -> Value {
         .iter()
         .map(|c| {
             json!({
-                "type": "FieldManagerConflict",
+                "reason": "FieldManagerConflict",
                 "message": format!("conflict with {}", c.manager),
                 "field": c.path.to_string(),
             })

@@ -431,8 +431,8 @@ fn apply_conflict_status() {
     assert_eq!(
         status["details"]["causes"],
         json!([
-            {"type": "FieldManagerConflict", "message": "conflict with \"kubectl\"", "field": ".data.a"},
-            {"type": "FieldManagerConflict", "message": "conflict with \"ctrl\" with subresource \"status\" using v1", "field": ".status.x"},
+            {"reason": "FieldManagerConflict", "message": "conflict with \"kubectl\"", "field": ".data.a"},
+            {"reason": "FieldManagerConflict", "message": "conflict with \"ctrl\" with subresource \"status\" using v1", "field": ".status.x"},
         ])
     );
     let entry = ManagedEntry {

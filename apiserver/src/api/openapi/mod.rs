@@ -30,19 +30,52 @@ mod paths;
 use definitions::*;
 use paths::*;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{header, HeaderValue, StatusCode};
 use serde_json::{json, Map, Value};
 
-use crate::registry::Registry;
+use crate::api::apply::{Schema as ApplySchema, SchemaError};
+use crate::registry::{Registry, ResourceDef};
 
 /// `info.version` of the documents.
 const INFO_VERSION: &str = "v1.32.0";
 const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2";
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.";
+
+/// The apply schema of every kind in `reg`, built once per set of served kinds: a custom
+/// resource's from its version's `openAPIV3Schema` (as apiextensions-apiserver builds it from
+/// the structural schema), a built-in kind's from the v2 `definitions`. A schema that cannot
+/// be built is left out (logged): writes of that kind then track fields by the shape of the
+/// values (`Schema::deduced`, every list atomic).
+fn apply_schemas(
+    reg: &Registry,
+    defs: &Map<String, Value>,
+    kinds: &KindNames,
+) -> HashMap<(String, String, String), Arc<ApplySchema>> {
+    let mut out = HashMap::new();
+    for def in reg.resources.iter().filter(|d| !d.create_only) {
+        let built = match def.strategy.openapi_schema() {
+            Some(schema) => serde_json::from_value(schema)
+                .map_err(SchemaError::Encode)
+                .and_then(|props| ApplySchema::from_crd(&props)),
+            None => match kinds.get(&(def.group, def.version, def.kind)) {
+                Some(name) => ApplySchema::from_definitions(defs, name),
+                None => Err(SchemaError::NoDefinition(def.kind.to_string())),
+            },
+        };
+        match built {
+            Ok(schema) => {
+                out.insert((def.group.to_string(), def.version.to_string(), def.kind.to_string()), Arc::new(schema));
+            }
+            Err(e) => tracing::warn!(kind = def.kind, group = def.group, error = %e, "no server-side apply schema"),
+        }
+    }
+    out
+}
 
 /// SHA-256 of `data` (ring's implementation, reached through rustls' public crypto API).
 pub fn sha256(data: &[u8]) -> Vec<u8> {
@@ -79,6 +112,9 @@ pub struct OpenApi {
     v3_index: Doc,
     /// `api/v1`, `apis/certificates.k8s.io/v1`, `api`, `apis`, `apis/<g>`, `version` → document.
     v3: BTreeMap<String, Doc>,
+    /// Server-side apply's schema of every served kind by group, version and kind: built-in
+    /// kinds from the v2 definitions, custom resources from their CRD's schema.
+    apply: HashMap<(String, String, String), Arc<ApplySchema>>,
 }
 
 impl OpenApi {
@@ -113,11 +149,13 @@ impl OpenApi {
             v3.insert(key, Doc::new(&doc));
         }
 
+        let defs: Map<String, Value> = defs.into_iter().collect();
+        let apply = apply_schemas(reg, &defs, &kinds);
         let v2 = json!({
             "swagger": "2.0",
             "info": {"title": "Kubernetes", "version": INFO_VERSION},
             "paths": paths_v2,
-            "definitions": defs.into_iter().collect::<Map<String, Value>>(),
+            "definitions": defs,
             "securityDefinitions": {"BearerToken": bearer_token()},
             "security": [{"BearerToken": []}],
         });
@@ -125,7 +163,13 @@ impl OpenApi {
             .iter()
             .map(|(k, d)| (k.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{k}?hash={}", d.hash)})))
             .collect();
-        OpenApi { v2: Doc::new(&v2), v3_index: Doc::new(&json!({ "paths": index })), v3 }
+        OpenApi { v2: Doc::new(&v2), v3_index: Doc::new(&json!({ "paths": index })), v3, apply }
+    }
+
+    /// Server-side apply's schema of `def`'s kind (None: it could not be built, see
+    /// [`apply_schemas`]).
+    pub fn apply_schema(&self, def: &ResourceDef) -> Option<Arc<ApplySchema>> {
+        self.apply.get(&(def.group.to_string(), def.version.to_string(), def.kind.to_string())).cloned()
     }
 
     /// The v2 document (JSON).

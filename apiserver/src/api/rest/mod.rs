@@ -133,6 +133,8 @@ pub async fn write_as_apiserver(
         subresource: subresource.into(),
         namespace: namespace.into(),
         name: if write == Write::Create { String::new() } else { name.into() },
+        // Its writes are recorded in managedFields as upstream's loopback client's are.
+        user_agent: "kube-apiserver".into(),
         ..Default::default()
     };
     let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };

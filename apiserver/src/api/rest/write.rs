@@ -1,5 +1,13 @@
 //! create, update (PUT) and patch, of the main resource or a subresource: the strategy's
 //! hooks, generic metadata, validation, admission, then a compare-and-swap write.
+//!
+//! Field ownership (`metadata.managedFields`, `api::apply`) is recorded first, as upstream's
+//! field manager does it before the strategy and admission: an apply patch
+//! (`application/apply-patch+yaml`) merges its configuration by the kind's schema (and may
+//! create the object), every other write is an Update by `?fieldManager=` or the user
+//! agent's product name. The kind's schema is built once with the served OpenAPI
+//! ([`crate::api::openapi::OpenApi::apply_schema`]); what a write may not own comes from its
+//! strategy ([`crate::registry::Strategy::reset_fields`]).
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -7,6 +15,7 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::admission::{Operation, Phase};
+use crate::api::apply::{self, ApplyError, FieldSet, Schema, Writer};
 use crate::api::patch::{self, PatchType};
 use crate::error::{ApiError, FieldError, Result};
 use crate::meta;
@@ -59,6 +68,93 @@ fn init_metadata(def: &ResourceDef, obj: &mut Value, ns: Option<&str>) {
     }
 }
 
+/// Most bytes a field manager's name may have (upstream `FieldManagerMaxLength`).
+pub const FIELD_MANAGER_MAX_LENGTH: usize = 128;
+
+/// Go's `unicode.IsPrint`, near enough: no control characters, no spaces but U+0020.
+fn is_printable(ch: char) -> bool {
+    ch == ' ' || !(ch.is_control() || ch.is_whitespace() || ('\u{e000}'..='\u{f8ff}').contains(&ch))
+}
+
+/// The field manager of a write: `?fieldManager=`, checked as upstream's
+/// `ValidateFieldManager` (a 422 about the request's `options` kind, e.g. `PatchOptions`),
+/// required for an apply patch; for any other write the user agent's product name (what
+/// precedes the first `/`, printable characters only, at most 128 bytes) when none is given.
+pub fn field_manager(c: &Call<'_>, options: &str, apply: bool) -> Result<String> {
+    let given = c.params.get("fieldManager").unwrap_or("");
+    let mut errs = Vec::new();
+    if apply && given.is_empty() {
+        errs.push(FieldError::required("fieldManager", "is required for apply patch"));
+    }
+    if given.len() > FIELD_MANAGER_MAX_LENGTH {
+        errs.push(FieldError::too_long("fieldManager", FIELD_MANAGER_MAX_LENGTH));
+    }
+    for (i, ch) in given.char_indices() {
+        if !is_printable(ch) {
+            errs.push(FieldError::invalid(
+                "fieldManager",
+                &json!(given),
+                format!("invalid character U+{:04X} (at position {i})", ch as u32),
+            ));
+        }
+    }
+    if !errs.is_empty() {
+        return Err(ApiError::invalid("meta.k8s.io", options, "", errs));
+    }
+    if !given.is_empty() {
+        return Ok(given.to_string());
+    }
+    let product = c.info.user_agent.split('/').next().unwrap_or("");
+    let mut out = String::new();
+    for ch in product.chars().filter(|ch| is_printable(*ch)) {
+        if out.len() >= FIELD_MANAGER_MAX_LENGTH {
+            break;
+        }
+        out.push(ch);
+    }
+    Ok(out)
+}
+
+/// The kind's schema for field ownership (a deduced one when the kind has none).
+fn apply_schema(c: &Call<'_>) -> Arc<Schema> {
+    c.state.crds.current().openapi.apply_schema(c.def).unwrap_or_else(|| Arc::new(Schema::deduced()))
+}
+
+/// What a write through this request's subresource may not own.
+fn reset_fields(c: &Call<'_>) -> FieldSet {
+    let mut set = FieldSet::new();
+    for path in c.def.strategy.reset_fields(&c.info.subresource) {
+        set.insert(&apply::Path::fields(path));
+    }
+    set
+}
+
+/// How a write records field ownership.
+#[derive(Clone, Copy)]
+enum Ownership<'a> {
+    /// An ordinary write by this manager: [`apply::update`] from the live object.
+    Update(&'a str),
+    /// An apply patch: the object already carries its new `managedFields`.
+    Applied,
+}
+
+/// `new` with the `managedFields` an Update by `manager` leaves (from `live`, or none on
+/// create).
+fn record_update(c: &Call<'_>, manager: &str, live: Option<&Value>, new: Value) -> Value {
+    let schema = apply_schema(c);
+    let reset = reset_fields(c);
+    let api_version = c.def.api_version();
+    let time = meta::now_rfc3339();
+    let writer = Writer {
+        manager,
+        api_version: &api_version,
+        subresource: &c.info.subresource,
+        time: &time,
+        reset_fields: &reset,
+    };
+    apply::update(&schema, live, &new, &writer).object
+}
+
 pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
     if !c.info.subresource.is_empty() {
         return Err(ApiError::MethodNotAllowed(format!(
@@ -66,11 +162,12 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
             c.def.resource, c.info.subresource
         )));
     }
+    let manager = field_manager(c, "CreateOptions", false)?;
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
     let raw = decode_body(c.def, body, content_type)?;
     let dups = duplicate_fields(body, content_type, mode);
-    let (mut obj, warnings) = typed_check(c.def, &raw, mode, &dups)?;
+    let (obj, warnings) = typed_check(c.def, &raw, mode, &dups)?;
     // Namespace in the body must agree with the path.
     if c.def.namespaced {
         let body_ns = meta::namespace(&obj).to_string();
@@ -85,16 +182,36 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
             ));
         }
     }
+    create_object(c, obj, warnings, dry_run, Ownership::Update(&manager)).await
+}
+
+/// Shared tail of create and of an apply that creates: metadata, ownership, prepare,
+/// validate, admit, store.
+async fn create_object(
+    c: &Call<'_>,
+    mut obj: Value,
+    warnings: Vec<String>,
+    dry_run: bool,
+    ownership: Ownership<'_>,
+) -> Result<Reply> {
     obj["apiVersion"] = json!(c.def.api_version());
     obj["kind"] = json!(c.def.kind);
     // As upstream: mutating admission sees the object as the client sent it, before the
     // server fills in metadata and the strategy prepares and validates it.
     admit_phase(c, Operation::Create, Phase::Mutating, Some(&obj), None).await?;
+    // A client may give the new object's managedFields (an Update starts from them).
+    let given_managed = obj.pointer("/metadata/managedFields").cloned();
     init_metadata(c.def, &mut obj, c.ns());
     let generate = meta::name(&obj).is_empty() && meta::meta_str(&obj, "generateName").is_some();
     if generate {
         let prefix = meta::meta_str(&obj, "generateName").unwrap_or("").to_string();
         meta::meta_mut(&mut obj).insert("name".into(), json!(validation::generate_name(&prefix)));
+    }
+    if let Some(managed) = given_managed {
+        meta::meta_mut(&mut obj).insert("managedFields".into(), managed);
+    }
+    if let Ownership::Update(manager) = ownership {
+        obj = record_update(c, manager, None, obj);
     }
     c.def.strategy.prepare_for_create(&mut obj);
     c.def.strategy.prepare_for_create_by(&mut obj, c.user);
@@ -133,15 +250,8 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
 const STATUS_RESET_META: &[&str] =
     &["labels", "annotations", "finalizers", "ownerReferences", "deletionTimestamp", "generation"];
 /// Metadata that always comes from the stored object.
-const SERVER_META: &[&str] = &[
-    "uid",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "generation",
-    "selfLink",
-    "managedFields",
-];
+const SERVER_META: &[&str] =
+    &["uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "generation", "selfLink"];
 
 /// Spec changes bump generation for kinds that track it.
 fn spec_changed(new: &Value, old: &Value) -> bool {
@@ -156,15 +266,29 @@ fn spec_changed(new: &Value, old: &Value) -> bool {
     strip(new) != strip(old)
 }
 
-/// Shared tail of update and patch: prepare, validate, store. `old_rev` is the revision
-/// the caller read `old` at (the CAS precondition).
+/// Shared tail of update and patch: ownership, prepare, validate, store. `old_rev` is the
+/// revision the caller read `old` at (the CAS precondition). The write is an Update by the
+/// request's field manager.
 pub async fn finish_update(
+    c: &Call<'_>,
+    old: &Value,
+    old_rev: Rev,
+    new: Value,
+    warnings: Vec<String>,
+    dry_run: bool,
+) -> Result<Reply> {
+    let manager = field_manager(c, "UpdateOptions", false)?;
+    finish_write(c, old, old_rev, new, warnings, dry_run, Ownership::Update(&manager)).await
+}
+
+async fn finish_write(
     c: &Call<'_>,
     old: &Value,
     old_rev: Rev,
     mut new: Value,
     warnings: Vec<String>,
     dry_run: bool,
+    ownership: Ownership<'_>,
 ) -> Result<Reply> {
     let sub = c.info.subresource.as_str();
     let name = meta::name(old).to_string();
@@ -197,6 +321,9 @@ pub async fn finish_update(
             m.insert("name".into(), json!(name));
         }
         m.remove("resourceVersion");
+    }
+    if let Ownership::Update(manager) = ownership {
+        new = record_update(c, manager, Some(old), new);
     }
     admit_phase(c, Operation::Update, Phase::Mutating, Some(&new), Some(old)).await?;
     if sub.is_empty() {
@@ -275,6 +402,7 @@ fn check_subresource(c: &Call<'_>, verb: &str) -> Result<()> {
 
 pub async fn update(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
     check_subresource(c, "update")?;
+    let manager = field_manager(c, "UpdateOptions", false)?;
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
     let raw = decode_body(c.def, body, content_type)?;
@@ -308,7 +436,7 @@ pub async fn update(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
             "the object has been modified; please apply your changes to the latest version and try again",
         ));
     }
-    finish_update(c, &old, kv.mod_rev, new, warnings, dry_run).await
+    finish_write(c, &old, kv.mod_rev, new, warnings, dry_run, Ownership::Update(&manager)).await
 }
 
 pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
@@ -324,13 +452,17 @@ pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Rep
         ));
     }
     if pt == PatchType::Apply {
-        return Err(ApiError::UnsupportedMediaType(
-            "server-side apply (application/apply-patch+yaml) is not supported by this server yet".into(),
-        ));
+        return server_side_apply(c, body).await;
     }
     if c.params.get("force").is_some() {
-        return Err(ApiError::BadRequest("force: Forbidden: may not be specified for non-apply patch".into()));
+        return Err(ApiError::invalid(
+            "meta.k8s.io",
+            "PatchOptions",
+            "",
+            vec![FieldError::forbidden("force", "may not be specified for non-apply patch")],
+        ));
     }
+    let manager = field_manager(c, "PatchOptions", false)?;
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
     if body.len() > MAX_BODY {
@@ -379,8 +511,107 @@ pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Rep
             ));
         }
         let (new, warnings) = typed_check(c.def, &patched, mode, &[])?;
-        match finish_update(c, &old, kv.mod_rev, new, warnings, dry_run).await {
+        match finish_write(c, &old, kv.mod_rev, new, warnings, dry_run, Ownership::Update(&manager)).await {
             Err(ApiError::Conflict { .. }) if !pinned => continue,
+            other => return other,
+        }
+    }
+    Err(ApiError::conflict(c.def.group, c.def.resource, &name, "too many concurrent writes, please retry"))
+}
+
+/// An apply error as the API answers it: conflicts are a 409 with one `FieldManagerConflict`
+/// cause per field, anything else the configuration's fault (400).
+fn apply_error(e: ApplyError) -> ApiError {
+    match e {
+        ApplyError::Conflicts(conflicts) => {
+            let status = apply::conflict_status(&conflicts);
+            let causes = conflicts
+                .iter()
+                .map(|c| FieldError {
+                    reason: "FieldManagerConflict",
+                    field: c.path.to_string(),
+                    message: format!("conflict with {}", c.manager),
+                })
+                .collect();
+            ApiError::ApplyConflict { message: status["message"].as_str().unwrap_or_default().to_string(), causes }
+        }
+        ApplyError::BadRequest(m) => ApiError::BadRequest(m),
+    }
+}
+
+/// PATCH with `application/apply-patch+yaml`: server-side apply of the configuration in the
+/// body by `?fieldManager=` (required), taking conflicting fields when `force=true`. A
+/// missing object is created (201) through the create path; an existing one goes through the
+/// update path with the merged object. Write conflicts are retried on a fresh read.
+async fn server_side_apply(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
+    let manager = field_manager(c, "PatchOptions", true)?;
+    let force = c.params.flag("force")?;
+    let dry_run = c.params.dry_run()?;
+    let mode = c.params.field_validation()?;
+    if body.len() > MAX_BODY {
+        return Err(ApiError::RequestEntityTooLarge("Request entity too large: limit is 3145728".into()));
+    }
+    let config = patch::decode_apply_body(body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    check_type_meta(c.def, &config)?;
+    let name = c.info.name.clone();
+    let body_name = meta::name(&config);
+    if !body_name.is_empty() && body_name != name {
+        return Err(ApiError::BadRequest(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )));
+    }
+    if c.def.namespaced {
+        let body_ns = meta::namespace(&config);
+        if !body_ns.is_empty() && Some(body_ns) != c.ns() {
+            return Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            ));
+        }
+    }
+    let schema = apply_schema(c);
+    let reset = reset_fields(c);
+    let api_version = c.def.api_version();
+    let key = c.def.key(c.ns(), &name);
+    for _ in 0..8 {
+        let time = meta::now_rfc3339();
+        let writer = Writer {
+            manager: &manager,
+            api_version: &api_version,
+            subresource: &c.info.subresource,
+            time: &time,
+            reset_fields: &reset,
+        };
+        let kv = c.store().get(&key).await.map_err(|e| c.storage_err(&name, e))?;
+        let Some(kv) = kv else {
+            if !c.info.subresource.is_empty() {
+                return Err(c.not_found(&name));
+            }
+            let outcome = apply::apply(&schema, None, &config, &writer, force).map_err(apply_error)?;
+            let mut obj = outcome.object;
+            if meta::name(&obj).is_empty() {
+                meta::meta_mut(&mut obj).insert("name".into(), json!(name));
+            }
+            let managed = obj.pointer("/metadata/managedFields").cloned();
+            let (mut obj, warnings) = typed_check(c.def, &obj, mode, &[])?;
+            if let Some(managed) = managed {
+                meta::meta_mut(&mut obj).insert("managedFields".into(), managed);
+            }
+            match create_object(c, obj, warnings, dry_run, Ownership::Applied).await {
+                // Created meanwhile: apply to it.
+                Err(ApiError::AlreadyExists { .. }) => continue,
+                other => return other,
+            }
+        };
+        let old = meta::from_stored(&kv)?;
+        let outcome = apply::apply(&schema, Some(&old), &config, &writer, force).map_err(apply_error)?;
+        let managed = outcome.object.pointer("/metadata/managedFields").cloned();
+        let (mut new, warnings) = typed_check(c.def, &outcome.object, mode, &[])?;
+        match managed {
+            Some(managed) => meta::meta_mut(&mut new).insert("managedFields".into(), managed),
+            None => meta::meta_mut(&mut new).remove("managedFields"),
+        };
+        match finish_write(c, &old, kv.mod_rev, new, warnings, dry_run, Ownership::Applied).await {
+            Err(ApiError::Conflict { .. }) => continue,
             other => return other,
         }
     }

@@ -61,6 +61,14 @@ impl Strategy for NamespaceStrategy {
         crate::registry::Role::Namespace
     }
 
+    /// `/finalize` sets only `spec.finalizers`.
+    fn reset_fields(&self, sub: &str) -> crate::registry::ResetFields {
+        match sub {
+            "finalize" => &[&["status"]],
+            _ => crate::registry::status_reset_fields(sub),
+        }
+    }
+
     fn subresource_verbs(&self, sub: &str) -> &'static [&'static str] {
         // `finalize` only replaces the finalizers, with a PUT; `status` reads and writes.
         if sub == "finalize" {
