@@ -144,6 +144,12 @@ pub trait Strategy: Send + Sync + 'static {
         None
     }
 
+    /// The schema of the kind [`Strategy::subresource_kind`] names, for the OpenAPI
+    /// documents; None when the subresource takes the parent's kind.
+    fn subresource_schema(&self, _sub: &str) -> Option<SchemaFn> {
+        None
+    }
+
     /// See [`Role`].
     fn role(&self) -> Role {
         Role::Object

@@ -11,17 +11,6 @@ use super::*;
 use crate::registry::subresource_kind;
 use crate::registry::{Registry, ResourceDef, SchemaFn};
 
-/// Schema functions of the kinds subresources read and write when that is not the parent kind.
-fn subresource_schema(sub: &str) -> Option<SchemaFn> {
-    match sub {
-        "token" => Some(|g| g.subschema_for::<k8s_openapi::api::authentication::v1::TokenRequest>()),
-        "eviction" => Some(|g| g.subschema_for::<k8s_openapi::api::policy::v1::Eviction>()),
-        "scale" => Some(|g| g.subschema_for::<k8s_openapi::api::autoscaling::v1::Scale>()),
-        "binding" => Some(|g| g.subschema_for::<k8s_openapi::api::core::v1::Binding>()),
-        _ => None,
-    }
-}
-
 /// The definition name a `$ref` points to (`#/$defs/io.k8s...`, `#/definitions/...`, ...).
 pub(super) fn ref_name(reference: &str) -> &str {
     reference.rsplit('/').next().unwrap_or(reference)
@@ -145,7 +134,7 @@ pub(super) fn definitions(reg: &Registry) -> (BTreeMap<String, Value>, KindNames
         };
         kinds.entry(gvk).or_insert(name);
         for sub in def.subresources {
-            let Some(schema_fn) = subresource_schema(sub) else { continue };
+            let Some(schema_fn) = def.strategy.subresource_schema(sub) else { continue };
             let gvk = subresource_kind(def, sub);
             let name = register(&mut gen, schema_fn, gvk, &mut inline);
             kinds.entry(gvk).or_insert(name);

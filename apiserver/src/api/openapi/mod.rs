@@ -330,6 +330,26 @@ mod tests {
             .is_some_and(|a| a.iter().any(|x| *x == json!({"group": g, "version": v, "kind": k})))
     }
 
+    /// A subresource that takes another kind (a ServiceAccount's `token` takes a
+    /// TokenRequest, as its strategy says) has that kind's definition and its POST body.
+    #[test]
+    fn a_subresource_of_another_kind_has_its_definition() {
+        let api = api();
+        let v2 = parse(api.v2());
+        let defs = v2["definitions"].as_object().expect("definitions");
+        let token_request = defs
+            .iter()
+            .find(|(_, s)| has_gvk(s, "authentication.k8s.io", "v1", "TokenRequest"))
+            .map(|(name, _)| name.clone());
+        let Some(name) = token_request else { panic!("no TokenRequest definition") };
+        let post = &v2["paths"]["/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token"]["post"];
+        let body = post["parameters"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["in"] == "body"))
+            .map(|p| p["schema"]["$ref"].clone());
+        assert_eq!(body, Some(json!(format!("#/definitions/{name}"))), "{post}");
+    }
+
     #[test]
     fn every_kind_has_a_definition_with_its_gvk() {
         let reg = Registry::builtin();

@@ -38,6 +38,10 @@ impl Strategy for ServiceAccountStrategy {
         (sub == "token").then_some(("authentication.k8s.io", "v1", "TokenRequest"))
     }
 
+    fn subresource_schema(&self, sub: &str) -> Option<crate::registry::SchemaFn> {
+        (sub == "token").then_some(|g| g.subschema_for::<k8s_openapi::api::authentication::v1::TokenRequest>())
+    }
+
     fn prepare_for_create(&self, obj: &mut Value) {
         clean_secret_references(obj);
     }
