@@ -321,3 +321,35 @@ async fn metadata_watch_as_protobuf_only_is_not_acceptable() {
         }
     }
 }
+
+/// GET and LIST answer `PartialObjectMetadata` in the meta.k8s.io version asked for, as the
+/// watch does.
+#[tokio::test]
+async fn metadata_get_and_list_answer_the_version_asked() {
+    let srv = seeded().await;
+    let admin = Caller::admin();
+    let names = srv.get(&admin, CMS).await;
+    let Some(first) = names.body["items"][0]["metadata"]["name"].as_str() else { panic!("no ConfigMaps: {names}") };
+    let cases = [
+        (format!("{CMS}/{first}"), "v1", "PartialObjectMetadata"),
+        (format!("{CMS}/{first}"), "v1beta1", "PartialObjectMetadata"),
+        (CMS.to_string(), "v1", "PartialObjectMetadataList"),
+        (CMS.to_string(), "v1beta1", "PartialObjectMetadataList"),
+    ];
+    for (path, version, kind) in cases {
+        let accept = format!("application/json;as={kind};g=meta.k8s.io;v={version}");
+        let req = http::Request::builder()
+            .uri(&path)
+            .header(http::header::ACCEPT, accept.as_str())
+            .body(axum::body::Body::empty())
+            .unwrap_or_else(|e| panic!("building the request: {e}"));
+        let r = super::read(srv.send(&admin, req).await).await;
+        assert_eq!(r.status, 200, "{accept}: {r}");
+        assert_eq!(r.body["kind"], kind, "{accept}: {r}");
+        let want = format!("meta.k8s.io/{version}");
+        assert_eq!(r.body["apiVersion"], want.as_str(), "{accept}: {r}");
+        for item in r.body["items"].as_array().into_iter().flatten() {
+            assert_eq!(item["apiVersion"], want.as_str(), "{accept}: {item}");
+        }
+    }
+}

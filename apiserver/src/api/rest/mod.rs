@@ -54,7 +54,9 @@ impl Call<'_> {
             let list_meta = json!({"resourceVersion": meta::rv(&obj)});
             table::table(self.def, &[obj], self.include_object(), list_meta, true)
         } else if self.out.metadata_only {
-            table::partial_object_metadata(&obj)
+            let mut p = table::partial_object_metadata(&obj);
+            p["apiVersion"] = json!(self.out.meta_api_version());
+            p
         } else {
             obj
         }

@@ -341,11 +341,17 @@ pub async fn list(c: &Call<'_>, headers: &HeaderMap, pretty: bool) -> Result<Res
     let body = if c.out.table {
         table::table(c.def, &l.items, c.include_object(), Value::Object(list_meta), true)
     } else if c.out.metadata_only {
+        let version = c.out.meta_api_version();
+        let item = |o: &Value| {
+            let mut p = table::partial_object_metadata(o);
+            p["apiVersion"] = json!(version);
+            p
+        };
         json!({
             "kind": "PartialObjectMetadataList",
-            "apiVersion": "meta.k8s.io/v1",
+            "apiVersion": version,
             "metadata": list_meta,
-            "items": l.items.iter().map(table::partial_object_metadata).collect::<Vec<_>>(),
+            "items": l.items.iter().map(item).collect::<Vec<_>>(),
         })
     } else {
         json!({
