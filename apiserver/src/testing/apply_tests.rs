@@ -250,6 +250,12 @@ async fn field_manager_is_required_for_apply_and_checked_everywhere() {
     let r = srv.post(&Caller::admin(), &format!("{CMS}?fieldManager=a%07b"), &cm("b", json!({}))).await;
     assert_eq!(r.status, 422, "{r}");
     assert!(r.message().contains("invalid character U+0007 (at position 1)"), "{r}");
+    // Many unprintable characters: one cause, not one per character.
+    let bells = "%07".repeat(2_000);
+    let r = srv.post(&Caller::admin(), &format!("{CMS}?fieldManager={bells}"), &cm("b", json!({}))).await;
+    assert_eq!(r.status, 422, "{r}");
+    let causes = r.body["details"]["causes"].as_array().map(Vec::len);
+    assert_eq!(causes, Some(2), "too long and the first unprintable character: {}", &r.text[..r.text.len().min(300)]);
     let r =
         srv.patch(&Caller::admin(), &format!("{CMS}/b?force=true"), "application/merge-patch+json", &json!({})).await;
     assert_eq!(r.status, 422, "{r}");

@@ -89,14 +89,14 @@ pub fn field_manager(c: &Call<'_>, options: &str, apply: bool) -> Result<String>
     if given.len() > FIELD_MANAGER_MAX_LENGTH {
         errs.push(FieldError::too_long("fieldManager", FIELD_MANAGER_MAX_LENGTH));
     }
-    for (i, ch) in given.char_indices() {
-        if !is_printable(ch) {
-            errs.push(FieldError::invalid(
-                "fieldManager",
-                &json!(given),
-                format!("invalid character U+{:04X} (at position {i})", ch as u32),
-            ));
-        }
+    // The first unprintable character only: each report repeats the whole value, so one per
+    // character would make a long query string's answer grow with its square.
+    if let Some((i, ch)) = given.char_indices().find(|(_, ch)| !is_printable(*ch)) {
+        errs.push(FieldError::invalid(
+            "fieldManager",
+            &json!(given),
+            format!("invalid character U+{:04X} (at position {i})", ch as u32),
+        ));
     }
     if !errs.is_empty() {
         return Err(ApiError::invalid("meta.k8s.io", options, "", errs));
