@@ -524,7 +524,7 @@ pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Rep
 fn apply_error(e: ApplyError) -> ApiError {
     match e {
         ApplyError::Conflicts(conflicts) => {
-            let status = apply::conflict_status(&conflicts);
+            let message = apply::conflict_message(&conflicts);
             let causes = conflicts
                 .iter()
                 .map(|c| FieldError {
@@ -533,7 +533,7 @@ fn apply_error(e: ApplyError) -> ApiError {
                     message: format!("conflict with {}", c.manager),
                 })
                 .collect();
-            ApiError::ApplyConflict { message: status["message"].as_str().unwrap_or_default().to_string(), causes }
+            ApiError::ApplyConflict { message, causes }
         }
         ApplyError::BadRequest(m) => ApiError::BadRequest(m),
     }
