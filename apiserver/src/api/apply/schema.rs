@@ -17,11 +17,8 @@
 //! - anything else (strings, numbers, int-or-string, ...) is a scalar.
 //!
 //! The built-in kinds' list annotations are those `crate::api::openapi` adds to the
-//! k8s-openapi schemas (`property_extensions`, `ATOMIC_STRUCTS`); a list it does not annotate
-//! is atomic here. Upstream has associative lists the served documents do not say yet, so
-//! apply treats them as atomic: `conditions` of `CustomResourceDefinitionStatus`,
-//! `FlowSchemaStatus` and `PriorityLevelConfigurationStatus` (upstream: `map` keyed by
-//! `type`).
+//! k8s-openapi schemas, generated from the markers of upstream's Go types
+//! (`api/openapi/extensions.rs`); a list no marker annotates is atomic here, as upstream.
 
 use std::collections::{BTreeMap, HashMap};
 

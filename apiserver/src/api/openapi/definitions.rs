@@ -7,6 +7,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use schemars::SchemaGenerator;
 use serde_json::{json, Map, Value};
 
+use super::extensions::{self, Annotation};
 use super::*;
 use crate::registry::subresource_kind;
 use crate::registry::{Registry, ResourceDef, SchemaFn};
@@ -55,66 +56,27 @@ pub(super) fn gvk(group: &str, version: &str, kind: &str) -> Value {
     json!({"group": group, "kind": kind, "version": version})
 }
 
-/// Upstream's list and patch annotations for the types kustos serves, per (definition,
-/// property). Taken from the `+listType`/`+patchStrategy` tags of k8s.io/api and
-/// k8s.io/apimachinery v0.32.
-fn property_extensions() -> Vec<(&'static str, &'static str, Value)> {
-    let atomic = || json!({"x-kubernetes-list-type": "atomic"});
-    let merge_map = |key: &str| {
-        json!({
-            "x-kubernetes-list-map-keys": [key],
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-patch-merge-key": key,
-            "x-kubernetes-patch-strategy": "merge",
-        })
-    };
-    vec![
-        ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "ownerReferences", merge_map("uid")),
-        (
-            "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
-            "finalizers",
-            json!({"x-kubernetes-list-type": "set", "x-kubernetes-patch-strategy": "merge"}),
-        ),
-        ("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta", "managedFields", atomic()),
-        ("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector", "matchExpressions", atomic()),
-        ("io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelectorRequirement", "values", atomic()),
-        ("io.k8s.apimachinery.pkg.apis.meta.v1.StatusDetails", "causes", atomic()),
-        ("io.k8s.apimachinery.pkg.apis.meta.v1.DeleteOptions", "dryRun", atomic()),
-        ("io.k8s.api.core.v1.ServiceAccount", "secrets", merge_map("name")),
-        ("io.k8s.api.core.v1.ServiceAccount", "imagePullSecrets", atomic()),
-        ("io.k8s.api.core.v1.NamespaceSpec", "finalizers", atomic()),
-        ("io.k8s.api.core.v1.NamespaceStatus", "conditions", merge_map("type")),
-        ("io.k8s.api.certificates.v1.CertificateSigningRequestSpec", "request", atomic()),
-        ("io.k8s.api.certificates.v1.CertificateSigningRequestSpec", "usages", atomic()),
-        ("io.k8s.api.certificates.v1.CertificateSigningRequestSpec", "groups", atomic()),
-        (
-            "io.k8s.api.certificates.v1.CertificateSigningRequestStatus",
-            "conditions",
-            json!({"x-kubernetes-list-map-keys": ["type"], "x-kubernetes-list-type": "map"}),
-        ),
-        ("io.k8s.api.certificates.v1.CertificateSigningRequestStatus", "certificate", atomic()),
-        ("io.k8s.api.rbac.v1.PolicyRule", "verbs", atomic()),
-        ("io.k8s.api.rbac.v1.PolicyRule", "apiGroups", atomic()),
-        ("io.k8s.api.rbac.v1.PolicyRule", "resources", atomic()),
-        ("io.k8s.api.rbac.v1.PolicyRule", "resourceNames", atomic()),
-        ("io.k8s.api.rbac.v1.PolicyRule", "nonResourceURLs", atomic()),
-        ("io.k8s.api.rbac.v1.Role", "rules", atomic()),
-        ("io.k8s.api.rbac.v1.ClusterRole", "rules", atomic()),
-        ("io.k8s.api.rbac.v1.AggregationRule", "clusterRoleSelectors", atomic()),
-        ("io.k8s.api.rbac.v1.RoleBinding", "subjects", atomic()),
-        ("io.k8s.api.rbac.v1.ClusterRoleBinding", "subjects", atomic()),
-    ]
+/// The extensions upstream's documents give a property: `x-kubernetes-list-type`,
+/// `-list-map-keys`, `-map-type`, `-patch-strategy` and `-patch-merge-key`.
+fn property_extensions(a: &Annotation) -> Map<String, Value> {
+    let mut ext = Map::new();
+    if let Some(t) = a.list_type {
+        ext.insert("x-kubernetes-list-type".into(), json!(t));
+    }
+    if !a.list_map_keys.is_empty() {
+        ext.insert("x-kubernetes-list-map-keys".into(), json!(a.list_map_keys));
+    }
+    if let Some(t) = a.map_type {
+        ext.insert("x-kubernetes-map-type".into(), json!(t));
+    }
+    if let Some(s) = a.patch_strategy {
+        ext.insert("x-kubernetes-patch-strategy".into(), json!(s));
+    }
+    if let Some(k) = a.patch_merge_key {
+        ext.insert("x-kubernetes-patch-merge-key".into(), json!(k));
+    }
+    ext
 }
-
-/// Structs upstream marks `+structType=atomic` (`x-kubernetes-map-type: atomic`).
-const ATOMIC_STRUCTS: &[&str] = &[
-    "io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference",
-    "io.k8s.apimachinery.pkg.apis.meta.v1.LabelSelector",
-    "io.k8s.api.core.v1.ObjectReference",
-    "io.k8s.api.core.v1.LocalObjectReference",
-    "io.k8s.api.rbac.v1.Subject",
-    "io.k8s.api.rbac.v1.RoleRef",
-];
 
 /// Every definition (v2 form, `#/definitions/` refs) by name, and the definition name of
 /// every kind.
@@ -203,17 +165,15 @@ pub(super) fn definitions(reg: &Registry) -> (BTreeMap<String, Value>, KindNames
         defs.insert(list_name, list);
     }
 
-    for (def_name, prop, ext) in property_extensions() {
+    for a in extensions::PROPERTIES {
         let Some(Value::Object(p)) =
-            defs.get_mut(def_name).and_then(|d| d.get_mut("properties")).and_then(|p| p.get_mut(prop))
+            defs.get_mut(a.definition).and_then(|d| d.get_mut("properties")).and_then(|p| p.get_mut(a.property))
         else {
             continue;
         };
-        if let Value::Object(ext) = ext {
-            p.extend(ext);
-        }
+        p.extend(property_extensions(a));
     }
-    for name in ATOMIC_STRUCTS {
+    for name in extensions::ATOMIC_STRUCTS {
         if let Some(Value::Object(d)) = defs.get_mut(*name) {
             d.insert("x-kubernetes-map-type".into(), json!("atomic"));
         }

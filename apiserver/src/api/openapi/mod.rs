@@ -25,6 +25,7 @@
 //! assembles and serves the documents.
 
 mod definitions;
+mod extensions;
 mod paths;
 
 use definitions::*;
@@ -464,6 +465,36 @@ mod tests {
         let secrets = &s["io.k8s.api.core.v1.ServiceAccount"]["properties"]["secrets"];
         assert_eq!(secrets["x-kubernetes-patch-merge-key"], "name");
         assert_eq!(secrets["x-kubernetes-patch-strategy"], "merge");
+    }
+
+    /// The generated annotations reach the documents, keyed as upstream's Go markers say.
+    #[test]
+    fn list_annotations_from_upstream_markers() {
+        let api = api();
+        let doc = parse(api.v2());
+        let defs = &doc["definitions"];
+        let map_by_type = [
+            ("io.k8s.api.flowcontrol.v1.FlowSchemaStatus", "conditions"),
+            ("io.k8s.api.flowcontrol.v1.PriorityLevelConfigurationStatus", "conditions"),
+            ("io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinitionStatus", "conditions"),
+            ("io.k8s.api.certificates.v1.CertificateSigningRequestStatus", "conditions"),
+            ("io.k8s.api.core.v1.NamespaceStatus", "conditions"),
+        ];
+        for (def, prop) in map_by_type {
+            let p = &defs[def]["properties"][prop];
+            assert_eq!(p["x-kubernetes-list-type"], "map", "{def}.{prop}: {p}");
+            assert_eq!(p["x-kubernetes-list-map-keys"], json!(["type"]), "{def}.{prop}");
+        }
+        let verbs = &defs["io.k8s.api.flowcontrol.v1.ResourcePolicyRule"]["properties"]["verbs"];
+        assert_eq!(verbs["x-kubernetes-list-type"], "set");
+        assert_eq!(defs["io.k8s.api.rbac.v1.Subject"]["x-kubernetes-map-type"], "atomic");
+        // Every annotation of a served definition names a property it has: a JSON name read
+        // wrongly from the Go tags would show here.
+        for a in extensions::PROPERTIES {
+            if let Some(props) = defs.get(a.definition).and_then(|d| d.get("properties")) {
+                assert!(props.get(a.property).is_some(), "{} has no property {}", a.definition, a.property);
+            }
+        }
     }
 
     #[test]
