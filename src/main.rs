@@ -110,6 +110,10 @@ struct ServerArgs {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
+    /// Log verbosity, as klog's `-v`: from 2 on, one line per request (verb, path, user,
+    /// code, latency).
+    #[arg(short = 'v', long = "v", default_value_t = 0)]
+    verbosity: u8,
     /// Where objects live: `sqlite` (DATA_DIR/kustos.db, one server) or `etcd`
     /// (--etcd-servers; several apiservers may share it).
     #[arg(long, default_value = "sqlite", value_parser = ["sqlite", "etcd"])]
@@ -283,7 +287,9 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 
 fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only on a terminal: a log file or a collector gets plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if format == "json" {
         builder.json().init();
     } else {
@@ -342,6 +348,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.service_account_key_files = args.service_account_key_file.clone();
     cfg.api_audiences = args.api_audiences.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
     cfg.service_account_max_token_expiration = args.service_account_max_token_expiration;
+    cfg.verbosity = args.verbosity;
     let running = kustos_apiserver::start(cfg)
         .await
         .with_context(|| format!("starting kustos in {}", args.data_dir.display()))?;
@@ -374,6 +381,9 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
             csr_signing,
             ..Default::default()
         };
+        // The controllers' counters are served on the apiserver's /metrics.
+        let controller_metrics = config.metrics.clone();
+        let _ = running.state.observe.extra.set(Box::new(move || controller_metrics.encode()));
         let stop = async move {
             let _ = stop_rx.await;
         };

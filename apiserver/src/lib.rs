@@ -69,6 +69,8 @@ pub struct AppState {
     /// How concurrent requests are limited (API Priority and Fairness or max-in-flight); set
     /// once at start, unset (no limits) in tests that build the state by hand.
     pub limiter: std::sync::OnceLock<flowcontrol::filter::Limiter>,
+    /// Request metrics, the access log and unserved-path warnings (`api::observe`).
+    pub observe: api::observe::Observer,
 }
 
 /// Who is asking and what they may do: used on the request path and by the handlers that
@@ -96,6 +98,7 @@ impl AppState {
             server_address,
             security,
             limiter: std::sync::OnceLock::new(),
+            observe: api::observe::Observer::default(),
         })
     }
 }
@@ -109,7 +112,8 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(dispatch)
         .with_state(state.clone())
         .layer(middleware::from_fn_with_state(authz, authz::authorize))
-        .layer(middleware::from_fn_with_state(state, flowcontrol::filter::filter))
+        .layer(middleware::from_fn_with_state(state.clone(), flowcontrol::filter::filter))
+        .layer(middleware::from_fn_with_state(state, api::observe::observe))
         .layer(middleware::from_fn(resolve_request_info))
         .layer(middleware::from_fn_with_state(impersonate_authz, authn::impersonation::impersonate))
         .layer(middleware::from_fn_with_state(authn, authn::authenticate))
@@ -194,7 +198,7 @@ async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -
             .map(|b| json_response(&b, "application/json"))
             .ok_or_else(not_found_path),
         ["version"] => Ok(json_response(&api::discovery::version_info(), "application/json")),
-        ["metrics"] => Ok(metrics_response(state)),
+        ["metrics"] => Ok(metrics_response(state).await),
         ["debug", "api_priority_and_fairness", dump] => {
             flowcontrol_dump(state, dump, query.as_deref()).ok_or_else(not_found_path)
         }
@@ -217,13 +221,17 @@ fn text_response(body: String, content_type: &'static str) -> Response {
     r
 }
 
-/// `/metrics`: the flow-control metrics (OpenMetrics text).
-fn metrics_response(state: &AppState) -> Response {
-    let text = match state.limiter.get() {
+/// `/metrics` (OpenMetrics text): flow control's, then requests, stored objects, the process
+/// and, in `kustos server`, the controllers'.
+async fn metrics_response(state: &AppState) -> Response {
+    let flow = match state.limiter.get() {
         Some(flowcontrol::filter::Limiter::Apf(fc)) => fc.metrics.encode(),
         Some(flowcontrol::filter::Limiter::MaxInFlight(m)) => m.metrics.encode(),
-        None => String::from("# EOF\n"),
+        None => String::new(),
     };
+    let mut text = flow.trim_end().strip_suffix("# EOF").unwrap_or(&flow).to_string();
+    text.push_str(&api::observe::encode(state).await);
+    text.push_str("# EOF\n");
     text_response(text, flowcontrol::metrics::CONTENT_TYPE)
 }
 
@@ -446,6 +454,8 @@ pub struct Config {
     pub max_mutating_requests_inflight: u32,
     /// Where the objects live (`--storage`).
     pub storage: StorageConfig,
+    /// `--v`: from 2 on, one log line per request.
+    pub verbosity: u8,
 }
 
 /// `--storage`: the embedded SQLite store in the data dir, or etcd.
@@ -478,6 +488,7 @@ impl Config {
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
             storage: StorageConfig::Sqlite,
+            verbosity: 0,
         }
     }
 }
@@ -606,6 +617,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         server_address.clone(),
         Security { authn, authz, rbac: rbac_cache, service_accounts: Some(sa_tokens) },
     );
+    state.observe.verbosity.store(cfg.verbosity, Ordering::Relaxed);
     let policy = authz::rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     prepare(&state, &policy, now).await?;
     flowcontrol::maintain::spawn(state.clone(), flowcontrol::maintain::PERIOD);

@@ -6,6 +6,10 @@
 //! | `kustos_controller_reconciles_total` | counter | `controller` | reconciles (or syncs) run |
 //! | `kustos_controller_reconcile_errors_total` | counter | `controller` | of those, the ones that failed |
 //! | `kustos_controller_queue_depth` | gauge | `controller` | objects changed and waiting for their reconcile (the per-CSR controllers) |
+//! | `workqueue_depth` | gauge | `name` | the same, under client-go's workqueue name |
+//! | `workqueue_adds_total` | counter | `name` | objects that entered the queue (not already waiting) |
+//! | `workqueue_queue_duration_seconds` | histogram | `name` | how long an object waited before its reconcile began |
+//! | `workqueue_work_duration_seconds` | histogram | `name` | how long reconciles took |
 //! | `kustos_csr_approved_total` | counter | `signer` | CSRs a controller approved |
 //! | `kustos_csr_denied_total` | counter | `signer` | CSRs a controller denied |
 //! | `kustos_csr_signed_total` | counter | `signer` | certificates written into `status.certificate` |
@@ -23,6 +27,7 @@ use std::sync::Arc;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 type Labels = [(&'static str, String); 1];
@@ -49,6 +54,15 @@ struct Inner {
     tokens_cleaned: Counter,
     leader: Family<Labels, Gauge>,
     leader_transitions: Family<Labels, Counter>,
+    workqueue_depth: Family<Labels, Gauge>,
+    workqueue_adds: Family<Labels, Counter>,
+    workqueue_wait: Family<Labels, Histogram, fn() -> Histogram>,
+    workqueue_work: Family<Labels, Histogram, fn() -> Histogram>,
+}
+
+/// client-go's workqueue buckets: 1 ns to 10 s, ten powers of ten.
+fn workqueue_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1e-9, 10.0, 10))
 }
 
 impl Default for Metrics {
@@ -76,6 +90,22 @@ impl Metrics {
         let tokens_cleaned = Counter::default();
         let leader = Family::<Labels, Gauge>::default();
         let leader_transitions = Family::<Labels, Counter>::default();
+        let workqueue_depth = Family::<Labels, Gauge>::default();
+        let workqueue_adds = Family::<Labels, Counter>::default();
+        let workqueue_wait = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(workqueue_histogram);
+        let workqueue_work = Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(workqueue_histogram);
+        registry.register("workqueue_depth", "Current depth of workqueue", workqueue_depth.clone());
+        registry.register("workqueue_adds", "Total number of adds handled by workqueue", workqueue_adds.clone());
+        registry.register(
+            "workqueue_queue_duration_seconds",
+            "How long in seconds an item stays in workqueue before being requested.",
+            workqueue_wait.clone(),
+        );
+        registry.register(
+            "workqueue_work_duration_seconds",
+            "How long in seconds processing an item from workqueue takes.",
+            workqueue_work.clone(),
+        );
         // The `_total` suffix of counters is added by the encoder.
         registry.register(
             "kustos_controller_reconciles",
@@ -132,6 +162,10 @@ impl Metrics {
                 tokens_cleaned,
                 leader,
                 leader_transitions,
+                workqueue_depth,
+                workqueue_adds,
+                workqueue_wait,
+                workqueue_work,
             }),
         }
     }
@@ -149,6 +183,22 @@ impl Metrics {
     pub fn set_queue_depth(&self, controller: &str, depth: usize) {
         let depth = i64::try_from(depth).unwrap_or(i64::MAX);
         self.inner.queue_depth.get_or_create(&label("controller", controller)).set(depth);
+        self.inner.workqueue_depth.get_or_create(&label("name", controller)).set(depth);
+    }
+
+    /// An object entered `controller`'s queue (it was not waiting already).
+    pub fn queue_added(&self, controller: &str) {
+        self.inner.workqueue_adds.get_or_create(&label("name", controller)).inc();
+    }
+
+    /// An object of `controller` waited `waited` before its reconcile began.
+    pub fn queue_waited(&self, controller: &str, waited: std::time::Duration) {
+        self.inner.workqueue_wait.get_or_create(&label("name", controller)).observe(waited.as_secs_f64());
+    }
+
+    /// A reconcile of `controller` took `took`.
+    pub fn worked(&self, controller: &str, took: std::time::Duration) {
+        self.inner.workqueue_work.get_or_create(&label("name", controller)).observe(took.as_secs_f64());
     }
 
     /// A controller approved a CSR of `signer`.
@@ -222,6 +272,9 @@ mod tests {
         m.csr_failed("kubernetes.io/kube-apiserver-client");
         m.token_cleaned();
         m.set_leader("kcm", true);
+        m.queue_added("csrsigning");
+        m.queue_waited("csrsigning", std::time::Duration::from_millis(2));
+        m.worked("csrsigning", std::time::Duration::from_millis(3));
         let text = m.encode();
         let cases: &[(&str, &str, &str)] = &[
             ("reconciles", "kustos_controller_reconciles_total{controller=\"csrsigning\"}", "2"),
@@ -234,6 +287,12 @@ mod tests {
             ("tokens cleaned", "kustos_bootstrap_tokens_cleaned_total", "1"),
             ("leader", "kustos_leader_election_master_status{name=\"kcm\"}", "1"),
             ("transitions", "kustos_leader_election_transitions_total{name=\"kcm\"}", "1"),
+            ("workqueue depth", "workqueue_depth{name=\"csrsigning\"}", "7"),
+            ("workqueue adds", "workqueue_adds_total{name=\"csrsigning\"}", "1"),
+            ("queue wait", "workqueue_queue_duration_seconds_count{name=\"csrsigning\"}", "1"),
+            ("wait sum", "workqueue_queue_duration_seconds_sum{name=\"csrsigning\"}", "0.002"),
+            ("work", "workqueue_work_duration_seconds_count{name=\"csrsigning\"}", "1"),
+            ("work bucket", "workqueue_work_duration_seconds_bucket{le=\"0.01\",name=\"csrsigning\"}", "1"),
         ];
         for (name, prefix, want) in cases {
             assert_eq!(sample(&text, prefix).as_deref(), Some(*want), "{name}: in\n{text}");

@@ -29,7 +29,7 @@
 //! (or leadership loss), aborts them and awaits their end: when it returns, nothing a
 //! controller started is left running, so nothing writes any more.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
@@ -225,7 +225,9 @@ where
         let fut = reconcile(obj, ctx);
         let metrics = metrics.clone();
         async move {
+            let start = std::time::Instant::now();
             let res = fut.await;
+            metrics.worked(name, start.elapsed());
             metrics.reconciled(name, res.is_ok());
             res
         }
@@ -485,7 +487,8 @@ fn key(namespace: Option<&str>, name: &str) -> String {
 struct Queue {
     name: &'static str,
     metrics: Metrics,
-    keys: Arc<Mutex<HashSet<String>>>,
+    /// Each waiting key and when it entered.
+    keys: Arc<Mutex<HashMap<String, std::time::Instant>>>,
 }
 
 impl Queue {
@@ -496,13 +499,18 @@ impl Queue {
 
     fn add(&self, key: String) {
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        keys.insert(key);
+        if let std::collections::hash_map::Entry::Vacant(e) = keys.entry(key) {
+            e.insert(std::time::Instant::now());
+            self.metrics.queue_added(self.name);
+        }
         self.metrics.set_queue_depth(self.name, keys.len());
     }
 
     fn done(&self, key: &str) {
         let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        keys.remove(key);
+        if let Some(added) = keys.remove(key) {
+            self.metrics.queue_waited(self.name, added.elapsed());
+        }
         self.metrics.set_queue_depth(self.name, keys.len());
     }
 }

@@ -17,11 +17,13 @@
 //! - [`crd`]: serving CustomResourceDefinitions' kinds.
 //! - [`reviews`]: the create-only review kinds (TokenReview, SubjectAccessReview, ...).
 //! - [`protobuf`]: the Kubernetes protobuf wire format.
+//! - [`observe`]: request metrics, the access log, warnings for paths nothing serves.
 
 pub mod apply;
 pub mod crd;
 pub mod discovery;
 pub mod dupcheck;
+pub mod observe;
 pub mod openapi;
 pub mod patch;
 pub mod protobuf;

@@ -120,8 +120,13 @@ async fn apf(fc: &Arc<FlowControl>, user: &UserInfo, info: &RequestInfo, req: Re
     };
     let mut resp = match fc.admit(&c, seats, info.verb == "watch", details).await {
         Ok(ticket) => {
+            // Requests executing, by kind, as upstream's APF filter reports them.
+            let kind = if mutating(&info.verb) { "mutating" } else { "readOnly" };
+            let gauge = fc.metrics.inflight.get_or_create(&KindLabels { request_kind: kind.into() }).clone();
+            gauge.inc();
             // A watch answers once its initial state is read; the rest streams seat-free.
             let resp = next.run(req).await;
+            gauge.dec();
             drop(ticket);
             resp
         }

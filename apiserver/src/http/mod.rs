@@ -8,10 +8,12 @@
 //!   a request path, as upstream's `RequestInfoFactory`.
 //! - [`negotiate`]: content negotiation (JSON, YAML, Table, protobuf, metadata-only).
 //! - [`health`]: `/livez`, `/readyz`, `/healthz`.
+//! - [`metrics`]: request and process metrics in kube-apiserver's names.
 //! - [`oidc`]: OIDC discovery of the service-account issuer (`/.well-known/openid-configuration`,
 //!   `/openid/v1/jwks`).
 
 pub mod health;
+pub mod metrics;
 pub mod negotiate;
 pub mod oidc;
 pub mod request_info;

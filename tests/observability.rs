@@ -1,0 +1,108 @@
+//! What an operator sees of a running `kustos server`: `/metrics` in kube-apiserver's names
+//! (requests, stored objects, the process, the controllers' work queues) and the logs (one
+//! line per request at `-v=2`, a warning for paths nothing serves).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// The value of the first sample line starting with `prefix`.
+fn sample(text: &str, prefix: &str) -> Option<f64> {
+    text.lines().find(|l| l.starts_with(prefix)).and_then(|l| l.rsplit(' ').next()).and_then(|v| v.parse().ok())
+}
+
+#[tokio::test]
+async fn metrics_and_logs_show_every_request() {
+    let s = Server::start_with(&["-v", "2"]);
+    let admin = s.http();
+    let ns = s.create_namespace("obs").await;
+    for i in 0..3 {
+        send(admin.post(format!("{}/api/v1/namespaces/{ns}/configmaps", s.url)).json(&serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("cm-{i}")}
+        })))
+        .await
+        .expect_code(201, "create configmap");
+    }
+    send(admin.get(format!("{}/api/v1/namespaces/{ns}/configmaps", s.url))).await.expect_code(200, "list");
+    send(admin.get(format!("{}/api/v1/namespaces/{ns}/configmaps/missing", s.url))).await.expect_code(404, "get");
+    // A group nobody serves, asked twice: one warning.
+    for _ in 0..2 {
+        send(admin.get(format!("{}/apis/widgets.example.com/v1/namespaces/{ns}/gadgets/g1", s.url)))
+            .await
+            .expect_code(404, "unserved path");
+    }
+
+    // The controllers' queues start with kustos server; wait (bounded) until they show.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let text = loop {
+        let m = send(admin.get(format!("{}/metrics", s.url))).await;
+        m.expect_code(200, "/metrics");
+        if m.text.contains("workqueue_depth{name=\"csrsigning\"}") || Instant::now() > deadline {
+            break m.text;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let labels = "dry_run=\"\",group=\"\",version=\"v1\",resource=\"configmaps\",subresource=\"\"";
+    let cases: &[(&str, String, f64)] = &[
+        ("creates", format!("apiserver_request_total{{verb=\"POST\",{labels},scope=\"resource\",component=\"apiserver\",code=\"201\"}}"), 3.0),
+        ("list", format!("apiserver_request_total{{verb=\"LIST\",{labels},scope=\"namespace\",component=\"apiserver\",code=\"200\"}}"), 1.0),
+        ("get of a missing object", format!("apiserver_request_total{{verb=\"GET\",{labels},scope=\"resource\",component=\"apiserver\",code=\"404\"}}"), 1.0),
+        (
+            "made-up paths keep empty labels",
+            "apiserver_request_total{verb=\"GET\",dry_run=\"\",group=\"\",version=\"\",resource=\"\",subresource=\"\",scope=\"resource\",component=\"apiserver\",code=\"404\"}".to_string(),
+            2.0,
+        ),
+        ("duration", format!("apiserver_request_duration_seconds_count{{verb=\"POST\",{labels}"), 3.0),
+    ];
+    // The controllers write and read too (kube-root-ca.crt in the new namespace): at least.
+    for (name, prefix, want) in cases {
+        let got = sample(&text, prefix).unwrap_or_else(|| panic!("{name}: no {prefix} in\n{text}"));
+        assert!(got >= *want, "{name}: {prefix} is {got}, want at least {want}");
+    }
+    assert!(!text.contains("widgets.example.com"), "a made-up group became a label:\n{text}");
+    let configmaps = sample(&text, "apiserver_storage_objects{resource=\"configmaps\"}").expect("configmaps counted");
+    assert!(configmaps >= 3.0, "{configmaps} stored configmaps");
+    assert!(sample(&text, "apiserver_storage_objects{resource=\"namespaces\"}").is_some_and(|n| n >= 4.0));
+    for name in [
+        "process_cpu_seconds_total ",
+        "process_resident_memory_bytes ",
+        "process_open_fds ",
+        "process_start_time_seconds ",
+        "workqueue_depth{name=\"csrsigning\"}",
+        "kustos_controller_queue_depth{controller=\"csrsigning\"}",
+        "apiserver_flowcontrol_dispatched_requests_total{",
+        "apiserver_current_inflight_requests{",
+    ] {
+        assert!(text.lines().any(|l| l.starts_with(name)), "{name} missing in\n{text}");
+    }
+    assert!(sample(&text, "process_resident_memory_bytes ").is_some_and(|rss| rss > 1e6));
+    assert_eq!(text.matches("# EOF").count(), 1, "one exposition, closed once");
+    assert!(text.ends_with("# EOF\n"));
+
+    // The log: an access line per request at -v=2, one warning for the unserved path.
+    let log = std::fs::read_to_string(s.work_dir().join("stderr-0.log")).expect("the server log");
+    let access = log
+        .lines()
+        .filter(|l| l.contains("HTTP") && l.contains(&format!("/api/v1/namespaces/{ns}/configmaps")))
+        .collect::<Vec<_>>();
+    assert!(access.len() >= 5, "access lines for the configmap requests:\n{log}");
+    assert!(
+        access.iter().any(|l| l.contains("user=kustos-admin") && l.contains("code=201") && l.contains("verb=POST")),
+        "an access line names verb, user and code:\n{access:#?}"
+    );
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains("WARN") && l.contains("widgets.example.com")).collect();
+    assert_eq!(warnings.len(), 1, "one warning for the unserved path:\n{log}");
+    assert!(warnings[0].contains("404"), "{}", warnings[0]);
+}
+
+#[tokio::test]
+async fn no_access_log_by_default() {
+    let s = Server::start();
+    let admin = s.http();
+    send(admin.get(format!("{}/api/v1/namespaces/default/configmaps", s.url))).await.expect_code(200, "list");
+    send(admin.get(format!("{}/metrics", s.url))).await.expect_code(200, "/metrics");
+    let log = std::fs::read_to_string(s.work_dir().join("stderr-0.log")).expect("the server log");
+    assert!(!log.lines().any(|l| l.contains("HTTP") && l.contains("/api/v1/namespaces/default/configmaps")), "{log}");
+}
