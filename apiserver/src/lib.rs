@@ -120,6 +120,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             ApiError::internal("the server panicked while handling the request").into_response()
         }))
+        .layer(middleware::from_fn(api::rest::status_errors_negotiated))
 }
 
 async fn resolve_request_info(mut req: Request, next: Next) -> Response {
@@ -319,7 +320,10 @@ async fn resource(
     }
     let headers = req.headers().clone();
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let out = http::negotiate::negotiate(accept.as_deref())?;
+    let out = http::negotiate::negotiate(
+        accept.as_deref(),
+        api::protobuf::encode::has_message(&def.api_version(), def.kind),
+    )?;
     let params = Params::parse(req.uri().query());
     if matches!(info.verb.as_str(), "list" | "watch") {
         let a = admission::Attributes {

@@ -1,4 +1,8 @@
-//! Watch: a chunked stream of `{"type":..,"object":..}` lines, one JSON event per line.
+//! Watch: a chunked stream of `{"type":..,"object":..}` lines, one JSON event per line, or,
+//! when the client prefers protobuf, upstream's protobuf watch stream
+//! (`application/vnd.kubernetes.protobuf;stream=watch`): each event a 4-byte big-endian
+//! length, then a `k8s\0` + `runtime.Unknown` body of a `metav1.WatchEvent` (in the
+//! resource's group version) whose `object.raw` is the object's own protobuf body.
 //!
 //! Each event's object is converted as the Accept header asked (upstream's
 //! `watchEmbeddedEncoder`): `as=PartialObjectMetadata` → a `PartialObjectMetadata` of the
@@ -22,6 +26,7 @@ use futures::StreamExt;
 use http::{header, HeaderValue, StatusCode};
 use serde_json::{json, Value};
 
+use crate::api::protobuf;
 use crate::api::rest::{Call, Filter};
 use crate::api::table::{self, IncludeObject};
 use crate::error::{ApiError, FieldError, Result};
@@ -156,10 +161,12 @@ impl Form {
     }
 }
 
-/// Renders events for one watcher (JSON line per event).
+/// Renders events for one watcher (JSON line or protobuf frame per event).
 struct Encoder {
     def: ResourceDef,
     form: Form,
+    /// Protobuf frames instead of JSON lines.
+    protobuf: bool,
 }
 
 impl Encoder {
@@ -196,6 +203,17 @@ impl Encoder {
         if let Form::Table { columns_sent, .. } = &mut self.form {
             // Upstream stops sending headers after the first event, whatever it was.
             *columns_sent = true;
+        }
+        if self.protobuf {
+            let api_version = self.def.api_version();
+            return match protobuf::encode::watch_frame(&api_version, kind, &object) {
+                Ok(frame) => Bytes::from(frame),
+                // Every served kind has a protobuf form; should one not encode, the watcher
+                // is told so in an ERROR event (a Status always encodes).
+                Err(e) => protobuf::encode::watch_frame(&api_version, "ERROR", &ApiError::internal(e).status())
+                    .map(Bytes::from)
+                    .unwrap_or_default(),
+            };
         }
         let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
         line.push(b'\n');
@@ -234,6 +252,7 @@ pub async fn watch(c: &Call<'_>) -> Result<Response> {
     let enc = Encoder {
         def: c.def.clone(),
         form: Form::from_output(&c.out, IncludeObject::parse(c.params.get("includeObject"))),
+        protobuf: c.out.protobuf,
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(BUFFER);
     let planned = plan(c, &filter).await?;
@@ -249,7 +268,8 @@ pub async fn watch(c: &Call<'_>) -> Result<Response> {
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>);
     let mut resp = (StatusCode::OK, Body::from_stream(stream)).into_response();
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    let ctype = if c.out.protobuf { protobuf::WATCH_MEDIA_TYPE } else { "application/json" };
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(ctype));
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache, private"));
     Ok(resp)
 }
@@ -397,7 +417,7 @@ mod tests {
             ),
         ];
         for (name, accept, want) in cases {
-            let out = negotiate(Some(accept)).expect(name);
+            let out = negotiate(Some(accept), true).expect(name);
             assert_eq!(Form::from_output(&out, IncludeObject::Metadata), *want, "{name}");
         }
         let beta = Output { metadata_only: true, meta_version: MetaVersion::V1beta1, ..Default::default() };
@@ -409,7 +429,8 @@ mod tests {
 
     #[test]
     fn metadata_events_carry_metadata_only_and_errors_stay_status() {
-        let mut enc = Encoder { def: configmaps(), form: Form::Metadata { api_version: "meta.k8s.io/v1" } };
+        let mut enc =
+            Encoder { def: configmaps(), form: Form::Metadata { api_version: "meta.k8s.io/v1" }, protobuf: false };
         for kind in ["ADDED", "MODIFIED", "DELETED"] {
             let e = decode(&enc.event(kind, cm()));
             assert_eq!(e["type"], kind);
@@ -440,7 +461,8 @@ mod tests {
 
     #[test]
     fn metadata_events_in_v1beta1() {
-        let mut enc = Encoder { def: configmaps(), form: Form::Metadata { api_version: "meta.k8s.io/v1beta1" } };
+        let mut enc =
+            Encoder { def: configmaps(), form: Form::Metadata { api_version: "meta.k8s.io/v1beta1" }, protobuf: false };
         let e = decode(&enc.event("ADDED", cm()));
         assert_eq!(e["object"]["apiVersion"], "meta.k8s.io/v1beta1", "{e}");
         let b = decode(&enc.bookmark(3, false));
@@ -450,17 +472,45 @@ mod tests {
 
     #[test]
     fn full_events_are_the_objects() {
-        let mut enc = Encoder { def: configmaps(), form: Form::Full };
+        let mut enc = Encoder { def: configmaps(), form: Form::Full, protobuf: false };
         assert_eq!(decode(&enc.event("ADDED", cm())), json!({"type": "ADDED", "object": cm()}));
         let b = decode(&enc.bookmark(4, false));
         assert_eq!(b["object"], json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": "4"}}));
     }
 
     #[test]
+    fn protobuf_events_are_length_prefixed_watch_events() {
+        let frame = |b: &Bytes| -> (String, Value) {
+            let len = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+            assert_eq!(b.len(), 4 + len, "one frame per event");
+            protobuf::decode_watch_event(&b[4..]).expect("a protobuf WatchEvent")
+        };
+        let mut enc = Encoder { def: configmaps(), form: Form::Full, protobuf: true };
+        assert_eq!(frame(&enc.event("MODIFIED", cm())), ("MODIFIED".to_string(), cm()));
+        let (ty, b) = frame(&enc.bookmark(12, true));
+        assert_eq!(ty, "BOOKMARK");
+        assert_eq!(
+            b,
+            json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {
+                "resourceVersion": "12", "annotations": {"k8s.io/initial-events-end": "true"}}})
+        );
+        let (ty, err) = frame(&enc.error(&ApiError::Expired { message: "too old".into(), continue_token: None }));
+        assert_eq!(ty, "ERROR");
+        assert_eq!((err["kind"].as_str(), err["code"].as_i64()), (Some("Status"), Some(410)), "{err}");
+        assert_eq!(err["reason"], "Expired", "{err}");
+        let mut meta =
+            Encoder { def: configmaps(), form: Form::Metadata { api_version: "meta.k8s.io/v1" }, protobuf: true };
+        let (_, m) = frame(&meta.event("ADDED", cm()));
+        assert_eq!(m["kind"], "PartialObjectMetadata", "{m}");
+        assert_eq!(m["metadata"]["labels"], json!({"x": "y"}), "{m}");
+        assert!(m.get("data").is_none(), "{m}");
+    }
+
+    #[test]
     fn table_events_send_columns_once() {
         let form =
             Form::Table { include: IncludeObject::Metadata, api_version: "meta.k8s.io/v1beta1", columns_sent: false };
-        let mut enc = Encoder { def: configmaps(), form };
+        let mut enc = Encoder { def: configmaps(), form, protobuf: false };
         let first = decode(&enc.event("ADDED", cm()));
         let t = &first["object"];
         assert_eq!(t["kind"], "Table", "{t}");

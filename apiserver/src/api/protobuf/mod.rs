@@ -1,20 +1,33 @@
-//! Kubernetes protobuf request bodies → the object's JSON form.
+//! Kubernetes protobuf (`application/vnd.kubernetes.protobuf`) both ways: request bodies →
+//! the object's JSON form, and the JSON form → protobuf responses ([`encode`]).
 //!
-//! kubectl's typed clients (`kubectl create configmap|namespace|secret|…`, `kubectl
-//! certificate approve`) send `application/vnd.kubernetes.protobuf` bodies: the magic
-//! `k8s\0`, then a `runtime.Unknown` envelope whose `raw` field holds the object's message.
-//! We decode it with the field tables in `schema.rs` (generated from upstream's
-//! generated.proto by `scripts/gen-protobuf-schema.py`) into the same JSON the client would
-//! have sent: scalar fields at their zero value are left out (as Go's `omitempty` does),
-//! `bytes` become base64, and a few well-known messages have their JSON forms (Time,
-//! IntOrString, Quantity, FieldsV1, RawExtension, ExtraValue).
+//! client-go's typed clients (since 1.35 by default; kubectl's `create configmap|namespace|
+//! secret|…`, `certificate approve`) send protobuf bodies, DeleteOptions included, and ask
+//! for protobuf answers. A body is the magic `k8s\0`, then a `runtime.Unknown` envelope whose
+//! `typeMeta` names the kind and whose `raw` field holds the object's message. Both ways are
+//! driven by the field tables in `schema.rs` (generated from upstream's generated.proto by
+//! `scripts/gen-protobuf-schema.py`): every kind kustos serves and its list, events.k8s.io/v1
+//! Event, the meta.k8s.io messages every group shares (DeleteOptions, Status, WatchEvent,
+//! PartialObjectMetadata[List]) and what they refer to. Decoding yields the JSON the client
+//! would have sent: plain scalar fields at their zero value are left out (Go's `omitempty`),
+//! pointer fields keep theirs (`automountServiceAccountToken: false`), `bytes` become base64,
+//! and the well-known messages have their JSON forms (Time, MicroTime, Duration,
+//! IntOrString, Quantity, FieldsV1, RawExtension, ExtraValue, apiextensions' JSON and
+//! JSONSchemaPropsOr{Array,Bool,StringArray}).
+//!
+//! Kinds without a message (custom resources, `Table`) have no protobuf form: content
+//! negotiation (`http/negotiate.rs`) passes protobuf over for them, as upstream does.
 
+mod duration;
+pub mod encode;
 mod schema;
 
 use base64::Engine;
 use serde_json::{Map, Value};
 
 pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+/// Content type of a protobuf watch stream.
+pub const WATCH_MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf;stream=watch";
 const MAGIC: &[u8] = b"k8s\x00";
 const MAX_DEPTH: usize = 64;
 const UNKNOWN: &str = "k8s.io.apimachinery.pkg.runtime.Unknown";
@@ -34,6 +47,7 @@ pub(crate) enum Type {
     Bytes,
     Bool,
     Int,
+    Double,
     Msg(&'static str),
 }
 
@@ -43,6 +57,8 @@ pub(crate) struct Field {
     pub json: &'static str,
     pub ty: Type,
     pub card: Card,
+    /// A pointer in Go: a zero value on the wire is a value, not an absent field.
+    pub opt: bool,
 }
 
 #[derive(Debug)]
@@ -55,21 +71,35 @@ fn message(name: &str) -> Option<&'static Message> {
     schema::MESSAGES.iter().find(|m| m.name == name)
 }
 
-/// The protobuf message of a kind (`v1`/`ConfigMap` → `k8s.io.api.core.v1.ConfigMap`).
+/// The protobuf package of each API group kustos has messages for.
+const PACKAGES: &[(&str, &str)] = &[
+    ("", "k8s.io.api.core"),
+    ("meta.k8s.io", "k8s.io.apimachinery.pkg.apis.meta"),
+    ("coordination.k8s.io", "k8s.io.api.coordination"),
+    ("certificates.k8s.io", "k8s.io.api.certificates"),
+    ("rbac.authorization.k8s.io", "k8s.io.api.rbac"),
+    ("authentication.k8s.io", "k8s.io.api.authentication"),
+    ("authorization.k8s.io", "k8s.io.api.authorization"),
+    ("flowcontrol.apiserver.k8s.io", "k8s.io.api.flowcontrol"),
+    ("events.k8s.io", "k8s.io.api.events"),
+    ("apiextensions.k8s.io", "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions"),
+];
+
+/// The meta.k8s.io kinds every group version carries (upstream's `AddToGroupVersion`): a
+/// core-group DeleteOptions (`v1`/`DeleteOptions`) is meta/v1's message.
+const SHARED_KINDS: &[&str] = &["DeleteOptions", "Status", "WatchEvent", "List"];
+
+/// The protobuf message of a kind (`v1`/`ConfigMap` → `k8s.io.api.core.v1.ConfigMap`,
+/// `rbac.authorization.k8s.io/v1`/`DeleteOptions` → meta/v1's), or `None` when the kind
+/// has no protobuf form.
 pub fn message_for(api_version: &str, kind: &str) -> Option<&'static str> {
     let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-    let candidates: Vec<String> = match group {
-        "" => vec![format!("k8s.io.api.core.{version}.{kind}")],
-        "meta.k8s.io" => vec![format!("k8s.io.apimachinery.pkg.apis.meta.{version}.{kind}")],
-        g => {
-            let short = g.split('.').next().unwrap_or(g);
-            vec![
-                format!("k8s.io.api.{short}.{version}.{kind}"),
-                format!("k8s.io.apimachinery.pkg.apis.meta.{version}.{kind}"),
-            ]
-        }
-    };
-    candidates.iter().find_map(|c| message(c).map(|m| m.name))
+    let own = PACKAGES.iter().find(|(g, _)| *g == group).map(|(_, p)| format!("{p}.{version}.{kind}"));
+    let shared = SHARED_KINDS.contains(&kind).then(|| format!("k8s.io.apimachinery.pkg.apis.meta.v1.{kind}"));
+    // meta.k8s.io/v1beta1's PartialObjectMetadata is v1's type.
+    let meta_v1 = (group == "meta.k8s.io" && kind == "PartialObjectMetadata")
+        .then(|| format!("k8s.io.apimachinery.pkg.apis.meta.v1.{kind}"));
+    [own, shared, meta_v1].into_iter().flatten().find_map(|c| message(&c).map(|m| m.name))
 }
 
 /// One wire value.
@@ -172,6 +202,45 @@ impl<'a> Reader<'a> {
 
 /// Decode a `k8s\0`-prefixed body into the object's JSON form (with apiVersion/kind).
 pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
+    let (api_version, kind, inner) = unwrap_envelope(body)?;
+    let name = message_for(&api_version, &kind)
+        .ok_or_else(|| DecodeError::UnknownKind { kind: kind.clone(), api_version: api_version.clone() })?;
+    let mut obj = decode_message(&inner, name, 0)?;
+    if let Value::Object(m) = &mut obj {
+        m.insert("apiVersion".into(), Value::String(api_version));
+        m.insert("kind".into(), Value::String(kind));
+    }
+    Ok(obj)
+}
+
+/// One event of a protobuf watch stream (a frame without its 4-byte length): the event's
+/// type and its object's JSON form.
+pub fn decode_watch_event(body: &[u8]) -> Result<(String, Value), DecodeError> {
+    let (api_version, kind, inner) = unwrap_envelope(body)?;
+    if kind != "WatchEvent" {
+        return Err(DecodeError::UnknownKind { kind, api_version });
+    }
+    let (mut event_type, mut raw) = (String::new(), Vec::new());
+    let mut r = Reader { buf: &inner };
+    while let Some((n, w)) = r.next()? {
+        match (n, w) {
+            (1, Wire::Bytes(b)) => event_type = String::from_utf8(b.to_vec())?,
+            (2, Wire::Bytes(b)) => {
+                let mut er = Reader { buf: b };
+                while let Some((en, ew)) = er.next()? {
+                    if let (1, Wire::Bytes(rb)) = (en, ew) {
+                        raw = rb.to_vec();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok((event_type, decode(&raw)?))
+}
+
+/// The `typeMeta` and `raw` of a body's `runtime.Unknown` envelope.
+fn unwrap_envelope(body: &[u8]) -> Result<(String, String, Vec<u8>), DecodeError> {
     let raw = body.strip_prefix(MAGIC).ok_or(DecodeError::NoMagic)?;
     let envelope = decode_message(raw, UNKNOWN, 0)?;
     let type_meta = envelope.get("typeMeta").cloned().unwrap_or(Value::Null);
@@ -180,19 +249,12 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
     if envelope.get("contentEncoding").and_then(Value::as_str).is_some_and(|e| !e.is_empty()) {
         return Err(DecodeError::ContentEncoding);
     }
-    let name = message_for(&api_version, &kind)
-        .ok_or_else(|| DecodeError::UnknownKind { kind: kind.clone(), api_version: api_version.clone() })?;
     // `raw` came back base64 (it is a bytes field); decode it again.
     let inner = match envelope.get("raw").and_then(Value::as_str) {
         Some(b64) => base64::engine::general_purpose::STANDARD.decode(b64)?,
         None => Vec::new(),
     };
-    let mut obj = decode_message(&inner, name, 0)?;
-    if let Value::Object(m) = &mut obj {
-        m.insert("apiVersion".into(), Value::String(api_version));
-        m.insert("kind".into(), Value::String(kind));
-    }
-    Ok(obj)
+    Ok((api_version, kind, inner))
 }
 
 fn decode_message(buf: &[u8], name: &str, depth: usize) -> Result<Value, DecodeError> {
@@ -210,7 +272,7 @@ fn decode_message(buf: &[u8], name: &str, depth: usize) -> Result<Value, DecodeE
         match field.card {
             Card::One => {
                 let v = scalar_or_message(wire, field.ty, depth)?;
-                if !is_zero(&v) {
+                if !v.is_null() && (field.opt || !is_zero(&v)) {
                     out.insert(field.json.to_string(), v);
                 } else {
                     out.remove(field.json);
@@ -259,7 +321,50 @@ fn decode_message(buf: &[u8], name: &str, depth: usize) -> Result<Value, DecodeE
             }
         }
     }
-    Ok(Value::Object(out))
+    Ok(reshape_decoded(name, Value::Object(out)))
+}
+
+const APIEXTENSIONS_V1: &str = "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions.v1";
+
+/// Messages holding raw JSON in their field 1 (`raw`), whose JSON form is that JSON.
+pub(crate) fn is_json_message(name: &str) -> bool {
+    matches!(name, "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1" | "k8s.io.apimachinery.pkg.runtime.RawExtension")
+        || name.strip_prefix(APIEXTENSIONS_V1) == Some(".JSON")
+}
+
+/// The JSON form of apiextensions' `JSONSchemaPropsOr*` messages, from their fields (as
+/// their Go `MarshalJSON` writes them).
+fn reshape_decoded(name: &str, v: Value) -> Value {
+    let Some(short) = name.strip_prefix(APIEXTENSIONS_V1) else { return v };
+    let non_empty = |k: &str| v.get(k).filter(|x| x.as_array().is_some_and(|a| !a.is_empty())).cloned();
+    match short {
+        ".JSONSchemaPropsOrArray" => {
+            non_empty("jSONSchemas").or_else(|| v.get("schema").cloned()).unwrap_or(Value::Null)
+        }
+        ".JSONSchemaPropsOrBool" => match v.get("schema") {
+            Some(s) => s.clone(),
+            None => Value::Bool(v.get("allows").and_then(Value::as_bool).unwrap_or(false)),
+        },
+        ".JSONSchemaPropsOrStringArray" => {
+            non_empty("property").or_else(|| v.get("schema").cloned()).unwrap_or(Value::Null)
+        }
+        _ => v,
+    }
+}
+
+/// The fields of apiextensions' `JSONSchemaPropsOr*` messages for their JSON form (as their
+/// Go `UnmarshalJSON` reads it); `None` for every other message.
+pub(crate) fn reshape_for_encoding(name: &str, v: &Value) -> Option<Value> {
+    let short = name.strip_prefix(APIEXTENSIONS_V1)?;
+    Some(match (short, v) {
+        (".JSONSchemaPropsOrArray", Value::Array(_)) => serde_json::json!({"jSONSchemas": v}),
+        (".JSONSchemaPropsOrArray", _) => serde_json::json!({"schema": v}),
+        (".JSONSchemaPropsOrBool", Value::Bool(b)) => serde_json::json!({"allows": b}),
+        (".JSONSchemaPropsOrBool", _) => serde_json::json!({"allows": true, "schema": v}),
+        (".JSONSchemaPropsOrStringArray", Value::Array(_)) => serde_json::json!({"property": v}),
+        (".JSONSchemaPropsOrStringArray", _) => serde_json::json!({"schema": v}),
+        _ => return None,
+    })
 }
 
 /// The JSON value of an absent map value (protobuf drops zero values).
@@ -269,6 +374,7 @@ fn zero_of(ty: Type) -> Value {
         Type::Bytes => Value::String(String::new()),
         Type::Bool => Value::Bool(false),
         Type::Int => Value::from(0),
+        Type::Double => Value::from(0),
         Type::Msg(_) => Value::Object(Map::new()),
     }
 }
@@ -291,6 +397,15 @@ fn scalar_or_message(wire: Wire<'_>, ty: Type, depth: usize) -> Result<Value, De
         (Type::Bool, Wire::Varint(v)) => Value::Bool(v != 0),
         // int32/int64 travel as two's-complement varints.
         (Type::Int, Wire::Varint(v)) => Value::from(v as i64),
+        // Go writes a whole float64 without a fraction (`1`, not `1.0`).
+        (Type::Double, Wire::Fixed64(v)) => {
+            let f = f64::from_bits(v);
+            if f.fract() == 0.0 && f.abs() < 9.0e15 {
+                Value::from(f as i64)
+            } else {
+                serde_json::Number::from_f64(f).map(Value::Number).unwrap_or(Value::Null)
+            }
+        }
         (Type::Msg(name), Wire::Bytes(b)) => decode_message(b, name, depth + 1)?,
         (ty, _) => return Err(DecodeError::TypeMismatch(format!("{ty:?}"))),
     })
@@ -334,7 +449,7 @@ fn special(buf: &[u8], name: &str, depth: usize) -> Result<Option<Value>, Decode
         "k8s.io.apimachinery.pkg.apis.meta.v1.Duration" => {
             let fs = fields(buf)?;
             let nanos = get(&fs, 1).and_then(|v| v.as_i64()).unwrap_or(0);
-            Some(Value::String(format!("{}s", nanos as f64 / 1e9)))
+            Some(Value::String(duration::format(nanos)))
         }
         "k8s.io.apimachinery.pkg.util.intstr.IntOrString" => {
             let fs = fields(buf)?;
@@ -348,7 +463,7 @@ fn special(buf: &[u8], name: &str, depth: usize) -> Result<Option<Value>, Decode
         "k8s.io.apimachinery.pkg.api.resource.Quantity" => {
             Some(get(&fields(buf)?, 1).unwrap_or(Value::String("0".into())))
         }
-        "k8s.io.apimachinery.pkg.apis.meta.v1.FieldsV1" | "k8s.io.apimachinery.pkg.runtime.RawExtension" => {
+        _ if is_json_message(name) => {
             let mut r = Reader { buf };
             let mut raw: &[u8] = &[];
             while let Some((n, w)) = r.next()? {
@@ -378,42 +493,6 @@ fn special(buf: &[u8], name: &str, depth: usize) -> Result<Option<Value>, Decode
         }
         _ => None,
     })
-}
-
-/// Protobuf encoding helpers: enough to build request bodies the way client-go does (tests
-/// and tools; the server itself only decodes).
-pub mod encode {
-    /// Append a varint.
-    pub fn varint(mut v: u64, out: &mut Vec<u8>) {
-        loop {
-            let b = (v & 0x7f) as u8;
-            v >>= 7;
-            if v == 0 {
-                out.push(b);
-                return;
-            }
-            out.push(b | 0x80);
-        }
-    }
-
-    /// Append field `n` as length-delimited bytes.
-    pub fn ld(n: u64, bytes: &[u8], out: &mut Vec<u8>) {
-        varint(n << 3 | 2, out);
-        varint(bytes.len() as u64, out);
-        out.extend_from_slice(bytes);
-    }
-
-    /// A body as client-go sends it: `k8s\0`, then `runtime.Unknown{typeMeta{apiVersion, kind}, raw}`
-    /// where `raw` is the encoded object.
-    pub fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
-        let mut type_meta = Vec::new();
-        ld(1, api_version.as_bytes(), &mut type_meta);
-        ld(2, kind.as_bytes(), &mut type_meta);
-        let mut out = b"k8s\x00".to_vec();
-        ld(1, &type_meta, &mut out);
-        ld(2, raw, &mut out);
-        out
-    }
 }
 
 #[cfg(test)]
@@ -575,6 +654,7 @@ mod tests {
             for f in m.fields {
                 if let Type::Msg(n) = f.ty {
                     let handled = message(n).is_some()
+                        || is_json_message(n)
                         || n.ends_with(".Time")
                         || n.ends_with(".MicroTime")
                         || n.ends_with(".Duration")

@@ -18,7 +18,9 @@ mod write;
 pub use decode::{check_type_meta, decode_body, duplicate_fields, typed_check};
 pub use delete::{delete, delete_collection, delete_one, delete_options, DeleteOptions};
 pub use read::{get, list, read_list, wait_for_rv, Filter, Listed};
-pub use response::{render, send_bytes, warning_headers, WARNING_ITEM_CHARS, WARNING_TOTAL_CHARS};
+pub use response::{
+    render, send_bytes, status_errors_negotiated, warning_headers, WARNING_ITEM_CHARS, WARNING_TOTAL_CHARS,
+};
 pub use write::{create, finish_update, patch, update};
 
 use std::sync::Arc;

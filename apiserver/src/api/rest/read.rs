@@ -305,11 +305,11 @@ pub async fn read_list(
 }
 
 /// Serve a list. Plain JSON (the common case, and the big one) is written straight from the
-/// stored bytes with each resourceVersion spliced in; Table, metadata-only, YAML and pretty
-/// output go through `render`.
+/// stored bytes with each resourceVersion spliced in; Table, metadata-only, YAML, protobuf and
+/// pretty output go through `render`.
 pub async fn list(c: &Call<'_>, headers: &HeaderMap, pretty: bool) -> Result<Response> {
     let filter = Filter::from_params(c.def, &c.params)?;
-    let plain = !c.out.table && !c.out.metadata_only && !c.out.yaml && !pretty;
+    let plain = !c.out.table && !c.out.metadata_only && !c.out.yaml && !c.out.protobuf && !pretty;
     let l = read_list(c.store(), c.def, c.ns(), &c.params, &filter, !plain).await?;
     let mut list_meta = Map::new();
     if let Some(t) = &l.continue_token {

@@ -1,15 +1,24 @@
-//! Writing a response: JSON or YAML per the negotiated output, gzip when big and accepted,
-//! and the bounded `Warning` headers.
+//! Writing a response: JSON, YAML or protobuf per the negotiated output, gzip when big and
+//! accepted, and the bounded `Warning` headers; error `Status` bodies in protobuf when the
+//! client prefers it ([`status_errors_negotiated`]).
 
+use axum::body::Body;
+use axum::extract::Request;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde_json::Value;
 
 use super::*;
+use crate::api::protobuf;
 use crate::error::ApiError;
 use crate::http::negotiate::Output;
 
-/// Serialize a body per the negotiated output (JSON or YAML), gzip when big and accepted.
+/// The largest error body re-encoded as protobuf (a Status is a few KiB at most).
+const MAX_STATUS_BODY: usize = 1 << 20;
+
+/// Serialize a body per the negotiated output (JSON, YAML or protobuf), gzip when big and
+/// accepted. A body of a kind without a protobuf form goes out as JSON.
 pub fn render(
     code: StatusCode,
     body: &Value,
@@ -18,7 +27,18 @@ pub fn render(
     pretty: bool,
     warnings: &[String],
 ) -> Response {
-    let (bytes, ctype) = if out.yaml {
+    let pb = if out.protobuf {
+        match protobuf::encode::encode(body) {
+            Ok(b) => Some(b),
+            Err(protobuf::encode::EncodeError::UnknownKind { .. }) => None,
+            Err(e) => return ApiError::internal(e).into_response(),
+        }
+    } else {
+        None
+    };
+    let (bytes, ctype) = if let Some(b) = pb {
+        (b, protobuf::MEDIA_TYPE)
+    } else if out.yaml {
         match serde_yaml::to_string(body) {
             Ok(s) => (s.into_bytes(), "application/yaml"),
             Err(e) => return ApiError::internal(e).into_response(),
@@ -65,6 +85,38 @@ pub fn send_bytes(
         resp.headers_mut().append(header::WARNING, v);
     }
     resp
+}
+
+/// Middleware: an error answer (a JSON `Status`, whoever wrote it: authentication,
+/// authorization, flow control or a handler) is re-encoded as protobuf when the client's
+/// Accept header prefers protobuf, as upstream's `ErrorNegotiated` answers.
+pub async fn status_errors_negotiated(req: Request, next: Next) -> Response {
+    let accept = req.headers().get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let resp = next.run(req).await;
+    let code = resp.status();
+    if !(code.is_client_error() || code.is_server_error())
+        || !crate::http::negotiate::status_as_protobuf(accept.as_deref())
+        || resp.headers().contains_key(header::CONTENT_ENCODING)
+        || resp.headers().get(header::CONTENT_TYPE).map(HeaderValue::as_bytes) != Some(b"application/json")
+    {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, MAX_STATUS_BODY).await else {
+        return ApiError::internal("error body too large").into_response();
+    };
+    let encoded = serde_json::from_slice::<Value>(&bytes)
+        .ok()
+        .filter(|v| v.get("kind").and_then(Value::as_str) == Some("Status"))
+        .and_then(|v| protobuf::encode::encode(&v).ok());
+    match encoded {
+        Some(pb) => {
+            parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(protobuf::MEDIA_TYPE));
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, Body::from(pb))
+        }
+        None => Response::from_parts(parts, Body::from(bytes)),
+    }
 }
 
 /// Warning text kept per response, in characters, before items are truncated
