@@ -1,7 +1,8 @@
-//! Server-side apply end to end: `kubectl apply --server-side` (the newest kubectl and the
-//! oldest on the machine), a second field manager's conflicting apply (409 naming the field),
-//! `--force-conflicts`, `metadata.managedFields` as `kubectl get --show-managed-fields` shows
-//! them, a custom resource applied server-side, and kube-rs `Patch::Apply`.
+//! Server-side apply end to end: `kubectl apply --server-side` (the newest kubectl, 1.28, and
+//! the oldest on the machine, 1.27), a second field manager's conflicting apply (409 naming
+//! the field), `--force-conflicts`, `metadata.managedFields` as `kubectl get
+//! --show-managed-fields` shows them, a custom resource applied server-side, and kube-rs
+//! `Patch::Apply`.
 
 mod common;
 
@@ -14,10 +15,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{json, Value};
 
-/// The oldest kubectl that applies server-side here, beside the default one: `kubectl.1.29`.
-/// kubectl 1.27 and 1.28 first fetch `/openapi/v2` as protobuf, which kustos does not serve
-/// yet (docs/STATUS.md). Fails loudly when it is missing.
-fn oldest_kubectl() -> PathBuf {
+/// `kubectl.<version>` beside the default kubectl: 1.27 is the oldest on the machine, and
+/// 1.27 and 1.28 read `/openapi/v2` only as protobuf. Fails loudly when it is missing.
+fn kubectl_version(version: &str) -> PathBuf {
     common::ensure_kubectl();
     let out = Command::new("sh")
         .args(["-c", "readlink -f \"$(command -v kubectl)\""])
@@ -25,8 +25,8 @@ fn oldest_kubectl() -> PathBuf {
         .unwrap_or_else(|e| panic!("cannot locate kubectl: {e}"));
     let resolved = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
     let dir = resolved.parent().unwrap_or_else(|| panic!("kubectl resolves to {resolved:?}, which has no directory"));
-    let old = dir.join("kubectl.1.29");
-    assert!(old.is_file(), "{old:?} is missing: these tests drive server-side apply with kubectl 1.29 too");
+    let old = dir.join(format!("kubectl.{version}"));
+    assert!(old.is_file(), "{old:?} is missing: these tests drive server-side apply with kubectl {version} too");
     old
 }
 
@@ -155,7 +155,13 @@ fn kubectl_server_side_apply_conflicts_forces_and_shows_managers() {
 #[test]
 fn the_oldest_kubectl_applies_server_side_too() {
     let s = shared();
-    conflict_force_and_managed_fields(&s, &oldest_kubectl());
+    conflict_force_and_managed_fields(&s, &kubectl_version("1.27"));
+}
+
+#[test]
+fn kubectl_1_28_applies_server_side_too() {
+    let s = shared();
+    conflict_force_and_managed_fields(&s, &kubectl_version("1.28"));
 }
 
 #[test]

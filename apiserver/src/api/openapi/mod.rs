@@ -18,15 +18,25 @@
 //! - client-side `apply` (v3, v2 as fallback): a PATCH operation accepting
 //!   `application/strategic-merge-patch+json`, and the patch annotations of the schemas.
 //!
-//! Each document is served with an ETag (upper-case hex SHA-256 of its bytes); the v3 index
-//! links every GV document as `/openapi/v3/<gv>?hash=<etag>`, which is cacheable for good.
+//! - `apply` (client-side or `--server-side`), `diff` and `explain` of kubectl 1.27 and 1.28,
+//!   and kubectl 1.32's validation of kinds the v3 documents have no PATCH operation for (a
+//!   TokenReview): the v2 document as gnostic's `openapi.v2.Document` protobuf
+//!   (`Accept: application/com.github.proto-openapi.spec.v2@v1.0+protobuf`), its definitions'
+//!   group-version-kinds and patch annotations read from the YAML of their vendor extensions.
 //!
-//! [`definitions`] builds the schemas, [`paths`] the operations of each document; this file
+//! Each document is served with an ETag (upper-case hex SHA-256 of its bytes; the protobuf form
+//! of v2 carries the JSON form's, as upstream); the v3 index links every GV document as
+//! `/openapi/v3/<gv>?hash=<etag>`, which is cacheable for good.
+//!
+//! [`definitions`] builds the schemas, [`paths`] the operations of each document, [`gnostic`]
+//! encodes the v2 document as protobuf (with [`yaml`] for its `Any` values); this file
 //! assembles and serves the documents.
 
 mod definitions;
 mod extensions;
+pub mod gnostic;
 mod paths;
+mod yaml;
 
 use definitions::*;
 use paths::*;
@@ -44,7 +54,13 @@ use crate::registry::{Registry, ResourceDef};
 
 /// `info.version` of the documents.
 const INFO_VERSION: &str = "v1.32.0";
-const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2";
+/// The protobuf media types of `/openapi/v2` a client may ask for (the first is what client-go
+/// sends), and the one the response names, as kube-apiserver does.
+const V2_PROTOBUF_ACCEPTED: [&str; 2] = [
+    "application/com.github.proto-openapi.spec.v2@v1.0+protobuf",
+    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+];
+const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2.v1.0+protobuf";
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.";
 
 /// The apply schema of every kind in `reg`, built once per set of served kinds: a custom
@@ -110,6 +126,9 @@ impl Doc {
 #[derive(Debug, Clone)]
 pub struct OpenApi {
     v2: Doc,
+    /// The v2 document as gnostic's `openapi.v2.Document` protobuf ([`gnostic`]); served with
+    /// the JSON form's ETag, as kube-apiserver does.
+    v2_protobuf: Bytes,
     v3_index: Doc,
     /// `api/v1`, `apis/certificates.k8s.io/v1`, `api`, `apis`, `apis/<g>`, `version` → document.
     v3: BTreeMap<String, Doc>,
@@ -164,7 +183,8 @@ impl OpenApi {
             .iter()
             .map(|(k, d)| (k.clone(), json!({"serverRelativeURL": format!("/openapi/v3/{k}?hash={}", d.hash)})))
             .collect();
-        OpenApi { v2: Doc::new(&v2), v3_index: Doc::new(&json!({ "paths": index })), v3, apply }
+        let v2_protobuf = Bytes::from(gnostic::encode_document(&v2));
+        OpenApi { v2: Doc::new(&v2), v2_protobuf, v3_index: Doc::new(&json!({ "paths": index })), v3, apply }
     }
 
     /// Server-side apply's schema of `def`'s kind (None: it could not be built, see
@@ -203,18 +223,37 @@ impl OpenApi {
         self.v3.keys().map(String::as_str)
     }
 
-    /// `GET /openapi/v2`. JSON for `application/json`, `*/*` or no Accept; 406 when only the
-    /// protobuf form is acceptable (client-go then reports the error and falls back).
+    /// The v2 document as gnostic's protobuf message.
+    pub fn v2_protobuf(&self) -> &Bytes {
+        &self.v2_protobuf
+    }
+
+    /// `GET /openapi/v2`, in the form the client's Accept prefers (kube-apiserver's choice):
+    /// the clauses by preference, the first that names JSON (or `*/*`, `application/*`) or
+    /// gnostic's protobuf wins; no Accept is `*/*`; none acceptable is 406. Both forms carry
+    /// the JSON document's ETag and `Vary: Accept`.
     pub fn v2_response(&self, accept: &str) -> Response {
-        let wants_json = accept.trim().is_empty()
-            || accept.split(',').any(|r| {
-                let essence = r.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
-                matches!(essence.as_str(), "application/json" | "application/*" | "*/*")
-            });
-        if !wants_json && accept.contains(V2_PROTOBUF) {
-            return not_acceptable("only application/json is supported for /openapi/v2");
+        match v2_form(accept) {
+            Some(V2Form::Json) => {
+                let mut r = doc_response(&self.v2, None);
+                r.headers_mut().insert(header::VARY, HeaderValue::from_static("Accept"));
+                r
+            }
+            Some(V2Form::Protobuf) => {
+                let mut r = (StatusCode::OK, self.v2_protobuf.clone()).into_response();
+                let h = r.headers_mut();
+                h.insert(header::CONTENT_TYPE, HeaderValue::from_static(V2_PROTOBUF));
+                h.insert(header::VARY, HeaderValue::from_static("Accept"));
+                if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", self.v2.hash)) {
+                    h.insert(header::ETAG, v);
+                }
+                r
+            }
+            None => not_acceptable(&format!(
+                "only application/json and {} are supported for /openapi/v2",
+                V2_PROTOBUF_ACCEPTED[0]
+            )),
         }
-        doc_response(&self.v2, None)
     }
 
     /// `GET /openapi/v3`: the index.
@@ -266,6 +305,46 @@ fn doc_response(doc: &Doc, immutable: Option<bool>) -> Response {
         }
     }
     r
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum V2Form {
+    Json,
+    Protobuf,
+}
+
+/// Which form of `/openapi/v2` an Accept header gets: its media ranges by quality (highest
+/// first; at equal quality a concrete type before `type/*` before `*/*`, else in the order
+/// given), the first one that JSON or the protobuf form matches. A range of quality 0 is
+/// not acceptable.
+fn v2_form(accept: &str) -> Option<V2Form> {
+    let accept = if accept.trim().is_empty() { "*/*" } else { accept };
+    let mut ranges: Vec<(f32, u8, String)> = accept
+        .split(',')
+        .filter_map(|clause| {
+            let mut parts = clause.split(';');
+            let range = parts.next().unwrap_or("").trim().to_ascii_lowercase();
+            if range.is_empty() {
+                return None;
+            }
+            let q = parts
+                .filter_map(|p| p.trim().strip_prefix("q=").map(|q| q.trim().parse::<f32>().unwrap_or(1.0)))
+                .next_back()
+                .unwrap_or(1.0);
+            let specificity = match range.as_str() {
+                "*/*" | "*" => 0,
+                r if r.ends_with("/*") => 1,
+                _ => 2,
+            };
+            (q > 0.0).then_some((q, specificity, range))
+        })
+        .collect();
+    ranges.sort_by(|a, b| b.0.total_cmp(&a.0).then(b.1.cmp(&a.1)));
+    ranges.iter().find_map(|(_, _, range)| match range.as_str() {
+        "application/json" | "application/*" | "*/*" | "*" => Some(V2Form::Json),
+        r if V2_PROTOBUF_ACCEPTED.contains(&r) => Some(V2Form::Protobuf),
+        _ => None,
+    })
 }
 
 fn not_acceptable(message: &str) -> Response {
@@ -552,11 +631,51 @@ mod tests {
         let plain = api.v3_response("api/v1", None).expect("doc");
         assert!(plain.headers().get(header::CACHE_CONTROL).is_none());
         assert!(api.v3_response("apis/apps/v1", None).is_none());
-        assert_eq!(api.v2_response("application/json").status(), StatusCode::OK);
-        assert_eq!(
-            api.v2_response("application/com.github.proto-openapi.spec.v2@v1.0+protobuf").status(),
-            StatusCode::NOT_ACCEPTABLE
-        );
+    }
+
+    #[test]
+    fn v2_form_follows_the_accept_header() {
+        let pb = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf";
+        let cases: &[(&str, &str, Option<V2Form>)] = &[
+            ("no accept", "", Some(V2Form::Json)),
+            ("json", "application/json", Some(V2Form::Json)),
+            ("anything", "*/*", Some(V2Form::Json)),
+            ("client-go's protobuf", pb, Some(V2Form::Protobuf)),
+            (
+                "the newer protobuf name",
+                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                Some(V2Form::Protobuf),
+            ),
+            ("protobuf first", &format!("{pb}, application/json"), Some(V2Form::Protobuf)),
+            ("json first", &format!("application/json, {pb}"), Some(V2Form::Json)),
+            ("by quality", &format!("application/json;q=0.5, {pb}"), Some(V2Form::Protobuf)),
+            ("concrete before a wildcard", &format!("*/*, {pb}"), Some(V2Form::Protobuf)),
+            ("quality zero is refused", &format!("{pb};q=0"), None),
+            ("unknown", "application/yaml", None),
+            ("unknown then anything", "application/yaml, */*;q=0.1", Some(V2Form::Json)),
+        ];
+        for (name, accept, want) in cases {
+            assert_eq!(v2_form(accept), *want, "case {name}");
+        }
+    }
+
+    #[test]
+    fn v2_response_serves_both_forms_with_one_etag() {
+        let api = api();
+        let json = api.v2_response("application/json");
+        assert_eq!(json.status(), StatusCode::OK);
+        assert_eq!(json.headers()[header::CONTENT_TYPE], "application/json");
+        let pb = api.v2_response("application/com.github.proto-openapi.spec.v2@v1.0+protobuf");
+        assert_eq!(pb.status(), StatusCode::OK);
+        assert_eq!(pb.headers()[header::CONTENT_TYPE], "application/com.github.proto-openapi.spec.v2.v1.0+protobuf");
+        assert_eq!(pb.headers()[header::ETAG], json.headers()[header::ETAG]);
+        assert_eq!(pb.headers()[header::ETAG], format!("\"{}\"", api.v2_etag()).as_str());
+        for r in [&json, &pb] {
+            assert_eq!(r.headers()[header::VARY], "Accept");
+        }
+        // The message starts with `swagger: "2.0"` (field 1) and is the encoder's output.
+        assert!(api.v2_protobuf().starts_with(&[0x0A, 3, b'2', b'.', b'0']));
+        assert_eq!(api.v2_response("text/html").status(), StatusCode::NOT_ACCEPTABLE);
     }
 
     struct NoRules;
