@@ -42,7 +42,7 @@ use crate::api::apply::{Schema as ApplySchema, SchemaError};
 use crate::registry::{Registry, ResourceDef};
 
 /// `info.version` of the documents.
-const INFO_VERSION: &str = "v1.32.0";
+const INFO_VERSION: &str = "v1.35.0";
 const V2_PROTOBUF: &str = "application/com.github.proto-openapi.spec.v2";
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.";
 
