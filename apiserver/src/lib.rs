@@ -59,6 +59,10 @@ pub struct AppState {
     /// The built-in kinds (fixed; looked up first on every request).
     pub registry: Registry,
     pub storage: Arc<dyn Storage>,
+    /// The storage of each built-in kind kept in another kind's storage (events.k8s.io/v1
+    /// Events): a converting view of `storage` ([`registry::storage_of`]), by group, version
+    /// and resource. See [`AppState::store_for`].
+    views: Vec<(ResourceId, Arc<dyn Storage>)>,
     /// Built-in kinds plus the resources of established CRDs, and the OpenAPI documents:
     /// swapped when CRDs change (`crd`).
     pub crds: api::crd::Dynamic,
@@ -72,6 +76,9 @@ pub struct AppState {
     /// Request metrics, the access log and unserved-path warnings (`api::observe`).
     pub observe: api::observe::Observer,
 }
+
+/// A served resource by group, version and resource name.
+type ResourceId = (&'static str, &'static str, &'static str);
 
 /// Who is asking and what they may do: used on the request path and by the handlers that
 /// answer reviews, issue tokens and check escalation.
@@ -90,9 +97,16 @@ impl AppState {
     pub fn new(storage: Arc<dyn Storage>, server_address: String, security: Security) -> Arc<Self> {
         let registry = Registry::builtin();
         let crds = api::crd::Dynamic::new(&registry);
+        let views = registry
+            .resources
+            .iter()
+            .filter(|def| def.strategy.stored_as().is_some())
+            .map(|def| ((def.group, def.version, def.resource), registry::storage_of(def, &storage)))
+            .collect();
         Arc::new(AppState {
             registry,
             storage,
+            views,
             crds,
             health: http::health::Health::default(),
             server_address,
@@ -100,6 +114,13 @@ impl AppState {
             limiter: std::sync::OnceLock::new(),
             observe: api::observe::Observer::default(),
         })
+    }
+
+    /// The storage the objects of `def` are read from and written to: `storage`, or the
+    /// converting view of it for a kind kept in another kind's storage.
+    pub fn store_for(&self, def: &registry::ResourceDef) -> &Arc<dyn Storage> {
+        let id = (def.group, def.version, def.resource);
+        self.views.iter().find(|(k, _)| *k == id).map_or(&self.storage, |(_, s)| s)
     }
 }
 

@@ -6,7 +6,7 @@
 //! - Aggregated discovery: `/api` and `/apis` with
 //!   `Accept: application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList` answer with
 //!   one `APIGroupDiscoveryList` holding every group, version and resource ([`aggregated`]).
-//!   client-go (kubectl 1.32) asks for v2, then v2beta1, then plain JSON, and picks the parser
+//!   client-go (kubectl 1.27 and later) asks for v2, then v2beta1, then plain JSON, and picks the parser
 //!   from the response `Content-Type` ([`aggregated_content_type`]); [`wants_aggregated`] reads
 //!   the `Accept` header the same way kube-apiserver does.
 //!
@@ -20,10 +20,13 @@ use crate::registry::{resource_verbs, subresource_kind, subresource_verbs, Regis
 /// The Kubernetes release whose API kustos speaks (what `/version` and OpenAPI `info` report).
 pub const KUBE_MAJOR: &str = "1";
 /// See [`KUBE_MAJOR`].
-pub const KUBE_MINOR: &str = "32";
+pub const KUBE_MINOR: &str = "35";
+/// The oldest minor release whose API kustos stays compatible with (`/version`'s
+/// `minCompatibilityMinor`: one before [`KUBE_MINOR`], as kube-apiserver reports by default).
+pub const MIN_COMPATIBILITY_MINOR: &str = "34";
 /// `gitVersion` of `/version`: semver with build metadata, like other distributions
-/// (`v1.32.1+k3s1`), so kubectl's version-skew check parses it as 1.32.
-pub const GIT_VERSION: &str = "v1.32.0+kustos";
+/// (`v1.35.0+k3s1`), so kubectl's version-skew check parses it as 1.35.
+pub const GIT_VERSION: &str = "v1.35.0+kustos";
 
 /// Content type of an aggregated discovery response, by version (`v2` or `v2beta1`).
 pub fn aggregated_content_type(version: &str) -> &'static str {
@@ -123,9 +126,11 @@ pub fn api_group(reg: &Registry, group: &str) -> Option<Value> {
 }
 
 /// Upstream's `storageVersionHash`: base64 of the first 8 bytes of
-/// sha256("<group>/<version>/<kind>") of the storage version.
+/// sha256("<group>/<version>/<kind>") of the storage version (for a kind kept in another
+/// kind's storage, that kind's: events.k8s.io/v1 Events hash as core/v1 Events).
 pub fn storage_version_hash(def: &ResourceDef) -> String {
-    let gvk = format!("{}/{}/{}", def.group, def.version, def.kind);
+    let (group, version, kind) = def.strategy.stored_as().map_or((def.group, def.version, def.kind), |s| s.gvk);
+    let gvk = format!("{group}/{version}/{kind}");
     let digest = ring::digest::digest(&ring::digest::SHA256, gvk.as_bytes());
     base64::engine::general_purpose::STANDARD.encode(&digest.as_ref()[..8])
 }
@@ -249,7 +254,9 @@ pub fn aggregated(reg: &Registry, core: bool, version: &str) -> Value {
     })
 }
 
-/// `/version`: the Kubernetes version kustos speaks (1.32), in `version.Info` shape.
+/// `/version`: the Kubernetes version kustos speaks (1.35), in `version.Info` shape, with the
+/// emulation and compatibility versions kube-apiserver reports since 1.33 (it emulates its own
+/// release and stays compatible with the one before).
 pub fn version_info() -> Value {
     let arch = match std::env::consts::ARCH {
         "x86_64" => "amd64",
@@ -261,6 +268,10 @@ pub fn version_info() -> Value {
     json!({
         "major": KUBE_MAJOR,
         "minor": KUBE_MINOR,
+        "emulationMajor": KUBE_MAJOR,
+        "emulationMinor": KUBE_MINOR,
+        "minCompatibilityMajor": KUBE_MAJOR,
+        "minCompatibilityMinor": MIN_COMPATIBILITY_MINOR,
         "gitVersion": GIT_VERSION,
         "gitCommit": option_env!("KUSTOS_GIT_COMMIT").unwrap_or("0000000000000000000000000000000000000000"),
         "gitTreeState": "clean",
@@ -379,11 +390,26 @@ mod tests {
     }
 
     #[test]
-    fn version_is_1_32() {
+    fn version_is_1_35() {
         let v = version_info();
         assert_eq!(v["major"], "1");
-        assert_eq!(v["minor"], "32");
-        assert!(v["gitVersion"].as_str().unwrap_or("").starts_with("v1.32.0"));
+        assert_eq!(v["minor"], "35");
+        assert_eq!((v["emulationMajor"].as_str(), v["emulationMinor"].as_str()), (Some("1"), Some("35")));
+        assert_eq!((v["minCompatibilityMajor"].as_str(), v["minCompatibilityMinor"].as_str()), (Some("1"), Some("34")));
+        assert!(v["gitVersion"].as_str().unwrap_or("").starts_with("v1.35.0+"));
         assert!(v["platform"].as_str().unwrap_or("").contains('/'));
+    }
+
+    // Defined only when k8s-openapi is built with its `v1_35` feature.
+    k8s_openapi::k8s_if_1_35! { const K8S_OPENAPI_MINOR: &str = "35"; }
+
+    /// The served level is the k8s-openapi feature the types (and so the OpenAPI documents)
+    /// come from: building with another feature fails here until `/version` follows.
+    #[test]
+    fn served_level_is_the_k8s_openapi_feature() {
+        assert_eq!(K8S_OPENAPI_MINOR, KUBE_MINOR);
+        assert!(GIT_VERSION.starts_with(&format!("v{KUBE_MAJOR}.{KUBE_MINOR}.")));
+        let min: u32 = MIN_COMPATIBILITY_MINOR.parse().unwrap_or(0);
+        assert_eq!(min + 1, KUBE_MINOR.parse::<u32>().unwrap_or(0));
     }
 }

@@ -162,7 +162,7 @@ pub async fn encode(state: &AppState) -> String {
         if def.create_only {
             continue;
         }
-        if let Ok(n) = state.storage.count(&def.prefix()).await {
+        if let Ok(n) = state.store_for(def).count(&def.prefix()).await {
             let label =
                 if def.group.is_empty() { def.resource.to_string() } else { format!("{}.{}", def.resource, def.group) };
             if !counts.iter().any(|(l, _)| *l == label) {

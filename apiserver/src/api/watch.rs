@@ -100,10 +100,10 @@ async fn plan(c: &Call<'_>, filter: &Filter) -> Result<std::result::Result<Plan,
         return Ok(Ok(Plan { initial: Vec::new(), after: parse_rv(rv)?, end_bookmark: false }));
     }
     if !rv.is_empty() && rv != "0" {
-        crate::api::rest::wait_for_rv(&c.state.storage, parse_rv(rv)?).await?;
+        crate::api::rest::wait_for_rv(c.store(), parse_rv(rv)?).await?;
     }
     // A consistent snapshot, then changes after it.
-    let store = &c.state.storage;
+    let store = c.store();
     let page = match filter.pinned_key(c.def, ns(c)) {
         Some(key) => store.get_at(&key, None).await.map(|(kv, rev)| storage::ListResult {
             items: kv.into_iter().collect(),
@@ -256,7 +256,7 @@ pub async fn watch(c: &Call<'_>) -> Result<Response> {
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(BUFFER);
     let planned = plan(c, &filter).await?;
-    let store = c.state.storage.clone();
+    let store = c.store().clone();
     let scope = match filter.pinned_key(c.def, ns(c)) {
         Some(key) => Scope::Key(key),
         None => Scope::Prefix(c.def.ns_prefix(ns(c))),

@@ -101,8 +101,9 @@ pub struct Call<'a> {
 }
 
 impl Call<'_> {
+    /// The storage of this kind's objects ([`AppState::store_for`]).
     pub(crate) fn store(&self) -> &Arc<dyn Storage> {
-        &self.state.storage
+        self.state.store_for(self.def)
     }
     pub(crate) fn ns(&self) -> Option<&str> {
         if self.def.namespaced && !self.info.namespace.is_empty() {

@@ -2,8 +2,8 @@
 //! and `pkg/apis/coordination/validation`.
 //!
 //! `spec.strategy` and `spec.preferredHolder` belong to the CoordinatedLeaderElection feature,
-//! off by default in kube-apiserver 1.32: they are dropped on create, and on update unless the
-//! stored lease already uses them.
+//! off by default (beta since 1.33, still off in kube-apiserver 1.35): they are dropped on
+//! create, and on update unless the stored lease already uses them.
 
 use std::sync::Arc;
 
@@ -33,7 +33,7 @@ pub fn resources() -> Vec<ResourceDef> {
     }]
 }
 
-/// Whether the CoordinatedLeaderElection feature gate is on (1.32 default: off).
+/// Whether the CoordinatedLeaderElection feature gate is on (1.35 default: off).
 const COORDINATED_LEADER_ELECTION: bool = false;
 /// The Kubernetes-defined lease strategies.
 const VALID_LEASE_STRATEGIES: &[&str] = &["OldestEmulationVersion"];

@@ -35,6 +35,7 @@ pub mod certificates;
 pub mod coordination;
 pub mod core;
 pub mod custom;
+pub mod events;
 pub mod flowcontrol;
 pub mod intern;
 pub mod rbac;
@@ -257,6 +258,58 @@ pub trait Strategy: Send + Sync + 'static {
     fn strategic_merge_patch(&self) -> bool {
         true
     }
+
+    /// When the kind's objects are kept in another kind's storage (events.k8s.io/v1 Events
+    /// are core/v1 Events): which, and how the two forms convert. None: its own storage.
+    fn stored_as(&self) -> Option<StoredAs> {
+        None
+    }
+}
+
+/// A kind kept in another kind's storage, as upstream keeps one internal object for several
+/// group versions: every read and write of the kind goes through a [`crate::storage::view::View`]
+/// of that storage which converts the objects (see [`storage_of`]).
+#[derive(Debug, Clone, Copy)]
+pub struct StoredAs {
+    /// Group, version and kind of the stored form (its storage version, as discovery's
+    /// `storageVersionHash` names it).
+    pub gvk: Gvk,
+    /// The stored kind's resource: its objects are under `/registry/<group or core>/<resource>/`.
+    pub resource: &'static str,
+    /// The stored form (the other kind's wire form) → this kind's wire form.
+    pub from_stored: fn(&Value) -> Value,
+    /// This kind's wire form → the stored form.
+    pub to_stored: fn(&Value) -> Value,
+}
+
+impl StoredAs {
+    /// Storage prefix of the stored kind.
+    pub fn prefix(&self) -> String {
+        let g = if self.gvk.0.is_empty() { "core" } else { self.gvk.0 };
+        format!("/registry/{g}/{}/", self.resource)
+    }
+}
+
+impl crate::storage::view::Convert for StoredAs {
+    fn read(&self, stored: &[u8]) -> crate::storage::Result<Vec<u8>> {
+        let obj: Value = serde_json::from_slice(stored).map_err(crate::storage::view::conversion_error)?;
+        serde_json::to_vec(&(self.from_stored)(&obj)).map_err(crate::storage::view::conversion_error)
+    }
+    fn write(&self, value: &[u8]) -> crate::storage::Result<Vec<u8>> {
+        let obj: Value = serde_json::from_slice(value).map_err(crate::storage::view::conversion_error)?;
+        serde_json::to_vec(&(self.to_stored)(&obj)).map_err(crate::storage::view::conversion_error)
+    }
+}
+
+/// The storage `def`'s objects are read from and written to: `store` itself, or for a kind
+/// kept in another's storage ([`Strategy::stored_as`]) a converting view of it.
+pub fn storage_of(def: &ResourceDef, store: &Arc<dyn crate::storage::Storage>) -> Arc<dyn crate::storage::Storage> {
+    match def.strategy.stored_as() {
+        Some(stored) => {
+            Arc::new(crate::storage::view::View::new(store.clone(), def.prefix(), stored.prefix(), Arc::new(stored)))
+        }
+        None => store.clone(),
+    }
 }
 
 /// One served resource.
@@ -351,6 +404,7 @@ impl Registry {
     pub fn builtin() -> Self {
         let mut resources = Vec::new();
         resources.extend(core::resources());
+        resources.extend(events::resources());
         resources.extend(coordination::resources());
         resources.extend(certificates::resources());
         resources.extend(rbac::resources());

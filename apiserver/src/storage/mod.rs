@@ -15,13 +15,15 @@
 //! Two backends: `sqlite/` (embedded, one file) and `etcd.rs`. Both run the one compactor of
 //! `compactor.rs` (when and how far to compact) and feed their watchers through the live
 //! fan-out of `fanout.rs` (one broadcast channel, deduplicated by revision, filtered by
-//! scope); `migrate.rs` copies a store's objects from one backend to the other.
+//! scope); `migrate.rs` copies a store's objects from one backend to the other; `view.rs` shows
+//! one prefix of a store under another, its values converted (a kind kept in another's storage).
 
 mod compactor;
 pub mod etcd;
 mod fanout;
 pub mod migrate;
 pub mod sqlite;
+pub mod view;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;

@@ -18,6 +18,72 @@ const ACTION_LIMIT: usize = 128;
 const REASON_LIMIT: usize = 128;
 const NOTE_LIMIT: usize = 1024;
 
+/// Upstream's `legacyValidateEvent`, which every Event passes whichever API writes it
+/// (events.k8s.io/v1 adds its strict rules, `registry::events`): `obj` is in the core/v1
+/// form. Field paths are upstream's internal ones (`reportingController`, `message`), as its
+/// errors name them through either API.
+pub fn legacy_validate(obj: &Value) -> Vec<FieldError> {
+    let s = |path: &[&str]| str_at(obj, path).unwrap_or("").to_string();
+    let ns = s(&["metadata", "namespace"]);
+    let involved_ns = s(&["involvedObject", "namespace"]);
+    let mut errs = Vec::new();
+    let mismatch =
+        || FieldError::invalid("involvedObject.namespace", &json!(involved_ns), "does not match event.namespace");
+    let too_many = |field: &str, limit: usize| {
+        FieldError::invalid(field, &json!(""), format!("can have at most {limit} characters"))
+    };
+    if is_zero_time(obj.get("eventTime")) {
+        if involved_ns.is_empty() {
+            // event.namespace must also be empty, or "default" for old clients.
+            if !ns.is_empty() && ns != "default" {
+                errs.push(mismatch());
+            }
+        } else if ns != involved_ns {
+            errs.push(mismatch());
+        }
+    } else {
+        if involved_ns.is_empty() && ns != "default" && ns != "kube-system" {
+            errs.push(mismatch());
+        }
+        // core/v1 spells reportingController `reportingComponent`; upstream's path is the former.
+        let rc = s(&["reportingComponent"]);
+        if rc.is_empty() {
+            errs.push(FieldError::required("reportingController", ""));
+        }
+        for msg in validation::is_qualified_name(&rc) {
+            errs.push(FieldError::invalid("reportingController", &json!(rc), msg));
+        }
+        let instance = s(&["reportingInstance"]);
+        if instance.is_empty() {
+            errs.push(FieldError::required("reportingInstance", ""));
+        }
+        if instance.len() > REPORTING_INSTANCE_LIMIT {
+            errs.push(too_many("reportingInstance", REPORTING_INSTANCE_LIMIT));
+        }
+        let action = s(&["action"]);
+        if action.is_empty() {
+            errs.push(FieldError::required("action", ""));
+        }
+        if action.len() > ACTION_LIMIT {
+            errs.push(too_many("action", ACTION_LIMIT));
+        }
+        let reason = s(&["reason"]);
+        if reason.is_empty() {
+            errs.push(FieldError::required("reason", ""));
+        }
+        if reason.len() > REASON_LIMIT {
+            errs.push(too_many("reason", REASON_LIMIT));
+        }
+        if s(&["message"]).len() > NOTE_LIMIT {
+            errs.push(too_many("message", NOTE_LIMIT));
+        }
+    }
+    for msg in validation::is_dns1123_subdomain(&ns) {
+        errs.push(FieldError::invalid("namespace", &json!(ns), msg));
+    }
+    errs
+}
+
 impl Strategy for EventStrategy {
     fn name_rule(&self) -> crate::registry::NameRule {
         validation::validate_path_segment_name
@@ -32,65 +98,7 @@ impl Strategy for EventStrategy {
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        let s = |path: &[&str]| str_at(obj, path).unwrap_or("").to_string();
-        let ns = s(&["metadata", "namespace"]);
-        let involved_ns = s(&["involvedObject", "namespace"]);
-        let mut errs = Vec::new();
-        let mismatch =
-            || FieldError::invalid("involvedObject.namespace", &json!(involved_ns), "does not match event.namespace");
-        let too_many = |field: &str, limit: usize| {
-            FieldError::invalid(field, &json!(""), format!("can have at most {limit} characters"))
-        };
-        if is_zero_time(obj.get("eventTime")) {
-            if involved_ns.is_empty() {
-                // event.namespace must also be empty, or "default" for old clients.
-                if !ns.is_empty() && ns != "default" {
-                    errs.push(mismatch());
-                }
-            } else if ns != involved_ns {
-                errs.push(mismatch());
-            }
-        } else {
-            if involved_ns.is_empty() && ns != "default" && ns != "kube-system" {
-                errs.push(mismatch());
-            }
-            // core/v1 calls reportingController `reportingComponent`.
-            let rc = s(&["reportingComponent"]);
-            if rc.is_empty() {
-                errs.push(FieldError::required("reportingComponent", ""));
-            }
-            for msg in validation::is_qualified_name(&rc) {
-                errs.push(FieldError::invalid("reportingComponent", &json!(rc), msg));
-            }
-            let instance = s(&["reportingInstance"]);
-            if instance.is_empty() {
-                errs.push(FieldError::required("reportingInstance", ""));
-            }
-            if instance.len() > REPORTING_INSTANCE_LIMIT {
-                errs.push(too_many("reportingInstance", REPORTING_INSTANCE_LIMIT));
-            }
-            let action = s(&["action"]);
-            if action.is_empty() {
-                errs.push(FieldError::required("action", ""));
-            }
-            if action.len() > ACTION_LIMIT {
-                errs.push(too_many("action", ACTION_LIMIT));
-            }
-            let reason = s(&["reason"]);
-            if reason.is_empty() {
-                errs.push(FieldError::required("reason", ""));
-            }
-            if reason.len() > REASON_LIMIT {
-                errs.push(too_many("reason", REASON_LIMIT));
-            }
-            if s(&["message"]).len() > NOTE_LIMIT {
-                errs.push(too_many("message", NOTE_LIMIT));
-            }
-        }
-        for msg in validation::is_dns1123_subdomain(&ns) {
-            errs.push(FieldError::invalid("namespace", &json!(ns), msg));
-        }
-        errs
+        legacy_validate(obj)
     }
 
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
@@ -220,9 +228,9 @@ mod tests {
                 set(o, &["metadata", "namespace"], json!("team-a"));
             }, vec!["involvedObject.namespace: Invalid value: \"\": does not match event.namespace".into()]),
             ("new-style event needs reporting fields", |o| set(o, &["eventTime"], json!("2024-05-01T11:00:00.000000Z")), vec![
-                "reportingComponent: Required value".into(),
-                format!("reportingComponent: Invalid value: \"\": {qn}"),
-                "reportingComponent: Invalid value: \"\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".into(),
+                "reportingController: Required value".into(),
+                format!("reportingController: Invalid value: \"\": {qn}"),
+                "reportingController: Invalid value: \"\": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')".into(),
                 "reportingInstance: Required value".into(),
                 "action: Required value".into(),
             ]),

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1 as corev1;
 use serde_json::{json, Value};
 
-use crate::registry::shared::{age_column, col, creation_age, get_at, get_at_mut};
+use crate::registry::shared::{age_column, creation_age, get_at_mut};
 use crate::registry::{typed_roundtrip, Column, Strategy};
 
 /// `serviceaccounts`: secret references keep only their name (`cleanSecretReferences`).
@@ -50,20 +50,14 @@ impl Strategy for ServiceAccountStrategy {
         clean_secret_references(new);
     }
 
+    /// Since 1.35 upstream prints no `Secrets` count (the field is rarely set since 1.24 and
+    /// the count misled): Name and Age only.
     fn columns(&self) -> Vec<Column> {
-        vec![
-            col(
-                "Secrets",
-                "Secrets is a list of the secrets in the same namespace that pods running using this ServiceAccount are allowed to use. Pods are only limited to this list if this service account has a \"kubernetes.io/enforce-mountable-secrets\" annotation set to \"true\". The \"kubernetes.io/enforce-mountable-secrets\" annotation is deprecated since v1.32. Prefer separate namespaces to isolate access to mounted secrets. This field should not be used to find auto-generated service account token secrets for use outside of pods. Instead, tokens can be requested directly using the TokenRequest API, or service account token secrets can be manually created. More info: https://kubernetes.io/docs/concepts/configuration/secret",
-                0,
-            ),
-            age_column(),
-        ]
+        vec![age_column()]
     }
 
     fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
-        let n = get_at(obj, &["secrets"]).and_then(Value::as_array).map_or(0, Vec::len);
-        vec![json!(n), creation_age(obj, now)]
+        vec![creation_age(obj, now)]
     }
 }
 
@@ -84,7 +78,7 @@ mod tests {
         ServiceAccountStrategy.prepare_for_update(&mut upd, &sa);
         assert_eq!(upd["secrets"], json!([{"name": "b"}]), "update keeps names only");
         let names: Vec<&str> = ServiceAccountStrategy.columns().iter().map(|c| c.name).collect();
-        assert_eq!(names, ["Secrets", "Age"], "serviceaccount columns");
-        assert_eq!(ServiceAccountStrategy.cells(&sa, now()), vec![json!(2), json!("3h")], "serviceaccount cells");
+        assert_eq!(names, ["Age"], "serviceaccount columns");
+        assert_eq!(ServiceAccountStrategy.cells(&sa, now()), vec![json!("3h")], "serviceaccount cells");
     }
 }
