@@ -443,6 +443,66 @@ async fn a_custom_resource_has_no_protobuf_form() {
     expect_pb(&del, 200, "delete the CRD");
 }
 
+/// client-go's `tools/events` recorder (1.35 and later) posts events.k8s.io/v1 Events in
+/// protobuf and patches their series: the Event is stored once and read through core/v1 too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_events_k8s_io_event_is_recorded_in_protobuf() {
+    let s = shared_apiserver();
+    let http = s.http();
+    let ns = s.create_namespace("pbev").await;
+    let url = format!("{}/apis/events.k8s.io/v1/namespaces/{ns}/events", s.url);
+    let ev = json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "pod-a.1"},
+        "eventTime": "2026-11-26T03:00:00.123456Z",
+        "reportingController": "kustos.dev/e2e", "reportingInstance": "e2e-1",
+        "action": "Binding", "reason": "Scheduled", "type": "Normal",
+        "note": "assigned pod-a to node-1",
+        "regarding": {"kind": "Pod", "namespace": ns, "name": "pod-a", "apiVersion": "v1"},
+    });
+    let created = call(
+        http.post(&url)
+            .header("Content-Type", PB)
+            .header("Accept", CLIENT_GO_ACCEPT)
+            .header("User-Agent", "protobuf-e2e/v0.0.0")
+            .body(body(&ev)),
+    )
+    .await;
+    expect_pb(&created, 201, "create the event");
+    assert_eq!(created.obj["kind"], "Event");
+    assert_eq!(created.obj["apiVersion"], "events.k8s.io/v1");
+    assert_eq!(created.obj["note"], "assigned pod-a to node-1", "{}", created.obj);
+    assert_eq!(created.obj["eventTime"], "2026-11-26T03:00:00.123456Z", "MicroTime keeps microseconds");
+    // The same Event through core/v1, in protobuf.
+    let core =
+        call(http.get(format!("{}/api/v1/namespaces/{ns}/events/pod-a.1", s.url)).header("Accept", CLIENT_GO_ACCEPT))
+            .await;
+    expect_pb(&core, 200, "read through core/v1");
+    assert_eq!(core.obj["message"], "assigned pod-a to node-1", "{}", core.obj);
+    assert_eq!(core.obj["involvedObject"]["name"], "pod-a", "{}", core.obj);
+    assert_eq!(core.obj["reportingComponent"], "kustos.dev/e2e", "{}", core.obj);
+    // The recorder's series update is a merge patch (JSON body), answered in protobuf.
+    let patched = call(
+        http.patch(format!("{url}/pod-a.1"))
+            .header("Content-Type", "application/merge-patch+json")
+            .header("Accept", CLIENT_GO_ACCEPT)
+            .body(r#"{"series":{"count":2,"lastObservedTime":"2026-11-26T03:00:05.000001Z"}}"#),
+    )
+    .await;
+    expect_pb(&patched, 200, "patch the series");
+    assert_eq!(patched.obj["series"]["count"], 2, "{}", patched.obj);
+    assert_eq!(patched.obj["series"]["lastObservedTime"], "2026-11-26T03:00:05.000001Z", "{}", patched.obj);
+    // A protobuf DeleteOptions ends it.
+    let del = call(
+        http.delete(format!("{url}/pod-a.1"))
+            .header("Content-Type", PB)
+            .header("Accept", CLIENT_GO_ACCEPT)
+            .body(body(&json!({"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": "Background"}))),
+    )
+    .await;
+    assert_eq!(del.code, 200, "delete: {}", del.obj);
+}
+
 /// Errors from before a handler runs (authentication, authorization) are protobuf Status too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_before_the_handler_are_protobuf_status() {

@@ -1,5 +1,5 @@
-//! Server-side apply end to end: `kubectl apply --server-side` (the newest kubectl, 1.28, and
-//! the oldest on the machine, 1.27), a second field manager's conflicting apply (409 naming
+//! Server-side apply end to end: `kubectl apply --server-side` (the default kubectl and every
+//! version beside it, 1.27 to 1.33), a second field manager's conflicting apply (409 naming
 //! the field), `--force-conflicts`, `metadata.managedFields` as `kubectl get
 //! --show-managed-fields` shows them, a custom resource applied server-side, and kube-rs
 //! `Patch::Apply`.
@@ -162,6 +162,15 @@ fn the_oldest_kubectl_applies_server_side_too() {
 fn kubectl_1_28_applies_server_side_too() {
     let s = shared();
     conflict_force_and_managed_fields(&s, &kubectl_version("1.28"));
+}
+
+/// The other kubectl versions beside the default one, 1.33 (the newest) among them.
+#[test]
+fn every_other_kubectl_version_applies_server_side() {
+    let s = shared();
+    for version in ["1.29", "1.30", "1.31", "1.32", "1.33"] {
+        conflict_force_and_managed_fields(&s, &kubectl_version(version));
+    }
 }
 
 #[test]

@@ -388,3 +388,30 @@ async fn metadata_get_and_list_answer_the_version_asked() {
         }
     }
 }
+
+/// As upstream: a GET cannot be answered as `PartialObjectMetadataList`, nor a LIST as
+/// `PartialObjectMetadata` (406), when the client named only that form.
+#[tokio::test]
+async fn metadata_forms_must_match_object_or_list() {
+    let srv = seeded().await;
+    let admin = Caller::admin();
+    let names = srv.get(&admin, CMS).await;
+    let Some(first) = names.body["items"][0]["metadata"]["name"].as_str() else { panic!("no ConfigMaps: {names}") };
+    let cases = [
+        (format!("{CMS}/{first}"), "PartialObjectMetadataList", "is not a list (ConfigMap)"),
+        (CMS.to_string(), "PartialObjectMetadata", "is a list (ConfigMapList)"),
+    ];
+    for (path, kind, says) in cases {
+        let accept = format!("application/json;as={kind};g=meta.k8s.io;v=v1");
+        let req = http::Request::builder()
+            .uri(&path)
+            .header(http::header::ACCEPT, accept.as_str())
+            .body(axum::body::Body::empty())
+            .unwrap_or_else(|e| panic!("building the request: {e}"));
+        let r = super::read(srv.send(&admin, req).await).await;
+        assert_eq!(r.status, 406, "{accept} on {path}: {r}");
+        assert_eq!(r.body["reason"], "NotAcceptable", "{r}");
+        let message = r.body["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says) && message.contains(kind), "{message}");
+    }
+}

@@ -36,6 +36,13 @@ pub async fn wait_for_rv(store: &Arc<dyn Storage>, rv: Rev) -> Result<()> {
 }
 
 pub async fn get(c: &Call<'_>) -> Result<Reply> {
+    // As upstream: a list form cannot be made of one object (nor the other way, in `list`).
+    if c.out.metadata_list {
+        return Err(ApiError::NotAcceptable(format!(
+            "you requested PartialObjectMetadataList, but the requested object is not a list ({})",
+            c.def.kind
+        )));
+    }
     if let Some(rv) = c.params.get("resourceVersion").filter(|v| !v.is_empty() && *v != "0") {
         let rv = parse_rv(rv)?;
         wait_for_rv(c.store(), rv).await?;
@@ -308,6 +315,12 @@ pub async fn read_list(
 /// stored bytes with each resourceVersion spliced in; Table, metadata-only, YAML, protobuf and
 /// pretty output go through `render`.
 pub async fn list(c: &Call<'_>, headers: &HeaderMap, pretty: bool) -> Result<Response> {
+    if c.out.metadata_only && !c.out.metadata_list {
+        return Err(ApiError::NotAcceptable(format!(
+            "you requested PartialObjectMetadata, but the requested object is a list ({})",
+            c.def.list_kind()
+        )));
+    }
     let filter = Filter::from_params(c.def, &c.params)?;
     let plain = !c.out.table && !c.out.metadata_only && !c.out.yaml && !c.out.protobuf && !pretty;
     let l = read_list(c.store(), c.def, c.ns(), &c.params, &filter, !plain).await?;
