@@ -8,6 +8,7 @@ pub mod apf;
 pub mod etcd;
 pub mod lease;
 pub mod load;
+pub mod scrape;
 pub mod storm;
 
 use std::path::{Path, PathBuf};

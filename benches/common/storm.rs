@@ -25,7 +25,7 @@ use base64::Engine as _;
 use futures::StreamExt as _;
 use serde_json::{json, Value};
 
-use super::{admin_client, ca_pem, cpu_time, env_u64, ms, pct, peak_rss_kib, rss_kib, start};
+use super::{admin_client, ca_pem, cpu_time, env_u64, ms, pct, peak_rss_kib, rss_kib, scrape, start};
 
 const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 
@@ -443,6 +443,12 @@ pub struct StormFigures {
     /// was given.
     pub store_cpu: Option<Duration>,
     pub store_rss_kib: Option<u64>,
+    /// What the server's `/metrics` counted during the storm: its CPU seconds
+    /// (`process_cpu_seconds_total`), certificates signed (`kustos_csr_signed_total`) and
+    /// requests by verb, resource and code (`apiserver_request_total`), largest first.
+    pub metrics_cpu: Option<Duration>,
+    pub metrics_signed: Option<f64>,
+    pub requests: Vec<(String, f64)>,
 }
 
 impl StormFigures {
@@ -464,6 +470,22 @@ impl StormFigures {
             "server RSS after / peak".into(),
             format!("{:.1} MiB / {:.1} MiB", self.rss_kib as f64 / 1024.0, self.peak_rss_kib as f64 / 1024.0),
         ));
+        if let Some(cpu) = self.metrics_cpu {
+            rows.push(("server CPU time per /metrics (process_cpu_seconds_total)".into(), secs(cpu)));
+        }
+        if let Some(signed) = self.metrics_signed {
+            rows.push(("certificates signed per /metrics (kustos_csr_signed_total)".into(), format!("{signed}")));
+        }
+        let nodes = self.config.nodes.max(1) as f64;
+        let total: f64 = self.requests.iter().map(|(_, n)| n).sum();
+        if total > 0.0 {
+            let top: Vec<String> =
+                self.requests.iter().take(6).map(|(k, n)| format!("{k}: {:.2}", n / nodes)).collect();
+            rows.push((
+                "requests per node per /metrics (apiserver_request_total)".into(),
+                format!("{:.2} ({})", total / nodes, top.join("; ")),
+            ));
+        }
         rows
     }
 }
@@ -487,6 +509,7 @@ pub async fn bench(config: StormConfig, dir: &Path, extra: &[&str], store_pid: O
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let url: Arc<str> = server.url.clone().into();
+    let metrics_before = scrape_metrics(&admin, &server.url).await;
     let cpu_before = cpu_time(pid).context("reading the server's CPU time")?;
     let store_before = store_pid.and_then(cpu_time);
     let (results, wall) = run(url, ca, token, nodes, config.concurrency, config.timeout).await?;
@@ -495,6 +518,18 @@ pub async fn bench(config: StormConfig, dir: &Path, extra: &[&str], store_pid: O
     let store_rss_kib = store_pid.and_then(rss_kib);
     let rss = rss_kib(pid).unwrap_or(0);
     let peak = peak_rss_kib(pid).unwrap_or(0);
+    let metrics_after = scrape_metrics(&admin, &server.url).await;
+    let (metrics_cpu, metrics_signed, requests) = match (&metrics_before, &metrics_after) {
+        (Some(b), Some(a)) => {
+            let delta = |name: &str| scrape::sum(a, name, &[]) - scrape::sum(b, name, &[]);
+            (
+                Some(Duration::from_secs_f64(delta("process_cpu_seconds_total").max(0.0))),
+                Some(delta("kustos_csr_signed_total")),
+                scrape::request_deltas(b, a),
+            )
+        }
+        _ => (None, None, Vec::new()),
+    };
     drop(server);
     Ok(StormFigures {
         config,
@@ -504,7 +539,22 @@ pub async fn bench(config: StormConfig, dir: &Path, extra: &[&str], store_pid: O
         peak_rss_kib: peak,
         store_cpu,
         store_rss_kib,
+        metrics_cpu,
+        metrics_signed,
+        requests,
     })
+}
+
+/// The server's `/metrics` samples, or None (with a note) when they cannot be read.
+async fn scrape_metrics(admin: &reqwest::Client, url: &str) -> Option<Vec<scrape::Sample>> {
+    let text = async { admin.get(format!("{url}/metrics")).send().await?.error_for_status()?.text().await };
+    match text.await {
+        Ok(t) => Some(scrape::parse(&t)),
+        Err(e) => {
+            eprintln!("reading {url}/metrics: {e}");
+            None
+        }
+    }
 }
 
 pub fn secs(d: Duration) -> String {
