@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod ca_cmd;
 mod controller_manager;
 mod kubeconfig_cmd;
 mod storage_cmd;
@@ -37,6 +38,8 @@ enum Command {
     Kubeconfig(kubeconfig_cmd::KubeconfigCommand),
     /// Move the cluster state between storage backends.
     Storage(storage_cmd::StorageCommand),
+    /// The cluster CA: status, and rotation without a restart (begin, switch, finish).
+    Ca(ca_cmd::CaCommand),
 }
 
 #[derive(Args, Clone)]
@@ -427,21 +430,45 @@ fn in_process_election() -> kustos_controllers::leader_election::Config {
 
 /// The in-process controllers' client: the apiserver's own handler stack called in memory
 /// (no TCP, TLS or HTTP framing), authenticated with a client certificate for
-/// `system:kube-controller-manager` in `system:masters`, issued from the cluster CA at every
-/// start and kept in memory only. The controllers run inside the process that holds the CA
-/// key and the store, so RBAC could not confine them further; the per-controller
-/// `system:controller:*` roles are for `kustos controller-manager` against other apiservers.
+/// `system:kube-controller-manager` in `system:masters`, issued from the cluster CA and kept
+/// in memory only: at start, and again whenever the signing CA of `DIR/pki` changes (a CA
+/// rotation), so that it stays trusted after the old CA is dropped. The controllers run
+/// inside the process that holds the CA key and the store, so RBAC could not confine them
+/// further; the per-controller `system:controller:*` roles are for `kustos controller-manager`
+/// against other apiservers.
 fn in_process_client(running: &kustos_apiserver::Running) -> anyhow::Result<kube::Client> {
-    let params = kustos_ca::IssueParams::client(
-        "system:kube-controller-manager",
-        vec!["system:masters".into()],
-        // Capped at the CA's NotAfter by issuing; a new one is issued at every start.
-        chrono::Duration::days(3650),
-    );
-    let issued = running.pki.ca().issue(params, chrono::Utc::now())?;
-    let service = kustos_apiserver::http::serve::InProcess::new(
+    let files =
+        kustos_controllers::ca_files::CaFiles::load(&running.pki.dir.join("ca.crt"), &running.pki.dir.join("ca.key"))
+            .context("loading the cluster CA")?;
+    let issue = |ca: &kustos_ca::Ca| -> anyhow::Result<Vec<u8>> {
+        let params = kustos_ca::IssueParams::client(
+            "system:kube-controller-manager",
+            vec!["system:masters".into()],
+            // Capped at the CA's NotAfter by issuing; a new one is issued at every start.
+            chrono::Duration::days(3650),
+        );
+        Ok(ca.issue(params, chrono::Utc::now())?.cert_der)
+    };
+    let first = running.pki.ca();
+    let cached = std::sync::Mutex::new((first.cert_der().to_vec(), issue(first)?));
+    let identity: kustos_apiserver::http::serve::Identity = std::sync::Arc::new(move || {
+        let bundle = files.current();
+        let signer = bundle.signer();
+        let mut cached = cached.lock().unwrap_or_else(|e| e.into_inner());
+        if cached.0 != signer.cert_der() {
+            match issue(signer) {
+                Ok(cert) => {
+                    tracing::info!("issued the controllers' client certificate from the new cluster CA");
+                    *cached = (signer.cert_der().to_vec(), cert);
+                }
+                Err(e) => tracing::warn!(error = %e, "issuing the controllers' client certificate failed"),
+            }
+        }
+        vec![cached.1.clone().into()]
+    });
+    let service = kustos_apiserver::http::serve::InProcess::with_identity(
         kustos_apiserver::router(running.state.clone()),
-        vec![issued.cert_der.clone().into()],
+        identity,
     );
     Ok(kube::Client::new(service, "default"))
 }
@@ -463,6 +490,7 @@ fn main() {
             Command::Token(t) => token::run(t).await,
             Command::Kubeconfig(k) => kubeconfig_cmd::run(k),
             Command::Storage(s) => storage_cmd::run(s).await,
+            Command::Ca(c) => ca_cmd::run(c).await,
         }
     });
     if let Err(e) = result {

@@ -657,8 +657,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         authn::client_ca::State::new(kustos_ca::bundle::ca_certificates(&pki.ca_bundle_pem)?, now),
         state.security.authn.clone(),
         tls_tx,
-        (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),
+        authn::client_ca::Serving {
+            cert_path: pki.dir.join("apiserver.crt"),
+            key_path: pki.dir.join("apiserver.key"),
+            current: (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),
+        },
         cfg.client_ca_reload_interval,
+        pki::cluster_info::follower(state.clone(), format!("https://{server_address}")),
     );
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(http::serve::serve_dynamic(listener, tls_rx, app, async move {

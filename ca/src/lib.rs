@@ -361,6 +361,21 @@ impl CertInfo {
     }
 }
 
+/// Whether `cert_der` names the CA certificate `ca_der`'s subject as issuer and carries a
+/// valid signature by its key (no key needed; validity dates and usages are not checked).
+pub fn signed_by(cert_der: &[u8], ca_der: &[u8]) -> bool {
+    let (Ok(cert), Ok(ca)) = (parse_x509(cert_der), parse_x509(ca_der)) else {
+        return false;
+    };
+    cert.issuer().as_raw() == ca.subject().as_raw() && cert.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+/// SHA-256 of `der`, lower-case hex (a certificate's fingerprint, as `openssl x509
+/// -fingerprint -sha256` prints it without colons).
+pub fn fingerprint(der: &[u8]) -> String {
+    hex(ring::digest::digest(&ring::digest::SHA256, der).as_ref())
+}
+
 /// Lower-case hex, e.g. for serial numbers in logs.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
@@ -660,10 +675,61 @@ impl Ca {
     /// Whether `cert_der` names this CA as issuer and carries a valid signature by its key.
     /// (Validity dates and usages are not checked here.)
     pub fn signed(&self, cert_der: &[u8]) -> bool {
-        let (Ok(cert), Ok(ca)) = (parse_x509(cert_der), parse_x509(&self.cert_der)) else {
-            return false;
-        };
-        cert.issuer().as_raw() == ca.subject().as_raw() && cert.verify_signature(Some(ca.public_key())).is_ok()
+        signed_by(cert_der, &self.cert_der)
+    }
+
+    /// A cross-signed certificate for another CA (`other_der`): its subject, public key and
+    /// subject key identifier, CA:true, keyCertSign|cRLSign|digitalSignature, issued and
+    /// signed by this CA, valid from `now - BACKDATE` until the earlier of both CAs' NotAfter.
+    /// Sent as an intermediate, it lets clients that trust only this CA verify certificates
+    /// the other CA issues (a CA rotation).
+    pub fn cross_sign(&self, other_der: &[u8], now: DateTime<Utc>) -> Result<Issued> {
+        let other = parse_certificate_der(other_der)?;
+        if !other.is_ca {
+            return Err(Error::NotCa("only a CA certificate can be cross-signed".into()));
+        }
+        let not_after = other.not_after.min(self.info.not_after);
+        if not_after <= now {
+            return Err(Error::CaExpired(not_after));
+        }
+        let spki = rcgen::SubjectPublicKeyInfo::from_der(&other.public_key_der)
+            .map_err(|e| Error::UnsupportedKey(format!("subject public key: {e}")))?;
+        let mut cp = rcgen::CertificateParams::default();
+        cp.not_before = to_offset(now - BACKDATE)?;
+        cp.not_after = to_offset(not_after)?;
+        cp.serial_number = Some(rcgen::SerialNumber::from_slice(&random_serial()?));
+        cp.distinguished_name = rcgen::DistinguishedName::new();
+        cp.distinguished_name.push(rcgen::DnType::CommonName, "placeholder");
+        cp.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        cp.key_usages = vec![
+            rcgen::KeyUsagePurpose::DigitalSignature,
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::CrlSign,
+        ];
+        if let Some(ski) = &other.subject_key_id {
+            cp.key_identifier_method = rcgen::KeyIdMethod::PreSpecified(ski.clone());
+        }
+        cp.use_authority_key_identifier_extension = self.info.subject_key_id.is_some();
+        let mut issuer_params = rcgen::CertificateParams::default();
+        if let Some(ski) = &self.info.subject_key_id {
+            issuer_params.key_identifier_method = rcgen::KeyIdMethod::PreSpecified(ski.clone());
+        }
+        issuer_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+        let issuer = rcgen::Issuer::new(issuer_params, self.key.rcgen());
+        let draft = cp.signed_by(&spki, &issuer)?;
+        let cert_der = self.rewrite_names(draft.der(), &other.subject_der)?;
+        if !self.signed(&cert_der) {
+            return Err(Error::Generate("the cross-signed certificate does not verify against the CA".into()));
+        }
+        let info = parse_certificate_der(&cert_der)?;
+        Ok(Issued {
+            cert_pem: pem_encode("CERTIFICATE", &cert_der),
+            cert_der,
+            key_pem: None,
+            serial: info.serial,
+            not_before: info.not_before,
+            not_after: info.not_after,
+        })
     }
 
     /// Issue a certificate: NotBefore = now − [`BACKDATE`], NotAfter = min(now + validity,

@@ -264,3 +264,31 @@ fn certificates_are_read_as_go_reads_them() {
         }
     }
 }
+
+#[test]
+fn cross_signed_ca_chains_the_new_cas_certificates_to_the_old_one() {
+    let now = Utc::now();
+    let old = Ca::generate("old-ca", Duration::days(365), now).unwrap();
+    let new = Ca::generate("new-ca", Duration::days(3650), now).unwrap();
+    let cross = old.cross_sign(new.cert_der(), now).unwrap();
+    let info = parse_certificate_der(&cross.cert_der).unwrap();
+    let new_info = new.info();
+    // The new CA's identity, the old CA's signature, the shorter of both lifetimes.
+    assert_eq!(info.subject_der, new_info.subject_der);
+    assert_eq!(info.public_key_der, new_info.public_key_der);
+    assert_eq!(info.subject_key_id, new_info.subject_key_id);
+    assert_eq!(info.issuer_der, old.info().subject_der);
+    assert!(info.is_ca);
+    assert_eq!(info.not_after, old.not_after());
+    assert!(old.signed(&cross.cert_der));
+    assert!(!new.signed(&cross.cert_der));
+    // What the new CA issues verifies against the cross-signed certificate too.
+    let leaf = new.issue(IssueParams::client("jane", vec![], Duration::hours(1)), now).unwrap();
+    assert!(signed_by(&leaf.cert_der, &cross.cert_der));
+    assert!(signed_by(&leaf.cert_der, new.cert_der()));
+    assert!(!signed_by(&leaf.cert_der, old.cert_der()));
+    // A leaf cannot be cross-signed; fingerprints tell certificates apart.
+    assert!(old.cross_sign(&leaf.cert_der, now).is_err());
+    assert_ne!(fingerprint(&cross.cert_der), fingerprint(new.cert_der()));
+    assert_eq!(fingerprint(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}

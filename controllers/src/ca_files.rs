@@ -9,6 +9,9 @@
 //! bad file is reported even when nothing is being signed. A pair that does not load is
 //! reported once (file names and the reason, never key material) and the last good CA
 //! keeps signing. [`reload`] is the whole policy.
+//!
+//! During a CA rotation (`kustos ca rotate`), `rotation.json` beside the certificate file may
+//! cap the lifetime of what the signer issues ([`signer_cap`], [`CaFiles::issue_cap`]).
 
 use std::os::unix::fs::MetadataExt as _;
 use std::path::{Path, PathBuf};
@@ -16,6 +19,27 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kustos_ca::SignerBundle;
+
+/// The CA rotation's state file, beside the CA certificate file.
+pub const ROTATION_FILE: &str = "rotation.json";
+/// Its field holding the longest lifetime the signer issues, in seconds.
+pub const SIGNER_MAX_DURATION_FIELD: &str = "signerMaxDurationSeconds";
+
+/// The signer's cap in the text of [`ROTATION_FILE`]: `None` when absent, not positive, or
+/// the text is not JSON.
+pub fn signer_cap(state_json: &str) -> Option<chrono::Duration> {
+    let v: serde_json::Value = serde_json::from_str(state_json).ok()?;
+    let secs = v.get(SIGNER_MAX_DURATION_FIELD)?.as_i64().filter(|s| *s > 0)?;
+    chrono::Duration::try_seconds(secs)
+}
+
+/// `duration` capped by `cap`, never below [`kustos_ca::csr::MIN_DURATION`].
+pub fn capped(duration: chrono::Duration, cap: Option<chrono::Duration>) -> chrono::Duration {
+    match cap {
+        Some(cap) if cap < duration => cap.max(kustos_ca::csr::MIN_DURATION),
+        _ => duration,
+    }
+}
 
 /// Why a certificate and key file pair does not load. One line naming the files, never key
 /// material. The message includes the underlying error (it is not also a `source`, so that a
@@ -157,6 +181,14 @@ impl CaFiles {
 
     /// The CA to sign with now: re-read first when either file changed. Reads small files
     /// synchronously, only after a change.
+    /// The cap [`ROTATION_FILE`] beside the certificate file sets, read at each call
+    /// (signing is rare; the file is small).
+    pub fn issue_cap(&self) -> Option<chrono::Duration> {
+        let dir = self.cert.parent()?;
+        let text = std::fs::read_to_string(dir.join(ROTATION_FILE)).ok()?;
+        signer_cap(&text)
+    }
+
     pub fn current(&self) -> Arc<SignerBundle> {
         // Metadata first, contents second: a change after the stat is seen next time.
         let stamps = Stamp::of(&self.cert).zip(Stamp::of(&self.key));
@@ -342,5 +374,30 @@ mod tests {
         std::fs::remove_file(&key).unwrap();
         assert_eq!(files.current().signer().common_name(), "old-ca", "key file removed");
         assert!(CaFiles::load(&crt, &key).unwrap_err().to_string().contains("ca.key"), "loading fails naming the file");
+    }
+
+    #[test]
+    fn signer_cap_and_capping() {
+        let h = chrono::Duration::hours;
+        let cases: &[(&str, Option<i64>)] = &[
+            (r#"{"phase":"switched","signerMaxDurationSeconds":3600}"#, Some(3600)),
+            (r#"{"phase":"switched"}"#, None),
+            (r#"{"signerMaxDurationSeconds":0}"#, None),
+            (r#"{"signerMaxDurationSeconds":-5}"#, None),
+            (r#"{"signerMaxDurationSeconds":"3600"}"#, None),
+            ("not json", None),
+        ];
+        for (text, want) in cases {
+            assert_eq!(signer_cap(text), want.map(chrono::Duration::seconds), "{text}");
+        }
+        let cases = [
+            (h(8760), None, h(8760)),
+            (h(8760), Some(h(24)), h(24)),
+            (h(1), Some(h(24)), h(1)),
+            (h(1), Some(chrono::Duration::seconds(1)), kustos_ca::csr::MIN_DURATION),
+        ];
+        for (duration, cap, want) in cases {
+            assert_eq!(capped(duration, cap), want, "{duration} capped by {cap:?}");
+        }
     }
 }

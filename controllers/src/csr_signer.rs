@@ -12,7 +12,8 @@
 //! A request that breaks the signer's rules gets the condition `Failed` (status True, reason
 //! `SignerValidationFailure`, the rule's message) through `/status` and no certificate.
 //! Otherwise the certificate (lifetime: `spec.expirationSeconds` capped by
-//! `--cluster-signing-duration`, at least 10 minutes; see [`kustos_ca::csr`]) is written to
+//! `--cluster-signing-duration` and, during a CA rotation, by `rotation.json`'s cap
+//! ([`crate::ca_files::signer_cap`]), at least 10 minutes; see [`kustos_ca::csr`]) is written to
 //! `status.certificate` through `/status`. Both writes carry the CSR's resourceVersion as
 //! precondition: Conflict means it changed meanwhile (reconciled again), NotFound that it is
 //! gone. Signing errors (e.g. an expired CA) are retried with a growing delay.
@@ -391,6 +392,7 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
         Decision::Sign { signer, request, duration } => {
             let Some(files) = ctx.signers.get(signer) else { return Ok(Action::await_change()) };
             let ca = files.current();
+            let duration = crate::ca_files::capped(duration, files.issue_cap());
             let cert = kustos_ca::csr::sign(ca.signer(), &request, csr::usages(&obj), duration, now)
                 .map_err(|source| Error::Sign { csr: name.clone(), source })?;
             (issued(&obj, &cert.cert_pem), "issued")

@@ -393,13 +393,13 @@ impl Server {
     }
 
     fn http_builder(&self) -> reqwest::ClientBuilder {
-        let ca = reqwest::Certificate::from_pem(&self.ca_pem()).expect("cluster CA PEM");
-        reqwest::Client::builder()
-            .use_rustls_tls()
-            .tls_built_in_root_certs(false)
-            .add_root_certificate(ca)
-            .timeout(HTTP_TIMEOUT)
-            .no_proxy()
+        // Every CA of the bundle (during a CA rotation it holds two), as client-go reads it.
+        let cas = reqwest::Certificate::from_pem_bundle(&self.ca_pem()).expect("cluster CA PEM");
+        let mut builder = reqwest::Client::builder().use_rustls_tls().tls_built_in_root_certs(false);
+        for ca in cas {
+            builder = builder.add_root_certificate(ca);
+        }
+        builder.timeout(HTTP_TIMEOUT).no_proxy()
     }
 
     /// A kube-rs client from the admin kubeconfig, used as is.

@@ -85,16 +85,49 @@ pub fn decide(state: &State, file: Result<&str, &std::io::Error>, now: DateTime<
     Decision { remember, replace: (active != state.active).then_some(active), problem }
 }
 
+/// The serving certificate chain and key files, followed too (a CA rotation re-issues them).
+#[derive(Clone)]
+pub struct Serving {
+    pub cert_path: PathBuf,
+    pub key_path: PathBuf,
+    /// The chain and key (PEM) in use.
+    pub current: (String, String),
+}
+
+/// The serving pair to use from now on, given the one in use and the files' contents: `None`
+/// when they are the same, unreadable, or do not belong together (a pair caught between its
+/// two writes: the next poll sees it whole).
+pub fn serving_decision(
+    current: &(String, String),
+    cert: Option<String>,
+    key: Option<String>,
+) -> Option<(String, String)> {
+    let (cert, key) = (cert?, key?);
+    if (cert.as_str(), key.as_str()) == (current.0.as_str(), current.1.as_str()) {
+        return None;
+    }
+    if !crate::pki::rotation::key_matches(&cert, &key) {
+        return None;
+    }
+    // Normalized to PKCS#8 for the TLS layer, as at start.
+    let key = kustos_ca::KeyPair::from_pem(&key).ok()?.private_key_pem();
+    (cert != current.0 || key != current.1).then_some((cert, key))
+}
+
+/// Called with the trust bundle (DER) whenever it changes (e.g. to publish it).
+pub type OnTrust = Box<dyn Fn(&[Vec<u8>]) + Send + Sync>;
+
 /// Poll `path` every `every` until the TLS configuration's receivers are gone (the serve
-/// loop ended); apply each [`Decision`] to the authenticator and the TLS hints.
-/// `serving` is the serving certificate and key (PEM) the TLS configuration is rebuilt with.
+/// loop ended); apply each [`Decision`] to the authenticator and the TLS hints. The serving
+/// files are followed the same way; the TLS configuration is rebuilt when either changes.
 pub fn spawn(
     path: PathBuf,
     mut state: State,
     authn: Arc<AuthnChain>,
     tls: watch::Sender<Arc<ServerConfig>>,
-    serving: (String, String),
+    mut serving: Serving,
     every: Duration,
+    on_trust: OnTrust,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut reported: Option<Problem> = None;
@@ -102,6 +135,20 @@ pub fn spawn(
             tokio::select! {
                 _ = tls.closed() => return,
                 _ = tokio::time::sleep(every) => {}
+            }
+            let cert = tokio::fs::read_to_string(&serving.cert_path).await.ok();
+            let key = tokio::fs::read_to_string(&serving.key_path).await.ok();
+            if let Some(pair) = serving_decision(&serving.current, cert, key) {
+                match crate::http::serve::tls_config_with(&pair.0, &pair.1, &state.active) {
+                    Ok(config) => {
+                        tls.send_replace(config);
+                        tracing::info!(file = %serving.cert_path.display(), "serving the new certificate");
+                        serving.current = pair;
+                    }
+                    Err(e) => {
+                        tracing::warn!(file = %serving.cert_path.display(), error = %e, "the new serving certificate does not load")
+                    }
+                }
             }
             let read = tokio::fs::read_to_string(&path).await;
             let d = decide(&state, read.as_deref(), Utc::now());
@@ -121,13 +168,14 @@ pub fn spawn(
             }
             let Some(trust) = d.replace else { continue };
             let applied = authn.x509().map_or(Ok(()), |x| x.set_trust(&trust)).and_then(|()| {
-                let config = crate::http::serve::tls_config_with(&serving.0, &serving.1, &trust)?;
+                let config = crate::http::serve::tls_config_with(&serving.current.0, &serving.current.1, &trust)?;
                 tls.send_replace(config);
                 Ok(())
             });
             match applied {
                 Ok(()) => {
                     tracing::info!(file = %path.display(), cas = trust.len(), "trusting the new client CA bundle");
+                    on_trust(&trust);
                     state.active = trust;
                 }
                 Err(e) => tracing::warn!(file = %path.display(), error = %e, "applying the client CA bundle failed"),

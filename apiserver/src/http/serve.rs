@@ -61,13 +61,22 @@ impl PeerCertificates {
 #[derive(Clone)]
 pub struct InProcess {
     app: Router,
-    peer: PeerCertificates,
+    identity: Identity,
 }
+
+/// The client certificate chain (leaf first) of each request.
+pub type Identity = Arc<dyn Fn() -> Vec<CertificateDer<'static>> + Send + Sync>;
 
 impl InProcess {
     /// `identity`: the client certificate chain (leaf first) the requests authenticate with.
     pub fn new(app: Router, identity: Vec<CertificateDer<'static>>) -> Self {
-        InProcess { app, peer: PeerCertificates(identity) }
+        InProcess { app, identity: Arc::new(move || identity.clone()) }
+    }
+
+    /// Like [`InProcess::new`], asking `identity` for the chain at every request (e.g. one
+    /// re-issued when the cluster CA is rotated).
+    pub fn with_identity(app: Router, identity: Identity) -> Self {
+        InProcess { app, identity }
     }
 }
 
@@ -86,7 +95,7 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         let mut req = req.map(axum::body::Body::new);
-        req.extensions_mut().insert(self.peer.clone());
+        req.extensions_mut().insert(PeerCertificates((self.identity)()));
         self.app.clone().oneshot(req)
     }
 }

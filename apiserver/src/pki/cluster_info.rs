@@ -6,7 +6,8 @@
 //!
 //! Written at every apiserver start: created when missing, replaced when the URL or the CA
 //! changed (signatures of the old content go with it, the signer makes new ones), left alone
-//! otherwise.
+//! otherwise; and again whenever the trust bundle in `ca.crt` changes while serving
+//! ([`follower`], a CA rotation).
 
 use std::sync::Arc;
 
@@ -61,8 +62,8 @@ pub fn decide(existing: Option<&Value>, kubeconfig: &str) -> Option<Write> {
     Some(Write::Update(updated))
 }
 
-/// Create or refresh cluster-info for `server_url` and `ca_bundle_pem`, as the apiserver.
-pub async fn ensure(state: &Arc<AppState>, server_url: &str, ca_bundle_pem: &str) -> anyhow::Result<()> {
+/// The ConfigMaps' definition and the stored cluster-info, if any.
+async fn stored(state: &Arc<AppState>) -> anyhow::Result<(&crate::registry::ResourceDef, Option<Value>)> {
     let def =
         state.registry.find("", "v1", "configmaps").ok_or_else(|| anyhow::anyhow!("configmaps are not registered"))?;
     let existing = match state.storage.get(&def.key(Some(NAMESPACE), NAME)).await? {
@@ -71,6 +72,12 @@ pub async fn ensure(state: &Arc<AppState>, server_url: &str, ca_bundle_pem: &str
         }
         None => None,
     };
+    Ok((def, existing))
+}
+
+/// Create or refresh cluster-info for `server_url` and `ca_bundle_pem`, as the apiserver.
+pub async fn ensure(state: &Arc<AppState>, server_url: &str, ca_bundle_pem: &str) -> anyhow::Result<()> {
+    let (def, existing) = stored(state).await?;
     let Some(write) = decide(existing.as_ref(), &kubeconfig(server_url, ca_bundle_pem)) else {
         return Ok(());
     };
@@ -104,6 +111,35 @@ pub async fn ensure(state: &Arc<AppState>, server_url: &str, ca_bundle_pem: &str
         Err(ApiError::AlreadyExists { .. } | ApiError::Conflict { .. }) => Ok(()),
         Err(e) => anyhow::bail!("writing {NAMESPACE}/{NAME}: {e}"),
     }
+}
+
+/// Keeps cluster-info in step with the trust bundle while serving: given to the client CA
+/// follower, it rewrites cluster-info (in the background, retrying a few times) whenever the
+/// bundle changes, e.g. in a CA rotation.
+pub fn follower(state: Arc<AppState>, server_url: String) -> crate::authn::client_ca::OnTrust {
+    Box::new(move |trust: &[Vec<u8>]| {
+        let pem: String = trust.iter().map(|d| kustos_ca::pem_encode("CERTIFICATE", d)).collect();
+        let (state, url) = (state.clone(), server_url.clone());
+        tokio::spawn(async move {
+            for attempt in 1..=5u32 {
+                // A write lost to a concurrent one (the bootstrap signer's) is tried again.
+                let done = match ensure(&state, &url, &pem).await {
+                    Ok(()) => {
+                        stored(&state).await.map(|(_, cm)| decide(cm.as_ref(), &kubeconfig(&url, &pem)).is_none())
+                    }
+                    Err(e) => Err(e),
+                };
+                match done {
+                    Ok(true) => return,
+                    Ok(false) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
+                    Err(e) => {
+                        tracing::warn!(error = %e, attempt, "refreshing {NAMESPACE}/{NAME} with the new CA bundle failed");
+                        tokio::time::sleep(std::time::Duration::from_secs(u64::from(attempt))).await;
+                    }
+                }
+            }
+        });
+    })
 }
 
 #[cfg(test)]

@@ -20,13 +20,16 @@
 //!
 //! `DIR/admin.kubeconfig` (0600) holds an x509 client certificate for `kustos-admin` in group
 //! `system:masters`, reused while it is signed by the current CA and valid for more than 30
-//! days.
+//! days, and trusts the CA bundle (every unexpired CA of `ca.crt`).
+//!
+//! [`rotation`] replaces the CA while the server runs (`kustos ca rotate`).
 //!
 //! In this folder: files in, keys and certificates out. [`data_dir`] keeps the data
 //! directory private, [`cluster_info`] writes `kube-public/cluster-info`.
 
 pub mod cluster_info;
 pub mod data_dir;
+pub mod rotation;
 pub mod service_account;
 
 use std::collections::BTreeSet;
@@ -474,7 +477,7 @@ fn read_admin_kubeconfig(text: &str) -> Option<ExistingKubeconfig> {
 }
 
 /// Write (or keep) `dir/admin.kubeconfig` for `server_url`: user `kustos-admin` in group
-/// `system:masters`. The client certificate is reused while it is signed by the current CA
+/// `system:masters`, trusting the CA bundle. The client certificate is reused while it is signed by the current CA
 /// and valid for more than 30 days; otherwise a new one (1 year) is issued.
 pub fn write_admin_kubeconfig(dir: &Path, pki: &Pki, server_url: &str, now: DateTime<Utc>) -> anyhow::Result<PathBuf> {
     let path = dir.join("admin.kubeconfig");
@@ -495,7 +498,7 @@ pub fn write_admin_kubeconfig(dir: &Path, pki: &Pki, server_url: &str, now: Date
     });
     let (cert_pem, key_pem) = match reusable {
         Some(e) => {
-            if e.server == server_url && e.ca_pem == pki.ca_cert_pem {
+            if e.server == server_url && e.ca_pem == pki.ca_bundle_pem {
                 restrict_key_file(&path)?;
                 return Ok(path);
             }
@@ -511,7 +514,7 @@ pub fn write_admin_kubeconfig(dir: &Path, pki: &Pki, server_url: &str, now: Date
         }
     };
     let yaml =
-        kubeconfig_yaml(server_url, &pki.ca_cert_pem, ADMIN_USER, KubeconfigAuth::ClientCert { cert_pem, key_pem });
+        kubeconfig_yaml(server_url, &pki.ca_bundle_pem, ADMIN_USER, KubeconfigAuth::ClientCert { cert_pem, key_pem });
     write_private(&path, &yaml)?;
     Ok(path)
 }
