@@ -53,7 +53,7 @@ impl FieldError {
         Self::new("FieldValueDuplicate", field, format!("Duplicate value: {value}"))
     }
     pub fn too_long(field: impl Into<String>, max: usize) -> Self {
-        Self::new("FieldValueTooLong", field, format!("Too long: must have at most {max} bytes"))
+        Self::new("FieldValueTooLong", field, too_long_message(max))
     }
     /// `Internal error: <detail>` (upstream's `field.InternalError`): the server, not the
     /// request, is at fault; an Invalid error with such a cause is answered with 500.
@@ -329,4 +329,10 @@ mod tests {
             .unwrap_or("")
             .starts_with("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value"));
     }
+}
+
+/// `field.TooLong`'s message as kube-apiserver 1.35 words it.
+pub fn too_long_message(max: usize) -> String {
+    let unit = if max == 1 { "byte" } else { "bytes" };
+    format!("Too long: may not be more than {max} {unit}")
 }

@@ -63,13 +63,9 @@ pub(crate) fn invalid_shown(field: impl Into<String>, shown: &str, detail: &str)
     }
 }
 
-/// `field.TooLong` as kube-apiserver 1.32 words it.
+/// `field.TooLong` as kube-apiserver 1.35 words it.
 pub(crate) fn too_long(field: impl Into<String>, max: usize) -> FieldError {
-    FieldError {
-        reason: "FieldValueTooLong",
-        field: field.into(),
-        message: format!("Too long: must have at most {max} bytes"),
-    }
+    FieldError { reason: "FieldValueTooLong", field: field.into(), message: crate::error::too_long_message(max) }
 }
 
 /// Go's `%#v` of a `[]string`: `[]string{"a", "b"}`.

@@ -106,7 +106,7 @@ mod tests {
                 "data[a.txt]: Invalid value: \"a.txt\": duplicate of key present in binaryData".into(),
             ]),
             ("too big", Box::new(move |o| set(o, &["data", "big"], json!(big))), vec![
-                "Too long: must have at most 1048576 bytes".into(),
+                "Too long: may not be more than 1048576 bytes".into(),
             ]),
         ];
         for (name, mutate, want) in cases {

@@ -247,7 +247,7 @@ mod tests {
             ]),
             ("bootstrap token: no rules", json!({"type": "bootstrap.kubernetes.io/token"}), vec![]),
             ("too big", json!({"type": "Opaque", "data": {"big": b64(&"x".repeat(MAX_SECRET_SIZE + 1))}}), vec![
-                "data: Too long: must have at most 1048576 bytes",
+                "data: Too long: may not be more than 1048576 bytes",
             ]),
         ];
         for (name, patch, want) in cases {

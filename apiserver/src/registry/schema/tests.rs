@@ -81,7 +81,7 @@ fn validation_reports_upstream_field_causes() {
             json!({"size": 1, "name": "a"}),
             &["spec.name: Invalid value: \"a\": spec.name in body should be at least 2 chars long"],
         ),
-        ("max length", json!({"size": 1, "name": "abcdef"}), &["spec.name: Too long: must have at most 5 bytes"]),
+        ("max length", json!({"size": 1, "name": "abcdef"}), &["spec.name: Too long: may not be more than 5 bytes"]),
         (
             "max items",
             json!({"size": 1, "tags": ["a", "b", "c"]}),
