@@ -28,6 +28,7 @@ pub mod bootstrap_tokens;
 pub mod ca_files;
 pub mod client;
 pub mod clusterrole_aggregation;
+pub mod clustertrustbundle_publisher;
 pub mod csr;
 pub mod csr_approver;
 pub mod csr_cleaner;
@@ -64,6 +65,7 @@ pub const ALL: &[&str] = &[
     "legacy-serviceaccount-token-cleaner",
     "root-ca-cert-publisher",
     "clusterrole-aggregation",
+    "kube-apiserver-serving-clustertrustbundle-publisher",
 ];
 
 /// Off unless named explicitly (as upstream).
@@ -189,6 +191,9 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
             "clusterrole-aggregation" => {
                 tasks.spawn(clusterrole_aggregation::run(client, cfg));
             }
+            "kube-apiserver-serving-clustertrustbundle-publisher" => {
+                tasks.spawn(clustertrustbundle_publisher::run(client, cfg));
+            }
             "tokencleaner" => {
                 tasks.spawn(token_cleaner::run(client, cfg));
             }
@@ -251,6 +256,7 @@ mod tests {
                     "legacy-serviceaccount-token-cleaner",
                     "root-ca-cert-publisher",
                     "clusterrole-aggregation",
+                    "kube-apiserver-serving-clustertrustbundle-publisher",
                 ])),
             ),
             (

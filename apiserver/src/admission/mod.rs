@@ -11,6 +11,7 @@
 //! | NodeRestriction | mutating | a node writes only its own Lease ([`crate::admission::node_restriction`]) |
 //! | CertificateApproval | validating | a write to a CSR's `/approval` needs verb `approve` on `signers` for the signerName or `<domain>/*` |
 //! | CertificateSigning | validating | changing `status.certificate` through `/status` needs `sign` |
+//! | ClusterTrustBundleAttest | validating | creating or changing a ClusterTrustBundle linked to a signer needs verb `attest` on `signers` for the signerName or `<domain>/*`; the signerName never changes |
 //! | CertificateSubjectRestriction | validating | no `system:masters` in a `kube-apiserver-client` request |
 //! | RBACEscalation | validating | no granting or binding of rights the requester lacks ([`crate::authz::rbac::escalation`]; upstream checks this in the RBAC storage) |
 //! | BootstrapCSRReads | read | see below |
@@ -154,6 +155,7 @@ pub fn chain() -> &'static Chain {
             Box::new(crate::admission::node_restriction::NodeRestriction),
             Box::new(CertificateApproval),
             Box::new(CertificateSigning),
+            Box::new(ClusterTrustBundleAttest),
             Box::new(CertificateSubjectRestriction),
             Box::new(RbacEscalation),
             Box::new(BootstrapCsrReads),
@@ -361,6 +363,57 @@ impl Plugin for CertificateSigning {
     }
 }
 
+/// Upstream's ClusterTrustBundleAttest: a ClusterTrustBundle with a `spec.signerName` is
+/// created or changed only by someone allowed to `attest` for that signer. An update that
+/// leaves `spec` as it was (a label, a storage migration) needs nothing.
+struct ClusterTrustBundleAttest;
+
+#[async_trait::async_trait]
+impl Plugin for ClusterTrustBundleAttest {
+    fn name(&self) -> &'static str {
+        "ClusterTrustBundleAttest"
+    }
+    fn phase(&self) -> Phase {
+        Phase::Validating
+    }
+    fn handles(&self, a: &Attributes<'_>) -> bool {
+        a.is(CSR_GROUP, crate::registry::clustertrustbundles::RESOURCE)
+            && matches!(a.op, Operation::Create | Operation::Update)
+    }
+    async fn admit(
+        &self,
+        state: &AppState,
+        a: &Attributes<'_>,
+        new: Option<&Value>,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let name = csr_name(new);
+        let forbidden = |why: String| {
+            let resource = crate::registry::clustertrustbundles::RESOURCE;
+            ApiError::forbidden(
+                CSR_GROUP,
+                resource,
+                &name,
+                format!("{resource}.{CSR_GROUP} \"{name}\" is forbidden: {why}"),
+            )
+        };
+        let signer = csr_signer(new);
+        if a.op == Operation::Update {
+            if csr_signer(old) != signer {
+                return Err(forbidden("changing signerName is forbidden".into()));
+            }
+            let spec = |v: Option<&Value>| v.and_then(|v| v.get("spec")).cloned();
+            if spec(new) == spec(old) {
+                return Ok(());
+            }
+        }
+        if signer.is_empty() || authorized_for_signer(state.security.authz.as_ref(), a.user, "attest", &signer).await {
+            return Ok(());
+        }
+        Err(forbidden(format!("user not permitted to attest for signerName {signer:?}")))
+    }
+}
+
 struct CertificateSubjectRestriction;
 
 #[async_trait::async_trait]
@@ -521,6 +574,7 @@ mod tests {
                 "NodeRestriction",
                 "CertificateApproval",
                 "CertificateSigning",
+                "ClusterTrustBundleAttest",
                 "CertificateSubjectRestriction",
                 "RBACEscalation",
                 "BootstrapCSRReads",
@@ -555,6 +609,9 @@ mod tests {
             ("certificates.k8s.io", "certificatesigningrequests", Update, "", "status", &["CertificateSigning"]),
             ("certificates.k8s.io", "certificatesigningrequests", Update, "", "", &[]),
             ("certificates.k8s.io", "certificatesigningrequests", Read, "", "", &["BootstrapCSRReads"]),
+            ("certificates.k8s.io", "clustertrustbundles", Create, "", "", &["ClusterTrustBundleAttest"]),
+            ("certificates.k8s.io", "clustertrustbundles", Update, "", "", &["ClusterTrustBundleAttest"]),
+            ("certificates.k8s.io", "clustertrustbundles", Delete, "", "", &[]),
             (
                 "rbac.authorization.k8s.io",
                 "rolebindings",

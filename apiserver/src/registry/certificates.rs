@@ -152,7 +152,7 @@ fn go_bytes(b: Option<&[u8]>) -> String {
 }
 
 /// `ValidateSignerName` (pkg/apis/core/validation).
-fn validate_signer_name(field: &str, signer: &str) -> Vec<FieldError> {
+pub(super) fn validate_signer_name(field: &str, signer: &str) -> Vec<FieldError> {
     if signer.is_empty() {
         return vec![FieldError::required(field, "")];
     }

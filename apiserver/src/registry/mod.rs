@@ -32,6 +32,7 @@
 pub mod apiextensions;
 pub mod call;
 pub mod certificates;
+pub mod clustertrustbundles;
 pub mod coordination;
 pub mod core;
 pub mod custom;
@@ -407,6 +408,7 @@ impl Registry {
         resources.extend(events::resources());
         resources.extend(coordination::resources());
         resources.extend(certificates::resources());
+        resources.extend(clustertrustbundles::resources());
         resources.extend(rbac::resources());
         resources.extend(reviews::resources());
         resources.extend(apiextensions::resources());

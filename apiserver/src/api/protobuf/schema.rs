@@ -544,6 +544,51 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[Field { number: 1, json: "items", ty: Type::Str, card: Card::Repeated, opt: false }],
     },
     Message {
+        name: "k8s.io.api.certificates.v1beta1.ClusterTrustBundle",
+        fields: &[
+            Field {
+                number: 1,
+                json: "metadata",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "spec",
+                ty: Type::Msg("k8s.io.api.certificates.v1beta1.ClusterTrustBundleSpec"),
+                card: Card::One,
+                opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1beta1.ClusterTrustBundleList",
+        fields: &[
+            Field {
+                number: 1,
+                json: "metadata",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "items",
+                ty: Type::Msg("k8s.io.api.certificates.v1beta1.ClusterTrustBundle"),
+                card: Card::Repeated,
+                opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1beta1.ClusterTrustBundleSpec",
+        fields: &[
+            Field { number: 1, json: "signerName", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "trustBundle", ty: Type::Str, card: Card::One, opt: false },
+        ],
+    },
+    Message {
         name: "k8s.io.api.coordination.v1.Lease",
         fields: &[
             Field {

@@ -8,6 +8,7 @@
 //!
 //! - `certificate-controller` (csrapproving, csrsigning, csrcleaner),
 //! - `clusterrole-aggregation-controller`,
+//! - `kube-apiserver-serving-clustertrustbundle-publisher`,
 //! - `legacy-service-account-token-cleaner`,
 //! - `root-ca-cert-publisher`,
 //! - `service-account-controller`.
@@ -249,8 +250,8 @@ mod tests {
     fn the_data_parses_and_has_every_object() {
         serde_yaml::from_str::<Data>(DATA).unwrap();
         let p = policy();
-        assert_eq!(p.cluster_roles.len(), 31 + 5);
-        assert_eq!(p.cluster_role_bindings.len(), 12 + 5 + 3);
+        assert_eq!(p.cluster_roles.len(), 31 + 6);
+        assert_eq!(p.cluster_role_bindings.len(), 12 + 6 + 3);
         assert_eq!(p.roles.len(), 7 + 1);
         assert_eq!(p.role_bindings.len(), 7 + 1);
         let per_namespace = |ns: &str| {
@@ -262,7 +263,7 @@ mod tests {
         assert_eq!(per_namespace("kube-system"), (6, 6));
         assert_eq!(per_namespace("kube-public"), (2, 2));
         let without = default_policy(&PolicyOptions { tls_bootstrap_bindings: false });
-        assert_eq!(without.cluster_role_bindings.len(), 12 + 5);
+        assert_eq!(without.cluster_role_bindings.len(), 12 + 6);
         assert!(!without.cluster_role_bindings.iter().any(|b| b
             .metadata
             .name
@@ -355,7 +356,7 @@ mod tests {
             ("system:kube-scheduler", 18),
             ("system:kubelet-api-admin", 3),
             ("system:monitoring", 1),
-            ("system:node", 22),
+            ("system:node", 23),
             ("system:node-bootstrapper", 1),
             ("system:node-problem-detector", 3),
             ("system:node-proxier", 4),
@@ -366,6 +367,7 @@ mod tests {
             ("view", 0),
             ("system:controller:certificate-controller", 6),
             ("system:controller:clusterrole-aggregation-controller", 1),
+            ("system:controller:kube-apiserver-serving-clustertrustbundle-publisher", 3),
             ("system:controller:legacy-service-account-token-cleaner", 2),
             ("system:controller:root-ca-cert-publisher", 2),
             ("system:controller:service-account-controller", 2),
