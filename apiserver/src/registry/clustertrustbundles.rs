@@ -287,7 +287,7 @@ mod tests {
         let big = bundle("foo", None, &"x".repeat(MAX_TRUST_BUNDLE_SIZE + 1));
         assert_eq!(
             rendered(&ClusterTrustBundleStrategy.validate(&big)),
-            ["spec.trustBundle: Too long: must have at most 1048576 bytes"],
+            ["spec.trustBundle: Too long: may not be more than 1048576 bytes"],
             "too long"
         );
     }
