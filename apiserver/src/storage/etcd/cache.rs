@@ -255,7 +255,10 @@ mod tests {
         let c = fed();
         assert_eq!(c.rev(), 17);
         // key, read, want (value, create, mod) or absent, read revision; None = not from memory
-        let cases: Vec<(&str, Read, Option<(Option<(&str, Rev, Rev)>, Rev)>)> = vec![
+        // What a read should give: the value, create and mod revisions (None: absent), and
+        // the revision read at; None when memory cannot answer.
+        type Want = Option<(Option<(&'static str, Rev, Rev)>, Rev)>;
+        let cases: Vec<(&str, Read, Want)> = vec![
             ("/r/a/1", Read::AtLeast(17), Some((Some(("uno", 3, 13)), 17))),
             ("/r/a/3", Read::AtLeast(12), Some((Some(("three", 12, 12)), 17))),
             ("/r/b/1", Read::AtLeast(16), Some((None, 17))),
