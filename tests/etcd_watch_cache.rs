@@ -148,3 +148,115 @@ async fn unchanged_revisions_are_read_from_memory_and_the_cache_follows_etcd_acr
     assert_eq!(seen, Some(Some(b"back".to_vec())), "the write made while the store was reconnecting");
     assert_eq!(s.count(dir).await.ok(), Some(6));
 }
+
+/// A TCP relay between a store and etcd that the test can cut: while cut, every connection
+/// through it is closed and new ones are closed at once, so the store loses etcd while a
+/// client connected straight to etcd still reaches it.
+struct Relay {
+    port: u16,
+    cut: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Relay {
+    async fn start(target: String) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding the relay");
+        let port = listener.local_addr().expect("the relay's address").port();
+        let (cut, cut_rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                if *cut_rx.borrow() {
+                    continue;
+                }
+                let mut cut_rx = cut_rx.clone();
+                let target = target.clone();
+                tokio::spawn(async move {
+                    let Ok(mut upstream) = tokio::net::TcpStream::connect(&target).await else { return };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut conn, &mut upstream) => {}
+                        _ = cut_rx.wait_for(|c| *c) => {}
+                    }
+                });
+            }
+        });
+        Relay { port, cut, task }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.send_replace(cut);
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_is_loaded_again_when_etcd_compacted_what_its_watch_missed() {
+    let etcd = common::etcd::Etcd::start();
+    let target = etcd.client_url().trim_start_matches("http://").to_string();
+    let relay = Relay::start(target).await;
+    let mut cfg = EtcdConfig::new(vec![relay.url()]);
+    cfg.prefix = "/cache-compact".into();
+    let s = EtcdStorage::connect(&cfg).await.expect("connecting through the relay");
+    let dir = "/registry/core/configmaps/ns/";
+    let mut revs = Vec::new();
+    for i in 0..3 {
+        revs.push(s.create(&format!("{dir}k-{i}"), b"v1".to_vec()).await.unwrap_or_else(|e| panic!("create: {e}")));
+    }
+    assert_eq!(keys(&s, dir, ListOptions::default()).await.0.len(), 3);
+    let mut watch = s.watch(dir, revs[2]).await.expect("a watch from the last write");
+
+    // The store loses etcd; meanwhile another client changes every key and compacts the
+    // history the store's watch would need.
+    relay.set_cut(true);
+    let mut client = raw(&etcd).await;
+    let etcd_key = |i: u32| format!("/cache-compact/core/configmaps/ns/k-{i}");
+    client.put(etcd_key(0), "v2", None).await.expect("put k-0");
+    client.delete(etcd_key(1), None).await.expect("delete k-1");
+    client.put(etcd_key(3), "new", None).await.expect("put k-3");
+    let now = client.put(etcd_key(0), "v3", None).await.expect("put k-0 again");
+    let now = now.header().map(|h| h.revision()).expect("a header");
+    client.compact(now, None).await.expect("compacting etcd");
+    relay.set_cut(false);
+
+    // Reads wait for the feed to come back and load the cache again (bounded).
+    let mut listed = None;
+    for _ in 0..150 {
+        match s.list(dir, ListOptions::default()).await {
+            Ok(l) => {
+                listed = Some(l);
+                break;
+            }
+            Err(Error::Unavailable(_) | Error::Timeout(_)) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("list after the compaction: {e}"),
+        }
+    }
+    let listed = listed.expect("etcd reachable again within 15 s");
+    let got: Vec<(String, Vec<u8>)> = listed.items.into_iter().map(|kv| (kv.key, kv.value)).collect();
+    let want: Vec<(String, Vec<u8>)> = vec![
+        (format!("{dir}k-0"), b"v3".to_vec()),
+        (format!("{dir}k-2"), b"v1".to_vec()),
+        (format!("{dir}k-3"), b"new".to_vec()),
+    ];
+    assert_eq!(got, want, "the state after the changes made while away");
+    assert!(listed.rev >= u64::try_from(now).unwrap_or(0));
+    assert_eq!(value(&s, &format!("{dir}k-1")).await, None, "deleted while away");
+    // The watch that was fed before cannot go on: its history is gone.
+    let ended = tokio::time::timeout(Duration::from_secs(15), futures::StreamExt::next(&mut watch)).await;
+    match ended {
+        Ok(Some(Err(Error::Compacted { .. }))) => {}
+        other => panic!("the old watch: {other:?}"),
+    }
+    // And the cache keeps following etcd.
+    let r = s.create(&format!("{dir}k-4"), b"v1".to_vec()).await.unwrap_or_else(|e| panic!("create k-4: {e}"));
+    let kv = s.get(&format!("{dir}k-4")).await.ok().flatten().map(|kv| kv.mod_rev);
+    assert_eq!(kv, Some(r));
+    assert_eq!(s.count(dir).await.ok(), Some(4));
+}
