@@ -6,10 +6,16 @@
 //!   one etcd revision.
 //! - create, update and delete are transactions comparing `create_revision` and
 //!   `mod_revision`, so optimistic concurrency holds across every apiserver on the same etcd.
-//! - Watches: one etcd watch per process, on the whole prefix, feeds a window of recent events
-//!   in memory. A watch starting inside that window is served from it and then from the live
-//!   feed; an older one, or one that falls behind, gets an etcd watch of its own from its
-//!   revision. After an outage the feed resumes where it stopped, so watches continue.
+//! - Watches: one etcd watch per process feeds a window of recent events in memory. A watch
+//!   starting inside that window is served from it and then from the live feed; an older one,
+//!   or one that falls behind, gets an etcd watch of its own from its revision. After an
+//!   outage the feed resumes where it stopped, so watches continue.
+//! - Reads: the same feed keeps the watch cache of `cache.rs` (every key's latest value, in
+//!   memory). A read of the current state asks etcd for its current revision (one small,
+//!   linearizable request shared by the reads that wait at the same time), waits until the
+//!   cache has seen that revision and answers from memory, as kube-apiserver's consistent
+//!   reads from its watch cache; a read at an exact revision the cache cannot prove unchanged,
+//!   and any read the cache cannot serve within [`CACHE_WAIT`], goes to etcd.
 //! - History: the compactor compacts etcd like the SQLite backend compacts its history (keep
 //!   `--history-revisions`), and reads or watches older than the compaction are `Compacted`.
 //! - Every unary call is bounded by [`REQUEST_TIMEOUT`]; an unreachable etcd is
@@ -28,8 +34,11 @@ use etcd_client::{
 use futures::stream::{self, BoxStream, StreamExt};
 use tokio::sync::broadcast;
 
+mod cache;
 mod config;
 pub use config::{EtcdConfig, EtcdConfigError};
+
+use cache::{Cache, Change, Read};
 
 use super::compactor::{self, Compact};
 use super::fanout::{next_live, Live, Scope};
@@ -52,6 +61,9 @@ const MAX_MESSAGE: usize = 64 << 20;
 /// Pause between attempts to re-open the process's etcd watch after it broke.
 const RETRY_MIN: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(2);
+/// Longest wait for the watch cache to reach etcd's current revision before a read goes to
+/// etcd instead.
+pub const CACHE_WAIT: Duration = Duration::from_secs(3);
 
 /// Maps trait keys (`/registry/...`) to etcd keys under the configured prefix and back.
 #[derive(Debug, Clone)]
@@ -77,11 +89,6 @@ impl Keys {
         let key = std::str::from_utf8(key).ok()?;
         let rest = key.strip_prefix(&self.root)?;
         (rest.is_empty() || rest.starts_with('/')).then(|| format!("{TRAIT_ROOT}{rest}"))
-    }
-
-    /// Every etcd key of the cluster.
-    fn all(&self) -> Vec<u8> {
-        format!("{}/", self.root).into_bytes()
     }
 }
 
@@ -174,6 +181,22 @@ struct Inner {
     /// compactions reported by etcd).
     compacted: AtomicU64,
     window: Mutex<Window>,
+    /// Every key's latest state, fed with the window.
+    cache: Cache,
+    /// Shares one request for etcd's current revision among the reads waiting at once.
+    current: RevProbe,
+}
+
+/// etcd's current revision for consistent reads, one request for many readers: a reader may
+/// use the answer of any request sent after it arrived (that answer is at least as new as
+/// every write completed before the read began).
+#[derive(Default)]
+struct RevProbe {
+    /// Requests started so far.
+    started: AtomicU64,
+    /// The last request that completed (its number, its revision), behind the lock the
+    /// request is made under.
+    last: tokio::sync::Mutex<(u64, Rev)>,
 }
 
 /// Recent events and the live feeds, behind one lock so that a new watcher takes the past
@@ -270,6 +293,85 @@ impl Inner {
         }
     }
 
+    /// One page of keys under `prefix`, read from etcd.
+    async fn list_etcd(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
+        let inner = self;
+        let start_key = inner.keys.etcd_key(prefix)?;
+        let end = prefix_end(&start_key);
+        let mut from = match &opts.start_after {
+            // The first key after `start_after`.
+            Some(k) => {
+                let mut k = inner.keys.etcd_key(k)?;
+                k.push(0);
+                k.max(start_key)
+            }
+            None => start_key,
+        };
+        let want = opts.limit.filter(|l| *l > 0);
+        let mut at = opts.at_rev;
+        let mut items = Vec::new();
+        loop {
+            let chunk = want.map(|w| w - items.len()).unwrap_or(RANGE_CHUNK).min(RANGE_CHUNK);
+            let o = GetOptions::new().with_range(end.clone()).with_limit(i64::try_from(chunk).unwrap_or(i64::MAX));
+            let resp = inner.range(from.clone(), o, at).await?;
+            let read_at = at.unwrap_or_else(|| rev_of(resp.header().map(|h| h.revision()).unwrap_or(0)));
+            at = Some(read_at);
+            let kvs = resp.kvs();
+            let total = u64::try_from(resp.count()).unwrap_or(0);
+            items.extend(kvs.iter().filter_map(|kv| inner.key_value(kv)));
+            let last = kvs.last().map(|kv| kv.key().to_vec());
+            let got = kvs.len() as u64;
+            let full = want.is_some_and(|w| items.len() >= w);
+            match last {
+                Some(last) if total > got && !full => {
+                    from = last;
+                    from.push(0);
+                }
+                _ => {
+                    let remaining = total.saturating_sub(got);
+                    return Ok(ListResult { items, rev: read_at, remaining });
+                }
+            }
+        }
+    }
+
+    /// Everything under the prefix at one revision, to load the watch cache.
+    async fn load(&self) -> Result<(Vec<KeyValue>, Rev)> {
+        let all = self.list_etcd(&format!("{TRAIT_ROOT}/"), ListOptions::default()).await?;
+        Ok((all.items, all.rev))
+    }
+
+    /// etcd's current revision, from a request sent after this call began (shared with the
+    /// other callers waiting at the same time).
+    async fn etcd_current_rev(&self) -> Result<Rev> {
+        let arrived = self.current.started.load(Ordering::SeqCst);
+        let mut last = self.current.last.lock().await;
+        if last.0 > arrived {
+            return Ok(last.1);
+        }
+        let n = self.current.started.fetch_add(1, Ordering::SeqCst) + 1;
+        let resp = self.range(self.keys.root.clone().into_bytes(), GetOptions::new().with_count_only(), None).await?;
+        let rev = rev_of(resp.header().map(|h| h.revision()).unwrap_or(0));
+        *last = (n, rev);
+        Ok(rev)
+    }
+
+    /// For a read of the current state: etcd's current revision once the watch cache has
+    /// reached it, or None when the cache is not ready or does not get there in
+    /// [`CACHE_WAIT`] (the read then goes to etcd).
+    async fn fresh(&self) -> Result<Option<Rev>> {
+        if self.cache.rev() == 0 {
+            return Ok(None);
+        }
+        let rev = self.etcd_current_rev().await?;
+        if self.cache.wait_for(rev, CACHE_WAIT).await {
+            Ok(Some(rev))
+        } else {
+            tracing::debug!(rev, cache = self.cache.rev(), "watch cache behind etcd; reading etcd");
+            Ok(None)
+        }
+    }
+
     /// A transaction that writes `then` when `when` holds, else reads the key (to say why).
     async fn txn(&self, key: &[u8], when: Vec<Compare>, then: TxnOp) -> Result<std::result::Result<Rev, Option<Rev>>> {
         let txn = Txn::new().when(when).and_then(vec![then]).or_else(vec![TxnOp::get(key.to_vec(), None)]);
@@ -351,17 +453,16 @@ impl EtcdStorage {
             rev: AtomicU64::new(0),
             compacted: AtomicU64::new(0),
             window: Mutex::new(Window::new(0)),
+            cache: Cache::default(),
+            current: RevProbe::default(),
         });
-        let all = inner.keys.all();
-        let first = inner.range(all.clone(), GetOptions::new().with_prefix().with_count_only(), None).await.map_err(
-            |e| match e {
-                Error::Unavailable(m) | Error::Timeout(m) => {
-                    Error::Unavailable(format!("{m} (--etcd-servers {})", cfg.servers.join(",")))
-                }
-                other => other,
-            },
-        )?;
-        let pos = inner.saw_header(first.header());
+        let (items, pos) = inner.load().await.map_err(|e| match e {
+            Error::Unavailable(m) | Error::Timeout(m) => {
+                Error::Unavailable(format!("{m} (--etcd-servers {})", cfg.servers.join(",")))
+            }
+            other => other,
+        })?;
+        inner.cache.reset(items, pos);
         *lock(&inner.window) = Window::new(pos);
         let feed = tokio::spawn(run_feed(Arc::downgrade(&inner), pos));
         Ok(EtcdStorage { inner, feed })
@@ -435,14 +536,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The process's one etcd watch: every change under the prefix, into the window. Re-opened
-/// after any break, from where it stopped.
+/// The process's one etcd watch: every change in etcd (so that every revision arrives, see
+/// `cache.rs`), those under the prefix into the window and the watch cache. Re-opened after
+/// any break, from where it stopped; when etcd has compacted that history meanwhile, the
+/// cache is loaded again and the window starts over.
 async fn run_feed(inner: Weak<Inner>, mut pos: Rev) {
     let mut pause = RETRY_MIN;
     loop {
         let Some(store) = inner.upgrade() else { return };
-        let all = store.keys.all();
-        let opened = store.open_watch(all.clone(), Some(prefix_end(&all)), pos).await;
+        // The whole keyspace: from the empty key (sent as \0) to the end (\0).
+        let opened = store.open_watch(vec![0], Some(vec![0]), pos).await;
         drop(store);
         let mut ws = match opened {
             Ok(ws) => ws,
@@ -462,22 +565,25 @@ async fn run_feed(inner: Weak<Inner>, mut pos: Rev) {
                     if resp.canceled() {
                         let compacted = rev_of(resp.compact_revision());
                         if compacted > 0 {
-                            // History the window needed is gone: start over at the current
-                            // revision; the watchers fed so far end with Compacted.
+                            // History the window and the cache needed is gone: load again and
+                            // start over at the load's revision; the watchers fed so far end
+                            // with Compacted.
                             store.compacted.fetch_max(compacted, Ordering::SeqCst);
-                            let now = store
-                                .range(store.keys.all(), GetOptions::new().with_prefix().with_count_only(), None)
-                                .await
-                                .map(|r| rev_of(r.header().map(|h| h.revision()).unwrap_or(0)));
-                            if let Ok(now) = now {
-                                tracing::warn!(
-                                    from = pos,
-                                    compacted,
-                                    now,
-                                    "etcd history was compacted while the watch was away; watchers restart"
-                                );
-                                lock(&store.window).reset(now);
-                                pos = now;
+                            store.cache.invalidate();
+                            match store.load().await {
+                                Ok((items, now)) => {
+                                    tracing::warn!(
+                                        from = pos,
+                                        compacted,
+                                        now,
+                                        "etcd history was compacted while the watch was away; watchers restart"
+                                    );
+                                    store.cache.reset(items, now);
+                                    lock(&store.window).reset(now);
+                                    pos = now;
+                                }
+                                // Tried again at the next turn (the watch is cancelled again).
+                                Err(e) => tracing::warn!(error = %e, "reloading the watch cache failed"),
                             }
                         } else {
                             tracing::warn!(reason = resp.cancel_reason(), "etcd cancelled the watch; re-opening");
@@ -487,15 +593,17 @@ async fn run_feed(inner: Weak<Inner>, mut pos: Rev) {
                     if let Some(h) = resp.header() {
                         store.saw(h.revision());
                     }
-                    let events: Vec<Event> = resp.events().iter().filter_map(|e| store.event(e)).collect();
+                    let (events, changes, last) = feed_batch(&store, resp.events());
+                    let Some(last) = last else { continue };
+                    pos = pos.max(last);
+                    store.saw(etcd_rev(last));
                     if !events.is_empty() {
                         let mut w = lock(&store.window);
                         for ev in events {
-                            pos = pos.max(ev.rev);
-                            store.saw(etcd_rev(ev.rev));
                             w.push(ev);
                         }
                     }
+                    store.cache.apply(changes, last);
                 }
                 Ok(None) => {
                     tracing::warn!("etcd closed the watch; re-opening");
@@ -510,6 +618,27 @@ async fn run_feed(inner: Weak<Inner>, mut pos: Rev) {
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(RETRY_MAX);
     }
+}
+
+/// One watch response of the feed: the events under the prefix (for the window), the same as
+/// changes (for the cache), and the newest revision in the response (any key).
+fn feed_batch(store: &Inner, evs: &[etcd_client::Event]) -> (Vec<Event>, Vec<Change>, Option<Rev>) {
+    let mut events = Vec::new();
+    let mut changes = Vec::new();
+    let mut last = None;
+    for e in evs {
+        let Some(kv) = e.kv() else { continue };
+        let rev = rev_of(kv.mod_revision());
+        last = Some(last.map_or(rev, |l: Rev| l.max(rev)));
+        let Some(ev) = store.event(e) else { continue };
+        let value = match e.event_type() {
+            EventType::Put => Some(Arc::from(kv.value())),
+            EventType::Delete => None,
+        };
+        changes.push(Change { key: ev.key.clone(), value, create_rev: rev_of(kv.create_revision()), mod_rev: rev });
+        events.push(ev);
+    }
+    (events, changes, last)
 }
 
 /// The etcd range `[key, end)` a watch of `scope` covers.
@@ -626,47 +755,31 @@ impl Storage for EtcdStorage {
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
-        let inner = &self.inner;
-        let start_key = inner.keys.etcd_key(prefix)?;
-        let end = prefix_end(&start_key);
-        let mut from = match &opts.start_after {
-            // The first key after `start_after`.
-            Some(k) => {
-                let mut k = inner.keys.etcd_key(k)?;
-                k.push(0);
-                k.max(start_key)
+        let read = match opts.at_rev {
+            Some(at) => {
+                let compacted = self.compacted_rev();
+                if at < compacted {
+                    return Err(Error::Compacted { requested: at, compacted });
+                }
+                Read::Exact(at)
             }
-            None => start_key,
+            None => match self.inner.fresh().await? {
+                Some(r) => Read::AtLeast(r),
+                None => return self.inner.list_etcd(prefix, opts).await,
+            },
         };
-        let want = opts.limit.filter(|l| *l > 0);
-        let mut at = opts.at_rev;
-        let mut items = Vec::new();
-        loop {
-            let chunk = want.map(|w| w - items.len()).unwrap_or(RANGE_CHUNK).min(RANGE_CHUNK);
-            let o = GetOptions::new().with_range(end.clone()).with_limit(i64::try_from(chunk).unwrap_or(i64::MAX));
-            let resp = inner.range(from.clone(), o, at).await?;
-            let read_at = at.unwrap_or_else(|| rev_of(resp.header().map(|h| h.revision()).unwrap_or(0)));
-            at = Some(read_at);
-            let kvs = resp.kvs();
-            let total = u64::try_from(resp.count()).unwrap_or(0);
-            items.extend(kvs.iter().filter_map(|kv| inner.key_value(kv)));
-            let last = kvs.last().map(|kv| kv.key().to_vec());
-            let got = kvs.len() as u64;
-            let full = want.is_some_and(|w| items.len() >= w);
-            match last {
-                Some(last) if total > got && !full => {
-                    from = last;
-                    from.push(0);
-                }
-                _ => {
-                    let remaining = total.saturating_sub(got);
-                    return Ok(ListResult { items, rev: read_at, remaining });
-                }
-            }
+        match self.inner.cache.list(prefix, &opts, read) {
+            Some(page) => Ok(page),
+            None => self.inner.list_etcd(prefix, opts).await,
         }
     }
 
     async fn count(&self, prefix: &str) -> Result<u64> {
+        if let Some(r) = self.inner.fresh().await? {
+            if let Some(n) = self.inner.cache.count(prefix, Read::AtLeast(r)) {
+                return Ok(n);
+            }
+        }
         let key = self.inner.keys.etcd_key(prefix)?;
         let end = prefix_end(&key);
         let resp = self.inner.range(key, GetOptions::new().with_range(end).with_count_only(), None).await?;
@@ -714,6 +827,13 @@ impl Storage for EtcdStorage {
             if at < compacted {
                 return Err(Error::Compacted { requested: at, compacted });
             }
+        }
+        let read = match at_rev {
+            Some(at) => Some(Read::Exact(at)),
+            None => self.inner.fresh().await?.map(Read::AtLeast),
+        };
+        if let Some(got) = read.and_then(|r| self.inner.cache.get(key, r)) {
+            return Ok(got);
         }
         let k = self.inner.keys.etcd_key(key)?;
         let resp = self.inner.range(k, GetOptions::new(), at_rev).await?;
