@@ -296,9 +296,23 @@ impl IntoResponse for ApiError {
 
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
+/// `field.TooLong`'s message as kube-apiserver 1.35 words it.
+pub fn too_long_message(max: usize) -> String {
+    let unit = if max == 1 { "byte" } else { "bytes" };
+    format!("Too long: may not be more than {max} {unit}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn too_long_is_worded_as_upstream() {
+        let cases = [(1, "Too long: may not be more than 1 byte"), (253, "Too long: may not be more than 253 bytes")];
+        for (max, want) in cases {
+            assert_eq!(too_long_message(max), want);
+        }
+    }
 
     #[test]
     fn not_found_status_matches_the_upstream_example() {
@@ -329,10 +343,4 @@ mod tests {
             .unwrap_or("")
             .starts_with("ConfigMap \"Bad_Name\" is invalid: metadata.name: Invalid value"));
     }
-}
-
-/// `field.TooLong`'s message as kube-apiserver 1.35 words it.
-pub fn too_long_message(max: usize) -> String {
-    let unit = if max == 1 { "byte" } else { "bytes" };
-    format!("Too long: may not be more than {max} {unit}")
 }
