@@ -73,7 +73,10 @@ impl ManagedEntry {
 
     pub fn to_value(&self) -> Value {
         let mut m = Map::new();
-        m.insert("manager".into(), json!(self.manager));
+        // Go's `omitempty`: a request with neither fieldManager nor User-Agent has no manager.
+        if !self.manager.is_empty() {
+            m.insert("manager".into(), json!(self.manager));
+        }
         m.insert("operation".into(), json!(self.operation.as_str()));
         m.insert("apiVersion".into(), json!(self.api_version));
         if let Some(t) = &self.time {

@@ -606,3 +606,24 @@ fn apply_update_removals_and_unreadable_objects() {
     assert_eq!(out.object["metadata"].get("managedFields"), None);
     assert_eq!(out.object["metadata"]["ownerReferences"], bad["metadata"]["ownerReferences"]);
 }
+
+/// A writer with neither `fieldManager` nor User-Agent has no manager: its entry leaves the key
+/// out (Go's `omitempty`), so JSON and protobuf answers agree, and reads back as "".
+#[test]
+fn an_empty_manager_is_left_out() {
+    let entry = managed::ManagedEntry {
+        manager: String::new(),
+        operation: managed::Operation::Update,
+        api_version: "v1".into(),
+        time: None,
+        subresource: String::new(),
+        fields: FieldSet::new(),
+    };
+    let v = entry.to_value();
+    assert!(v.get("manager").is_none(), "{v}");
+    assert_eq!(v["operation"], "Update");
+    let back = managed::ManagedEntry::from_value(&v).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(back.manager, "");
+    let named = managed::ManagedEntry { manager: "kubectl".into(), ..back };
+    assert_eq!(named.to_value()["manager"], "kubectl");
+}
