@@ -5,39 +5,15 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::path::Path;
+use std::process::Output;
 
-use common::{run_bounded, shared, unique, Server};
+use common::{shared, unique, Server};
 use serde_json::Value;
 
-/// `kubectl.<version>` beside the default kubectl. Fails loudly when it is missing.
-fn kubectl_version(version: &str) -> PathBuf {
-    common::ensure_kubectl();
-    let out = Command::new("sh")
-        .args(["-c", "readlink -f \"$(command -v kubectl)\""])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot locate kubectl: {e}"));
-    let resolved = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let dir = resolved.parent().unwrap_or_else(|| panic!("kubectl resolves to {resolved:?}, which has no directory"));
-    let kubectl = dir.join(format!("kubectl.{version}"));
-    assert!(kubectl.is_file(), "{kubectl:?} is missing: these tests drive kubectl {version}");
-    kubectl
-}
-
-/// `<kubectl> --kubeconfig <admin> <args>` with `stdin`, bounded, with a cache of its own.
+/// `<kubectl> --kubeconfig <admin> <args>` with `stdin`, bounded.
 fn run(s: &Server, kubectl: &Path, args: &[&str], stdin: Option<&str>) -> Output {
-    let cache = s.work_dir().join(format!("{}-cache", unique("kc")));
-    let mut cmd = Command::new(kubectl);
-    cmd.arg("--kubeconfig")
-        .arg(&s.kubeconfig)
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .env("HOME", s.work_dir());
-    run_bounded(&mut cmd, stdin, Duration::from_secs(90), &format!("{kubectl:?} {}", args.join(" ")))
+    s.kubectl_bin(kubectl, args, stdin)
 }
 
 fn ok(s: &Server, kubectl: &Path, args: &[&str], stdin: Option<&str>) -> String {
@@ -61,7 +37,7 @@ fn config_map(name: &str, ns: &str, data: &str) -> String {
 /// the change, and `explain configmap.data`, with one kubectl.
 fn apply_diff_explain(version: &str) {
     let s = shared();
-    let kubectl = kubectl_version(version);
+    let kubectl = common::kubectl_version(version);
     let ns = unique("v2pb");
     ok(&s, &kubectl, &["create", "namespace", &ns], None);
 
@@ -122,7 +98,7 @@ fn kubectl_1_28_applies_diffs_and_explains() {
 #[test]
 fn kubectl_1_27_applies_a_custom_resource() {
     let s = shared();
-    let kubectl = kubectl_version("1.27");
+    let kubectl = common::kubectl_version("1.27");
     let group = format!("{}.v2pb.example.com", unique("g"));
     let crd = format!(
         r#"apiVersion: apiextensions.k8s.io/v1
@@ -190,7 +166,7 @@ spec:
 #[test]
 fn kubectl_1_32_creates_a_token_review_through_the_v2_fallback() {
     let s = shared();
-    let kubectl = kubectl_version("1.32");
+    let kubectl = common::kubectl_version("1.32");
     let ns = unique("v2pb-tr");
     ok(&s, &kubectl, &["create", "namespace", &ns], None);
     ok(&s, &kubectl, &["create", "serviceaccount", "reviewer", "-n", &ns], None);

@@ -532,15 +532,7 @@ async fn errors_before_the_handler_are_protobuf_status() {
 /// Fails loudly when `kubectl.1.33` is missing.
 #[test]
 fn kubectl_reads_protobuf_answers() {
-    common::ensure_kubectl();
-    let out = std::process::Command::new("sh")
-        .args(["-c", "readlink -f \"$(command -v kubectl)\""])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot locate kubectl: {e}"));
-    let resolved = std::path::PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let dir = resolved.parent().unwrap_or_else(|| panic!("kubectl resolves to {resolved:?}, which has no directory"));
-    let kubectl = dir.join("kubectl.1.33");
-    assert!(kubectl.is_file(), "{kubectl:?} is missing: this test drives protobuf with kubectl 1.33");
+    let kubectl = common::kubectl_version("1.33");
     // Some response's headers (kubectl -v=8 logs them after `"Response"`) say protobuf.
     let answered_in_protobuf = |log: &str| {
         log.split("\"Response\"")

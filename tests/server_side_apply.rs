@@ -6,42 +6,17 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::process::Output;
 
-use common::{run_bounded, shared, unique, Server};
+use common::{shared, unique, Server};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::{json, Value};
 
-/// `kubectl.<version>` beside the default kubectl: 1.27 is the oldest on the machine, and
-/// 1.27 and 1.28 read `/openapi/v2` only as protobuf. Fails loudly when it is missing.
-fn kubectl_version(version: &str) -> PathBuf {
-    common::ensure_kubectl();
-    let out = Command::new("sh")
-        .args(["-c", "readlink -f \"$(command -v kubectl)\""])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot locate kubectl: {e}"));
-    let resolved = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    let dir = resolved.parent().unwrap_or_else(|| panic!("kubectl resolves to {resolved:?}, which has no directory"));
-    let old = dir.join(format!("kubectl.{version}"));
-    assert!(old.is_file(), "{old:?} is missing: these tests drive server-side apply with kubectl {version} too");
-    old
-}
-
 /// `<kubectl> --kubeconfig <admin> <args>` with `stdin`, bounded.
-fn run(s: &Server, kubectl: &PathBuf, args: &[&str], stdin: Option<&str>) -> Output {
-    let cache = s.work_dir().join(format!("{}-cache", unique("kc")));
-    let mut cmd = Command::new(kubectl);
-    cmd.arg("--kubeconfig")
-        .arg(&s.kubeconfig)
-        .arg("--cache-dir")
-        .arg(cache)
-        .args(args)
-        .env_remove("KUBECONFIG")
-        .env("HOME", s.work_dir());
-    run_bounded(&mut cmd, stdin, Duration::from_secs(60), &format!("{kubectl:?} {}", args.join(" ")))
+fn run(s: &Server, kubectl: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    s.kubectl_bin(kubectl, args, stdin)
 }
 
 fn text(out: &Output) -> (String, String) {
@@ -155,13 +130,13 @@ fn kubectl_server_side_apply_conflicts_forces_and_shows_managers() {
 #[test]
 fn the_oldest_kubectl_applies_server_side_too() {
     let s = shared();
-    conflict_force_and_managed_fields(&s, &kubectl_version("1.27"));
+    conflict_force_and_managed_fields(&s, &common::kubectl_version("1.27"));
 }
 
 #[test]
 fn kubectl_1_28_applies_server_side_too() {
     let s = shared();
-    conflict_force_and_managed_fields(&s, &kubectl_version("1.28"));
+    conflict_force_and_managed_fields(&s, &common::kubectl_version("1.28"));
 }
 
 /// The other kubectl versions beside the default one, 1.33 (the newest) among them.
@@ -169,7 +144,7 @@ fn kubectl_1_28_applies_server_side_too() {
 fn every_other_kubectl_version_applies_server_side() {
     let s = shared();
     for version in ["1.29", "1.30", "1.31", "1.32", "1.33"] {
-        conflict_force_and_managed_fields(&s, &kubectl_version(version));
+        conflict_force_and_managed_fields(&s, &common::kubectl_version(version));
     }
 }
 

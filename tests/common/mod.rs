@@ -333,6 +333,21 @@ impl Server {
         cmd
     }
 
+    /// The kubectl binary `bin` (see [`kubectl_version`]) with the admin kubeconfig and a cache
+    /// dir of its own, fed `stdin`, bounded by [`KUBECTL_TIMEOUT`].
+    pub fn kubectl_bin(&self, bin: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+        let cache = self.tmp.path().join(format!("{}-cache", unique("kc")));
+        let mut cmd = Command::new(bin);
+        cmd.arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .arg("--cache-dir")
+            .arg(cache)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .env("HOME", self.tmp.path());
+        run_bounded(&mut cmd, stdin, KUBECTL_TIMEOUT, &format!("{bin:?} {}", args.join(" ")))
+    }
+
     // ---------------------------------------------------------------- raw HTTPS
 
     /// The cluster CA, PEM.
@@ -542,6 +557,21 @@ pub fn succeeded(what: &str, out: Output) -> String {
 }
 
 /// Panics with a clear message when `kubectl` cannot be run: the tests must fail loudly.
+/// `kubectl.<version>` beside the real kubectl binary (this machine has 1.27 to 1.33 there).
+/// Fails loudly when it is missing.
+pub fn kubectl_version(version: &str) -> PathBuf {
+    ensure_kubectl();
+    let out = Command::new("sh")
+        .args(["-c", "readlink -f \"$(command -v kubectl)\""])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot locate kubectl: {e}"));
+    let resolved = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let dir = resolved.parent().unwrap_or_else(|| panic!("kubectl resolves to {resolved:?}, which has no directory"));
+    let kubectl = dir.join(format!("kubectl.{version}"));
+    assert!(kubectl.is_file(), "{kubectl:?} is missing: this test drives kubectl {version}");
+    kubectl
+}
+
 pub fn ensure_kubectl() {
     static CHECKED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     CHECKED.get_or_init(|| match Command::new("kubectl").args(["version", "--client"]).output() {
