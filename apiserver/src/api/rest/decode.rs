@@ -19,6 +19,14 @@ pub fn decode_body(def: &ResourceDef, body: &Bytes, content_type: &str) -> Resul
             .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body)
             .map_err(|e| ApiError::BadRequest(format!("error converting YAML to JSON: {e}")))?,
+        // Kinds without a protobuf form (custom resources) refuse it as upstream does: 415.
+        crate::api::protobuf::MEDIA_TYPE
+            if !crate::api::protobuf::encode::has_message(&def.api_version(), def.kind) =>
+        {
+            return Err(ApiError::UnsupportedMediaType(
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml".into(),
+            ))
+        }
         crate::api::protobuf::MEDIA_TYPE => crate::api::protobuf::decode(body).map_err(|e| {
             ApiError::BadRequest(format!("{} in version \"{}\" cannot be handled as a {}: {e}", def.kind, def.version, def.kind))
         })?,
