@@ -100,7 +100,7 @@ pub async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Nex
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("application/apply-patch"));
-    let dry_run = query_param(req.uri().query(), "dryRun").unwrap_or_default();
+    let dry_run = metrics::clean_dry_run(query_param(req.uri().query(), "dryRun").as_deref()).to_string();
     let path = req.uri().path().to_string();
 
     let resp = next.run(req).await;

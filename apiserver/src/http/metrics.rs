@@ -10,7 +10,8 @@
 //! The verb is upstream's reported verb: `GET`, `LIST`, `WATCH`, `POST`, `PUT`, `PATCH`,
 //! `APPLY` (a server-side apply patch), `DELETE`, `DELETECOLLECTION`; the method for paths
 //! that are not resources. A request for a resource no kind serves is counted with empty
-//! group, version, resource and subresource, so made-up paths cannot grow the label sets.
+//! group, version, resource and subresource, a made-up method as `other` and a made-up
+//! `dryRun` as `invalid`, as upstream cleans them, so a client cannot grow the label sets.
 //! A watch's duration is the time to its response headers (upstream leaves long-running
 //! requests out of the histogram; kustos measures how long they took to start).
 
@@ -114,10 +115,19 @@ impl RequestMetrics {
     }
 }
 
-/// Upstream's reported verb of a request.
+/// Upstream's reported verb of a request. A method outside HTTP's and upstream's set is
+/// `other`, so made-up methods cannot grow the label sets.
 pub fn reported_verb(info: &RequestInfo, method: &http::Method, is_apply: bool) -> String {
+    let by_method = || {
+        let m = method.as_str();
+        if KNOWN_METHODS.contains(&m) {
+            m.to_string()
+        } else {
+            "other".to_string()
+        }
+    };
     if !info.is_resource_request {
-        return method.as_str().to_ascii_uppercase();
+        return by_method();
     }
     match info.verb.as_str() {
         "get" => "GET",
@@ -129,9 +139,22 @@ pub fn reported_verb(info: &RequestInfo, method: &http::Method, is_apply: bool) 
         "patch" => "PATCH",
         "delete" => "DELETE",
         "deletecollection" => "DELETECOLLECTION",
-        _ => return method.as_str().to_ascii_uppercase(),
+        _ => return by_method(),
     }
     .to_string()
+}
+
+/// The methods reported as themselves (HTTP's own; methods are case-sensitive).
+const KNOWN_METHODS: &[&str] = &["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"];
+
+/// Upstream's `dry_run` label: empty, `All`, or `invalid` for anything else a client sends,
+/// so that a made-up value cannot grow the label sets.
+pub fn clean_dry_run(value: Option<&str>) -> &'static str {
+    match value {
+        None | Some("") => "",
+        Some("All") => "All",
+        Some(_) => "invalid",
+    }
 }
 
 /// Upstream's `scope` label: `resource` for one object (or a create), `namespace`, `cluster`,
@@ -290,6 +313,20 @@ mod tests {
             let i = info(verb, ns, name, res);
             assert_eq!(reported_verb(&i, &get, apply), want_verb, "{verb}");
             assert_eq!(scope(&i), want_scope, "{verb} {ns} {name}");
+        }
+        // Made-up methods are `other`, known ones themselves.
+        let plain = info("get", "", "", false);
+        let made_up = http::Method::from_bytes(b"FROB1").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(reported_verb(&plain, &made_up, false), "other");
+        assert_eq!(reported_verb(&plain, &http::Method::OPTIONS, false), "OPTIONS");
+    }
+
+    #[test]
+    fn dry_run_labels_are_bounded() {
+        let cases =
+            [(None, ""), (Some(""), ""), (Some("All"), "All"), (Some("all"), "invalid"), (Some("x1"), "invalid")];
+        for (value, want) in cases {
+            assert_eq!(clean_dry_run(value), want, "{value:?}");
         }
     }
 
