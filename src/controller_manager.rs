@@ -74,6 +74,8 @@ pub struct ControllerManagerArgs {
     legacy_service_account_token_clean_up_period: Duration,
     #[command(flatten)]
     signing: SigningArgs,
+    #[command(flatten)]
+    node_lifecycle: crate::NodeLifecycleArgs,
 }
 
 impl ControllerManagerArgs {
@@ -112,6 +114,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     crate::init_logging(&args.log_format);
     // Every flag is checked before anything connects or listens.
     let controllers = kustos_controllers::resolve_controllers(&args.controllers).map_err(anyhow::Error::msg)?;
+    let node_lifecycle = args.node_lifecycle.timing()?;
     let election = args.leader_election(leader_election::identity())?;
     let csr_signing = args.signing.config(None)?;
     if controllers.iter().any(|c| c == "csrsigning") {
@@ -179,6 +182,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         token_generator,
         legacy_token_clean_up_period,
         csr_signing,
+        node_lifecycle,
         metrics: metrics.clone(),
         ..Default::default()
     };

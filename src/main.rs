@@ -78,8 +78,9 @@ struct ServerArgs {
     legacy_service_account_token_clean_up_period: std::time::Duration,
     /// Controllers to run (`server` only): `*` (every controller that is on by default),
     /// `name`, `-name`. The default also runs bootstrapsigner and tokencleaner (off in `*`,
-    /// as upstream), as kubeadm runs kube-controller-manager.
-    #[arg(long, value_delimiter = ',', default_value = "*,bootstrapsigner,tokencleaner")]
+    /// as upstream), as kubeadm runs kube-controller-manager, and nodelifecycle (off in `*`,
+    /// which `kustos controller-manager` shares with a kube-controller-manager).
+    #[arg(long, value_delimiter = ',', default_value = "*,bootstrapsigner,tokencleaner,nodelifecycle")]
     controllers: Vec<String>,
     /// Issuer of service-account tokens (repeatable): the first one is put into new tokens,
     /// all are accepted.
@@ -128,6 +129,8 @@ struct ServerArgs {
     etcd: EtcdArgs,
     #[command(flatten)]
     signing: SigningArgs,
+    #[command(flatten)]
+    node_lifecycle: NodeLifecycleArgs,
 }
 
 impl ServerArgs {
@@ -170,6 +173,34 @@ impl EtcdArgs {
         };
         cfg.validate().map_err(anyhow::Error::msg)?;
         Ok(cfg)
+    }
+}
+
+/// kube-controller-manager's node health flags (`nodelifecycle`), with its defaults.
+#[derive(Args, Clone)]
+struct NodeLifecycleArgs {
+    /// How often the node lifecycle controller looks at every node.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    node_monitor_period: std::time::Duration,
+    /// How long a node that has posted status may go without a status heartbeat or a
+    /// Lease renewal before its Ready condition becomes Unknown.
+    #[arg(long, default_value = "50s", value_parser = parse_duration)]
+    node_monitor_grace_period: std::time::Duration,
+    /// How long after its creation a node that never posted status becomes Unknown.
+    #[arg(long, default_value = "1m", value_parser = parse_duration)]
+    node_startup_grace_period: std::time::Duration,
+}
+
+impl NodeLifecycleArgs {
+    fn timing(&self) -> anyhow::Result<kustos_controllers::node_lifecycle::Timing> {
+        if self.node_monitor_period.is_zero() {
+            anyhow::bail!("--node-monitor-period must be more than 0");
+        }
+        Ok(kustos_controllers::node_lifecycle::Timing {
+            monitor_period: self.node_monitor_period,
+            grace_period: self.node_monitor_grace_period,
+            startup_grace_period: self.node_startup_grace_period,
+        })
     }
 }
 
@@ -325,6 +356,7 @@ async fn shutdown_signal() {
 async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<()> {
     init_logging(&args.log_format);
     let controllers = kustos_controllers::resolve_controllers(&args.controllers).map_err(anyhow::Error::msg)?;
+    let node_lifecycle = args.node_lifecycle.timing()?;
     let pki_dir = args.data_dir.join("pki");
     let csr_signing = args.signing.config(Some((pki_dir.join("ca.crt"), pki_dir.join("ca.key"))))?;
     // Files named by flags must load before anything starts; the default ones (DIR/pki) may
@@ -382,6 +414,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
                 running.pki.sa_key_pem.clone(),
             )?)),
             csr_signing,
+            node_lifecycle,
             ..Default::default()
         };
         // The controllers' counters are served on the apiserver's /metrics.

@@ -22,6 +22,11 @@
 //! Conflict). The policy's `Valid` condition and `observedGeneration` are kept in step with
 //! its spec the same way.
 //!
+//! A policy with `requireNodeAddresses` makes the controller read the requesting node's Node
+//! (one GET, from the apiserver rather than a cache, so a Node registered just before its
+//! serving CSR is seen) and compare every SAN with the Node's `status.addresses`. A read that
+//! fails (403 without `get` on nodes, say) is retried with backoff; the CSR stays pending.
+//!
 //! Without the CRD installed (the policy list answers 404) the controller waits, retrying
 //! with kube's watcher backoff, and leaves every CSR alone until the first policy list
 //! succeeds: `kustos server` and `kustos controller-manager` work without the CRD.
@@ -32,6 +37,7 @@ use std::sync::Arc;
 
 use futures::StreamExt as _;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use k8s_openapi::api::core::v1::{Node, NodeAddress};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
@@ -65,6 +71,7 @@ pub fn decide(
     csr: &CertificateSigningRequest,
     parse: impl FnOnce(&CertificateSigningRequest) -> Result<CertificateRequest, CsrError>,
     policies: &[Arc<CertificateApprovalPolicy>],
+    node_addresses: NodeAddresses<'_>,
 ) -> Decision {
     if !csr::certificate(csr).is_empty() {
         return Decision::Ignore("already issued".into());
@@ -100,7 +107,7 @@ pub fn decide(
                 continue;
             }
         };
-        match check(&policy.spec, &compiled, csr, &req) {
+        match check(&policy.spec, &compiled, csr, &req, node_addresses) {
             Ok(()) => {
                 return Decision::Approve {
                     policy: name.clone(),
@@ -187,6 +194,61 @@ pub enum Denial {
     /// `maxExpirationSeconds` without `allowUnsetExpirationSeconds`.
     #[error("expirationSeconds is not set (the signer's default lifetime may exceed the maximum {max})")]
     ExpirationUnset { max: i32 },
+    /// `requireNodeAddresses`: the requesting node has no Node object.
+    #[error("node {node:?} has no Node object, so its addresses cannot be checked")]
+    NodeNotFound { node: String },
+    /// `requireNodeAddresses`: a DNS name the Node does not publish.
+    #[error("dnsNames[{index}] {name:?} is not among the addresses of Node {node:?} (status.addresses)")]
+    DnsNameNotNodeAddress { index: usize, name: String, node: String },
+    /// `requireNodeAddresses`: an IP address the Node does not publish.
+    #[error("ipAddresses[{index}] {ip} is not among the addresses of Node {node:?} (status.addresses)")]
+    IpAddressNotNodeAddress { index: usize, ip: std::net::IpAddr, node: String },
+}
+
+/// The requesting node's published addresses (`status.addresses` of its Node object), for
+/// `requireNodeAddresses`: `None` when the Node does not exist, or was not looked up because
+/// no policy that applies asks for it ([`node_to_look_up`]).
+pub type NodeAddresses<'a> = Option<&'a [NodeAddress]>;
+
+/// Address types that name a host by DNS, and those that are IP addresses, as a kubelet
+/// fills its serving request from them.
+const DNS_ADDRESS_TYPES: &[&str] = &["Hostname", "InternalDNS", "ExternalDNS"];
+const IP_ADDRESS_TYPES: &[&str] = &["InternalIP", "ExternalIP"];
+
+/// The node whose Node object [`decide`] needs: the requester's, when a policy that applies
+/// to the pending CSR sets `requireNodeAddresses`.
+pub fn node_to_look_up(csr: &CertificateSigningRequest, policies: &[Arc<CertificateApprovalPolicy>]) -> Option<String> {
+    if !csr::certificate(csr).is_empty() || csr::approval(csr) != (false, false) {
+        return None;
+    }
+    let username = csr.spec.username.as_deref().unwrap_or_default();
+    let groups = csr.spec.groups.as_deref().unwrap_or_default();
+    let node = username.strip_prefix(NODE_USER_PREFIX).filter(|n| !n.is_empty())?;
+    policies
+        .iter()
+        .any(|p| p.spec.require_node_addresses && p.spec.applies_to(&csr.spec.signer_name, username, groups))
+        .then(|| node.to_string())
+}
+
+/// The first SAN of `req` that `addresses` (node `node`'s) do not publish.
+fn not_a_node_address(req: &CertificateRequest, node: &str, addresses: &[NodeAddress]) -> Option<Denial> {
+    let dns = || addresses.iter().filter(|a| DNS_ADDRESS_TYPES.contains(&a.type_.as_str()));
+    let ips = || addresses.iter().filter(|a| IP_ADDRESS_TYPES.contains(&a.type_.as_str()));
+    for (index, name) in req.dns_names.iter().enumerate() {
+        if !dns().any(|a| a.address.eq_ignore_ascii_case(name)) {
+            return Some(Denial::DnsNameNotNodeAddress { index, name: name.clone(), node: node.into() });
+        }
+    }
+    for (index, ip) in req.ip_addresses.iter().enumerate() {
+        let ip_canonical = ip.to_canonical();
+        let matches = |a: &NodeAddress| {
+            a.address.parse::<std::net::IpAddr>().is_ok_and(|have| have.to_canonical() == ip_canonical)
+        };
+        if !ips().any(matches) {
+            return Some(Denial::IpAddressNotNodeAddress { index, ip: *ip, node: node.into() });
+        }
+    }
+    None
 }
 
 /// `dnsNames.nodeDomains`, as a denial names them.
@@ -204,6 +266,7 @@ pub fn check(
     compiled: &Compiled,
     csr: &CertificateSigningRequest,
     req: &CertificateRequest,
+    node_addresses: NodeAddresses<'_>,
 ) -> Result<(), Denial> {
     let username = csr.spec.username.as_deref().unwrap_or_default();
     let cn = req.common_name.as_str();
@@ -327,6 +390,16 @@ pub fn check(
             _ => {}
         }
     }
+    if spec.require_node_addresses {
+        // `compile` refuses the field without `subject.nodeIdentity`, so a node name is known.
+        let node = node_name.unwrap_or_default();
+        let Some(addresses) = node_addresses else {
+            return Err(Denial::NodeNotFound { node: node.into() });
+        };
+        if let Some(denial) = not_a_node_address(req, node, addresses) {
+            return Err(denial);
+        }
+    }
     Ok(())
 }
 
@@ -425,11 +498,20 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    #[error("CSR {csr}: reading Node {node} (for requireNodeAddresses): {source}")]
+    Node {
+        csr: String,
+        node: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 pub struct Context {
     csrs: Api<CertificateSigningRequest>,
     policies: Api<CertificateApprovalPolicy>,
+    /// Nodes, read (one GET, when a policy sets `requireNodeAddresses`) for their addresses.
+    nodes: Api<Node>,
     store: Store<CertificateApprovalPolicy>,
     /// The policy list has succeeded once (the CRD is installed).
     ready: Arc<AtomicBool>,
@@ -496,7 +578,15 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
         return Ok(Action::await_change());
     }
     let name = obj.name_any();
-    let decision = decide(&obj, csr::read_request, &ctx.store.state());
+    let policies = ctx.store.state();
+    let node = match node_to_look_up(&obj, &policies) {
+        None => None,
+        Some(node) => match ctx.nodes.get_opt(&node).await {
+            Ok(found) => found.map(|n| n.status.and_then(|s| s.addresses).unwrap_or_default()),
+            Err(source) => return Err(Error::Node { csr: name, node, source }),
+        },
+    };
+    let decision = decide(&obj, csr::read_request, &policies, node.as_deref());
     let (approve, message, counted) = match decision {
         Decision::Ignore(why) => {
             tracing::trace!(controller = NAME, csr = %name, why = %why, "left alone");
@@ -629,7 +719,8 @@ pub async fn run(
     // One pending "re-decide everything" is enough: later ones coalesce into it.
     let (trigger, redecide) = futures::channel::mpsc::channel(1);
     let ctx = Arc::new(Context {
-        csrs: Api::all(client),
+        csrs: Api::all(client.clone()),
+        nodes: Api::all(client),
         policies: policies.clone(),
         store,
         ready: ready.clone(),
@@ -1138,6 +1229,9 @@ mod tests {
             let mut c = base_csr();
             mutate(&mut c);
             let mut parses = 0;
+            // These cases are about the other rules: the node publishes whatever it asks for
+            // (`node_addresses_bound_the_sans` covers the address check).
+            let published = published_sans(&c);
             let got = decide(
                 &c,
                 |c| {
@@ -1145,6 +1239,7 @@ mod tests {
                     csr::read_request(c)
                 },
                 &policies,
+                Some(&published),
             );
             assert!(parses <= 1, "{name}: parsed {parses} times");
             match (&got, want) {
@@ -1202,6 +1297,154 @@ mod tests {
         }
     }
 
+    /// Node n1's `status.addresses`: every SAN of [`Req::n1`], as a kubelet publishes them.
+    fn n1_addresses() -> Vec<NodeAddress> {
+        addresses(&[
+            ("Hostname", "n1"),
+            ("InternalDNS", "n1.cluster.example"),
+            ("InternalIP", "10.0.0.5"),
+            ("ExternalIP", "fd00::5"),
+        ])
+    }
+
+    /// A Node's addresses that hold every SAN of the request (none when it does not parse).
+    fn published_sans(c: &CertificateSigningRequest) -> Vec<NodeAddress> {
+        let Ok(req) = csr::read_request(c) else { return Vec::new() };
+        let dns = req.dns_names.iter().map(|d| NodeAddress { type_: "Hostname".into(), address: d.clone() });
+        let ips = req.ip_addresses.iter().map(|ip| NodeAddress { type_: "InternalIP".into(), address: ip.to_string() });
+        dns.chain(ips).collect()
+    }
+
+    fn addresses(list: &[(&str, &str)]) -> Vec<NodeAddress> {
+        list.iter().map(|(t, a)| NodeAddress { type_: (*t).into(), address: (*a).into() }).collect()
+    }
+
+    #[test]
+    fn node_addresses_bound_the_sans() {
+        let policies = vec![Arc::new(default_policy())];
+        assert!(policies[0].spec.require_node_addresses, "the shipped policy checks node addresses");
+        let n1 = n1_addresses();
+        let upper = addresses(&[
+            ("Hostname", "N1"),
+            ("InternalDNS", "N1.Cluster.Example"),
+            ("InternalIP", "10.0.0.5"),
+            ("InternalIP", "fd00::5"),
+        ]);
+        let mapped = addresses(&[
+            ("Hostname", "n1"),
+            ("InternalDNS", "n1.cluster.example"),
+            ("InternalIP", "::ffff:10.0.0.5"),
+            ("InternalIP", "fd00::5"),
+        ]);
+        let ip_as_hostname = addresses(&[
+            ("Hostname", "n1"),
+            ("InternalDNS", "n1.cluster.example"),
+            ("Hostname", "10.0.0.5"),
+            ("InternalIP", "fd00::5"),
+        ]);
+        let name_as_ip = addresses(&[
+            ("InternalIP", "n1"),
+            ("InternalDNS", "n1.cluster.example"),
+            ("InternalIP", "10.0.0.5"),
+            ("InternalIP", "fd00::5"),
+        ]);
+        let no_addresses: Vec<NodeAddress> = Vec::new();
+        let hostname_only = addresses(&[("Hostname", "n1"), ("InternalIP", "10.0.0.5"), ("ExternalIP", "fd00::5")]);
+        type Case<'a> = (&'a str, NodeAddresses<'a>, Mutate, Result<(), &'a str>);
+        let cases: Vec<Case> = vec![
+            ("every SAN published", Some(&n1), |_| {}, Ok(())),
+            (
+                "a subset of the published addresses",
+                Some(&n1),
+                |c| {
+                    set_request(c, |r| {
+                        r.dns = vec!["n1"];
+                        r.ips = vec!["10.0.0.5"]
+                    })
+                },
+                Ok(()),
+            ),
+            ("DNS names compare case-insensitively", Some(&upper), |_| {}, Ok(())),
+            ("an IPv4-mapped published address is the IPv4 address", Some(&mapped), |_| {}, Ok(())),
+            (
+                "no Node object",
+                None,
+                |_| {},
+                Err(r#"node "n1" has no Node object, so its addresses cannot be checked"#),
+            ),
+            (
+                "a Node with no addresses",
+                Some(&no_addresses),
+                |_| {},
+                Err(r#"dnsNames[0] "n1" is not among the addresses of Node "n1" (status.addresses)"#),
+            ),
+            (
+                "an address in the allowed CIDRs the node does not publish",
+                Some(&n1),
+                |c| set_request(c, |r| r.ips = vec!["10.0.0.5", "10.0.0.6"]),
+                Err(r#"ipAddresses[1] 10.0.0.6 is not among the addresses of Node "n1" (status.addresses)"#),
+            ),
+            (
+                "a DNS name under a listed domain the node does not publish",
+                Some(&hostname_only),
+                |_| {},
+                Err(r#"dnsNames[1] "n1.cluster.example" is not among the addresses of Node "n1" (status.addresses)"#),
+            ),
+            (
+                "an IP published only as a host name is not an IP address of the node",
+                Some(&ip_as_hostname),
+                |_| {},
+                Err(r#"ipAddresses[0] 10.0.0.5 is not among the addresses of Node "n1" (status.addresses)"#),
+            ),
+            (
+                "a name published as an IP address is not a DNS name of the node",
+                Some(&name_as_ip),
+                |_| {},
+                Err(r#"dnsNames[0] "n1" is not among the addresses of Node "n1" (status.addresses)"#),
+            ),
+        ];
+        for (name, node, mutate, want) in cases {
+            let mut c = base_csr();
+            mutate(&mut c);
+            let got = decide(&c, csr::read_request, &policies, node);
+            match (want, &got) {
+                (Ok(()), Decision::Approve { policy, .. }) => assert_eq!(policy, "kubelet-serving", "{name}"),
+                (Err(why), Decision::Deny { message, .. }) => {
+                    assert_eq!(
+                        message,
+                        &format!("Denied: CertificateApprovalPolicy \"kubelet-serving\": {why}."),
+                        "{name}"
+                    )
+                }
+                _ => panic!("{name}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn the_node_is_looked_up_only_when_an_applying_policy_asks() {
+        let checking = vec![Arc::new(default_policy())];
+        let not_checking = vec![policy("kubelet-serving", |s| s.require_node_addresses = false)];
+        let mut client_csr = base_csr();
+        client_csr.spec.signer_name = "kubernetes.io/kube-apiserver-client-kubelet".into();
+        let mut decided = base_csr();
+        with_conditions(&mut decided, &["Approved"]);
+        let mut not_a_node = base_csr();
+        not_a_node.spec.username = Some("admin".into());
+        not_a_node.spec.groups = Some(vec!["system:nodes".into()]);
+        type Case<'a> = (&'a str, &'a [Arc<CertificateApprovalPolicy>], CertificateSigningRequest, Option<&'a str>);
+        let cases: Vec<Case> = vec![
+            ("a pending serving CSR under a checking policy", &checking, base_csr(), Some("n1")),
+            ("a policy that does not check", &not_checking, base_csr(), None),
+            ("a signer no checking policy names", &checking, client_csr, None),
+            ("an approved CSR", &checking, decided, None),
+            ("a requester that is not a node", &checking, not_a_node, None),
+        ];
+        for (name, policies, c, want) in cases {
+            assert_eq!(node_to_look_up(&c, policies).as_deref(), want, "{name}");
+        }
+    }
+
     fn policy(name: &str, f: impl FnOnce(&mut CertificateApprovalPolicySpec)) -> Arc<CertificateApprovalPolicy> {
         let mut p = default_policy();
         p.metadata.name = Some(name.into());
@@ -1213,6 +1456,7 @@ mod tests {
     fn several_policies() {
         let evil: Mutate = |c| set_request(c, |r| r.dns = vec!["evil.example"]);
         let allow_any_dns = |s: &mut CertificateApprovalPolicySpec| {
+            s.require_node_addresses = false;
             s.dns_names.as_mut().unwrap().node_name_prefix = false;
             s.dns_names.as_mut().unwrap().node_domains.clear();
             s.dns_names.as_mut().unwrap().patterns = Some(vec![r"[a-z]+\.example".into()]);
@@ -1313,7 +1557,7 @@ mod tests {
         for (name, policies, mutate, want) in cases {
             let mut c = base_csr();
             mutate(&mut c);
-            assert_eq!(decide(&c, csr::read_request, &policies), want, "{name}");
+            assert_eq!(decide(&c, csr::read_request, &policies, Some(&n1_addresses())), want, "{name}");
         }
     }
 
@@ -1354,7 +1598,7 @@ mod tests {
             ("another requester: not this policy's business", user_csr("admin", "admin"), Err("ignore")),
         ];
         for (name, c, want) in cases {
-            let got = decide(&c, csr::read_request, &policies);
+            let got = decide(&c, csr::read_request, &policies, Some(&n1_addresses()));
             match (want, &got) {
                 (Ok(()), Decision::Approve { policy, .. }) => assert_eq!(policy, "ci", "{name}"),
                 (Err("ignore"), Decision::Ignore(_)) => {}
@@ -1411,6 +1655,19 @@ mod tests {
     const APPROVAL: &str = "PUT /apis/certificates.k8s.io/v1/certificatesigningrequests/csr-n1/approval";
     const GET_POLICY: &str = "GET /apis/kustos.dev/v1alpha1/certificateapprovalpolicies/kubelet-serving";
     const PUT_STATUS: &str = "PUT /apis/kustos.dev/v1alpha1/certificateapprovalpolicies/kubelet-serving/status";
+    const GET_NODE: &str = "GET /api/v1/nodes/n1";
+
+    fn node_reply() -> (u16, serde_json::Value) {
+        let node = Node {
+            metadata: ObjectMeta { name: Some("n1".into()), ..Default::default() },
+            status: Some(k8s_openapi::api::core::v1::NodeStatus {
+                addresses: Some(n1_addresses()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        (200, serde_json::to_value(node).unwrap())
+    }
 
     fn ctx(
         client: Client,
@@ -1424,6 +1681,7 @@ mod tests {
         }
         Arc::new(Context {
             csrs: Api::all(client.clone()),
+            nodes: Api::all(client.clone()),
             policies: Api::all(client),
             store,
             ready: Arc::new(AtomicBool::new(ready)),
@@ -1451,16 +1709,16 @@ mod tests {
                 "approved, then the policy's count goes up",
                 true,
                 |_| {},
-                vec![csr_reply(), policy_reply(5, "7"), policy_reply(6, "8")],
-                vec![APPROVAL, GET_POLICY, PUT_STATUS],
+                vec![node_reply(), csr_reply(), policy_reply(5, "7"), policy_reply(6, "8")],
+                vec![GET_NODE, APPROVAL, GET_POLICY, PUT_STATUS],
                 "await",
             ),
             (
                 "denied, then the policy's denied count goes up",
                 true,
                 evil,
-                vec![csr_reply(), policy_reply(5, "7"), policy_reply(5, "8")],
-                vec![APPROVAL, GET_POLICY, PUT_STATUS],
+                vec![node_reply(), csr_reply(), policy_reply(5, "7"), policy_reply(5, "8")],
+                vec![GET_NODE, APPROVAL, GET_POLICY, PUT_STATUS],
                 "await",
             ),
             (
@@ -1468,30 +1726,54 @@ mod tests {
                 true,
                 |_| {},
                 vec![
+                    node_reply(),
                     csr_reply(),
                     policy_reply(5, "7"),
                     (409, status(409, "Conflict")),
                     policy_reply(6, "9"),
                     policy_reply(7, "10"),
                 ],
-                vec![APPROVAL, GET_POLICY, PUT_STATUS, GET_POLICY, PUT_STATUS],
+                vec![GET_NODE, APPROVAL, GET_POLICY, PUT_STATUS, GET_POLICY, PUT_STATUS],
                 "await",
             ),
             (
                 "the approval lost a race: looked at again, no count",
                 true,
                 |_| {},
-                vec![(409, status(409, "Conflict"))],
-                vec![APPROVAL],
+                vec![node_reply(), (409, status(409, "Conflict"))],
+                vec![GET_NODE, APPROVAL],
                 "requeue 100",
             ),
-            ("the CSR is gone: nothing", true, |_| {}, vec![(404, status(404, "NotFound"))], vec![APPROVAL], "await"),
+            (
+                "the CSR is gone: nothing",
+                true,
+                |_| {},
+                vec![node_reply(), (404, status(404, "NotFound"))],
+                vec![GET_NODE, APPROVAL],
+                "await",
+            ),
             (
                 "the approval fails: retried",
                 true,
                 |_| {},
-                vec![(500, status(500, "InternalError"))],
-                vec![APPROVAL],
+                vec![node_reply(), (500, status(500, "InternalError"))],
+                vec![GET_NODE, APPROVAL],
+                "error",
+            ),
+            (
+                "denied: the requesting node has no Node object",
+                true,
+                |_| {},
+                vec![(404, status(404, "NotFound")), csr_reply(), policy_reply(5, "7"), policy_reply(5, "8")],
+                vec![GET_NODE, APPROVAL, GET_POLICY, PUT_STATUS],
+                "await",
+            ),
+            (
+                "the Node cannot be read: retried, the CSR stays pending",
+                true,
+                |_| {},
+                vec![(403, status(403, "Forbidden"))],
+                vec![GET_NODE],
                 "error",
             ),
             ("policies not listed yet (no CRD): nothing", false, |_| {}, vec![], vec![], "await"),

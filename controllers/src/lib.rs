@@ -40,6 +40,7 @@ pub mod legacy_serviceaccount_token_cleaner;
 pub mod metrics;
 #[cfg(test)]
 mod mock;
+pub mod node_lifecycle;
 pub mod root_ca_cert_publisher;
 pub mod runtime;
 pub mod serviceaccount;
@@ -66,10 +67,13 @@ pub const ALL: &[&str] = &[
     "root-ca-cert-publisher",
     "clusterrole-aggregation",
     "kube-apiserver-serving-clustertrustbundle-publisher",
+    "nodelifecycle",
 ];
 
-/// Off unless named explicitly (as upstream).
-pub const DISABLED_BY_DEFAULT: &[&str] = &["tokencleaner", "bootstrapsigner"];
+/// Off unless named explicitly: as upstream for the first two; `nodelifecycle` because
+/// next to a real kube-apiserver, kube-controller-manager runs its own (`kustos server`
+/// names it in its default `--controllers`).
+pub const DISABLED_BY_DEFAULT: &[&str] = &["tokencleaner", "bootstrapsigner", "nodelifecycle"];
 
 /// `--controllers`: `*` (every controller on by default), `name`, `-name`. Unknown names are
 /// an error. The result keeps the order of [`ALL`].
@@ -132,6 +136,8 @@ pub struct Config {
     /// Where the controllers count what they do ([`metrics`]); `Default` is a fresh registry
     /// nobody reads.
     pub metrics: metrics::Metrics,
+    /// `nodelifecycle`'s `--node-monitor-*` and `--node-startup-grace-period`.
+    pub node_lifecycle: node_lifecycle::Timing,
 }
 
 impl Default for Config {
@@ -146,6 +152,7 @@ impl Default for Config {
             csr_signing: csr_signer::SigningConfig::default(),
             csr_concurrency: 32,
             metrics: metrics::Metrics::default(),
+            node_lifecycle: node_lifecycle::Timing::default(),
         }
     }
 }
@@ -199,6 +206,9 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
             }
             "bootstrapsigner" => {
                 tasks.spawn(bootstrap_signer::run(client, cfg));
+            }
+            "nodelifecycle" => {
+                tasks.spawn(node_lifecycle::run(client, cfg));
             }
             "csrapproving" => {
                 tasks.spawn(csr_approver::run(client, csrs()?, cfg));

@@ -126,6 +126,14 @@ pub struct CertificateApprovalPolicySpec {
     /// kubelets do not set `expirationSeconds` on serving certificate requests.
     #[serde(default, skip_serializing_if = "is_false")]
     pub allow_unset_expiration_seconds: bool,
+
+    /// Every DNS and IP subjectAltName must be one of the requesting node's addresses, as its
+    /// Node object publishes them in `status.addresses` (DNS names: `Hostname`, `InternalDNS`,
+    /// `ExternalDNS`, compared case-insensitively; IP addresses: `InternalIP`, `ExternalIP`),
+    /// on top of every other rule. Needs `subject.nodeIdentity`. A CSR from a node with no
+    /// Node object is denied. Default false.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub require_node_addresses: bool,
 }
 
 /// Who a policy applies to. A requester matches when its user name is in `users`, or one of
@@ -317,7 +325,7 @@ impl CertificateApprovalPolicySpec {
                     }
                 }
             }
-            if d.node_name_prefix && !self.subject.as_ref().is_some_and(|s| s.node_identity) {
+            if d.node_name_prefix && !self.node_identity() {
                 err("spec.dnsNames.nodeNamePrefix".into(), "needs spec.subject.nodeIdentity (the node name)".into());
             }
             if !d.node_domains.is_empty() && !d.node_name_prefix {
@@ -365,11 +373,19 @@ impl CertificateApprovalPolicySpec {
                 "must be at least 600 (the shortest lifetime a CSR may ask for)".into(),
             );
         }
+        if self.require_node_addresses && !self.node_identity() {
+            err("spec.requireNodeAddresses".into(), "needs spec.subject.nodeIdentity (the node name)".into());
+        }
         if errors.is_empty() {
             Ok(Compiled { common_name_pattern, dns_name_patterns, cidrs, denied_dns_patterns, denied_cidrs })
         } else {
             Err(errors)
         }
+    }
+
+    /// Whether `subject.nodeIdentity` is set: the requester is the node the request is for.
+    pub fn node_identity(&self) -> bool {
+        self.subject.as_ref().is_some_and(|s| s.node_identity)
     }
 
     /// Whether the policy applies to a CSR for `signer` made by `username` in `groups`.
@@ -511,6 +527,16 @@ mod tests {
                 &["spec.dnsNames.nodeDomains"],
             ),
             ("node name prefix without node identity", |s| s.subject = None, &["spec.dnsNames.nodeNamePrefix"]),
+            ("node addresses with node identity", |s| s.require_node_addresses = true, &[]),
+            (
+                "node addresses without node identity",
+                |s| {
+                    s.require_node_addresses = true;
+                    s.subject.as_mut().unwrap().node_identity = false;
+                    s.dns_names.as_mut().unwrap().node_name_prefix = false;
+                },
+                &["spec.requireNodeAddresses"],
+            ),
             (
                 "negative counts",
                 |s| {
