@@ -7,6 +7,7 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 mod ca_cmd;
+mod ca_signer_cmd;
 mod controller_manager;
 mod kubeconfig_cmd;
 mod storage_cmd;

@@ -11,16 +11,9 @@ mod common;
 
 use common::kubelet::{approval, client_from_yaml, node_csr, node_kubeconfig, request_certificate};
 
-use std::time::Duration;
-
-use base64::Engine as _;
-use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::ByteString;
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::Api;
 
 async fn whoami(client: &kube::Client) -> (String, Vec<String>) {

@@ -45,7 +45,12 @@ use crate::clustertrustbundle_publisher as ctb;
 use crate::csr;
 use crate::runtime::{self, changes, whole_world_until, Backoff};
 
+pub mod rotation;
+
 pub const NAME: &str = "signers";
+/// The annotation `kustos ca rotate … --signer` sets on the Signer after each step, so the
+/// controller looks at it at once.
+pub const ROTATION_ANNOTATION: &str = "kustos.dev/ca-rotation";
 /// Where generated CAs are kept.
 pub const GENERATED_NAMESPACE: &str = "kube-system";
 /// The CA that signs.
