@@ -36,6 +36,7 @@ APIEXTENSIONS_FILES = ["pkg/apis/apiextensions/v1/generated.proto"]
 KINDS = [
     "k8s.io.api.core.v1.ConfigMap", "k8s.io.api.core.v1.Secret", "k8s.io.api.core.v1.Namespace",
     "k8s.io.api.core.v1.ServiceAccount", "k8s.io.api.core.v1.Event", "k8s.io.api.events.v1.Event",
+    "k8s.io.api.core.v1.Node",
     "k8s.io.api.coordination.v1.Lease", "k8s.io.api.certificates.v1.CertificateSigningRequest",
     "k8s.io.api.certificates.v1beta1.ClusterTrustBundle",
     "k8s.io.api.rbac.v1.Role", "k8s.io.api.rbac.v1.ClusterRole", "k8s.io.api.rbac.v1.RoleBinding",

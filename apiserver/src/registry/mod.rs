@@ -202,6 +202,13 @@ pub trait Strategy: Send + Sync + 'static {
     /// subresource owns from `old`.
     fn prepare_for_subresource(&self, _sub: &str, _new: &mut Value, _old: &Value) {}
 
+    /// Whether a write through subresource `sub` may change labels, annotations, finalizers
+    /// and owner references (upstream's `nodes/status`); by default they are kept from the
+    /// stored object, as upstream's `ResetObjectMetaForStatus`.
+    fn subresource_writes_metadata(&self, _sub: &str) -> bool {
+        false
+    }
+
     /// Extra rules for an update through a subresource.
     fn validate_subresource(&self, _sub: &str, _new: &Value, _old: &Value) -> Vec<FieldError> {
         Vec::new()

@@ -651,6 +651,13 @@ pub(super) static MESSAGES: &[Message] = &[
         ],
     },
     Message {
+        name: "k8s.io.api.core.v1.AttachedVolume",
+        fields: &[
+            Field { number: 1, json: "name", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "devicePath", ty: Type::Str, card: Card::One, opt: false },
+        ],
+    },
+    Message {
         name: "k8s.io.api.core.v1.ConfigMap",
         fields: &[
             Field {
@@ -683,6 +690,27 @@ pub(super) static MESSAGES: &[Message] = &[
                 opt: false,
             },
         ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.ConfigMapNodeConfigSource",
+        fields: &[
+            Field { number: 1, json: "namespace", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "name", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 3, json: "uid", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 4, json: "resourceVersion", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 5, json: "kubeletConfigKey", ty: Type::Str, card: Card::One, opt: false },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.ContainerImage",
+        fields: &[
+            Field { number: 1, json: "names", ty: Type::Str, card: Card::Repeated, opt: false },
+            Field { number: 2, json: "sizeBytes", ty: Type::Int, card: Card::One, opt: false },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.DaemonEndpoint",
+        fields: &[Field { number: 1, json: "Port", ty: Type::Int, card: Card::One, opt: false }],
     },
     Message {
         name: "k8s.io.api.core.v1.Event",
@@ -874,6 +902,304 @@ pub(super) static MESSAGES: &[Message] = &[
         ],
     },
     Message {
+        name: "k8s.io.api.core.v1.Node",
+        fields: &[
+            Field {
+                number: 1,
+                json: "metadata",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "spec",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeSpec"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 3,
+                json: "status",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeStatus"),
+                card: Card::One,
+                opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeAddress",
+        fields: &[
+            Field { number: 1, json: "type", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "address", ty: Type::Str, card: Card::One, opt: false },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeCondition",
+        fields: &[
+            Field { number: 1, json: "type", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "status", ty: Type::Str, card: Card::One, opt: false },
+            Field {
+                number: 3,
+                json: "lastHeartbeatTime",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Time"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 4,
+                json: "lastTransitionTime",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Time"),
+                card: Card::One,
+                opt: false,
+            },
+            Field { number: 5, json: "reason", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 6, json: "message", ty: Type::Str, card: Card::One, opt: false },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeConfigSource",
+        fields: &[Field {
+            number: 2,
+            json: "configMap",
+            ty: Type::Msg("k8s.io.api.core.v1.ConfigMapNodeConfigSource"),
+            card: Card::One,
+            opt: true,
+        }],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeConfigStatus",
+        fields: &[
+            Field {
+                number: 1,
+                json: "assigned",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeConfigSource"),
+                card: Card::One,
+                opt: true,
+            },
+            Field {
+                number: 2,
+                json: "active",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeConfigSource"),
+                card: Card::One,
+                opt: true,
+            },
+            Field {
+                number: 3,
+                json: "lastKnownGood",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeConfigSource"),
+                card: Card::One,
+                opt: true,
+            },
+            Field { number: 4, json: "error", ty: Type::Str, card: Card::One, opt: false },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeDaemonEndpoints",
+        fields: &[Field {
+            number: 1,
+            json: "kubeletEndpoint",
+            ty: Type::Msg("k8s.io.api.core.v1.DaemonEndpoint"),
+            card: Card::One,
+            opt: false,
+        }],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeFeatures",
+        fields: &[Field { number: 1, json: "supplementalGroupsPolicy", ty: Type::Bool, card: Card::One, opt: true }],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeList",
+        fields: &[
+            Field {
+                number: 1,
+                json: "metadata",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "items",
+                ty: Type::Msg("k8s.io.api.core.v1.Node"),
+                card: Card::Repeated,
+                opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodePodPreemptionPolicy",
+        fields: &[Field {
+            number: 1,
+            json: "disableResizePreemption",
+            ty: Type::Str,
+            card: Card::Repeated,
+            opt: false,
+        }],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeRuntimeHandler",
+        fields: &[
+            Field { number: 1, json: "name", ty: Type::Str, card: Card::One, opt: false },
+            Field {
+                number: 2,
+                json: "features",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeRuntimeHandlerFeatures"),
+                card: Card::One,
+                opt: true,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeRuntimeHandlerFeatures",
+        fields: &[
+            Field { number: 1, json: "recursiveReadOnlyMounts", ty: Type::Bool, card: Card::One, opt: true },
+            Field { number: 2, json: "userNamespaces", ty: Type::Bool, card: Card::One, opt: true },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeSpec",
+        fields: &[
+            Field { number: 1, json: "podCIDR", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "externalID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 3, json: "providerID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 4, json: "unschedulable", ty: Type::Bool, card: Card::One, opt: false },
+            Field {
+                number: 5,
+                json: "taints",
+                ty: Type::Msg("k8s.io.api.core.v1.Taint"),
+                card: Card::Repeated,
+                opt: false,
+            },
+            Field {
+                number: 6,
+                json: "configSource",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeConfigSource"),
+                card: Card::One,
+                opt: true,
+            },
+            Field { number: 7, json: "podCIDRs", ty: Type::Str, card: Card::Repeated, opt: false },
+            Field {
+                number: 8,
+                json: "podPreemptionPolicy",
+                ty: Type::Msg("k8s.io.api.core.v1.NodePodPreemptionPolicy"),
+                card: Card::One,
+                opt: true,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeStatus",
+        fields: &[
+            Field {
+                number: 1,
+                json: "capacity",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.api.resource.Quantity"),
+                card: Card::Map,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "allocatable",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.api.resource.Quantity"),
+                card: Card::Map,
+                opt: false,
+            },
+            Field { number: 3, json: "phase", ty: Type::Str, card: Card::One, opt: false },
+            Field {
+                number: 4,
+                json: "conditions",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeCondition"),
+                card: Card::Repeated,
+                opt: false,
+            },
+            Field {
+                number: 5,
+                json: "addresses",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeAddress"),
+                card: Card::Repeated,
+                opt: false,
+            },
+            Field {
+                number: 6,
+                json: "daemonEndpoints",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeDaemonEndpoints"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 7,
+                json: "nodeInfo",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeSystemInfo"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 8,
+                json: "images",
+                ty: Type::Msg("k8s.io.api.core.v1.ContainerImage"),
+                card: Card::Repeated,
+                opt: false,
+            },
+            Field { number: 9, json: "volumesInUse", ty: Type::Str, card: Card::Repeated, opt: false },
+            Field {
+                number: 10,
+                json: "volumesAttached",
+                ty: Type::Msg("k8s.io.api.core.v1.AttachedVolume"),
+                card: Card::Repeated,
+                opt: false,
+            },
+            Field {
+                number: 11,
+                json: "config",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeConfigStatus"),
+                card: Card::One,
+                opt: true,
+            },
+            Field {
+                number: 12,
+                json: "runtimeHandlers",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeRuntimeHandler"),
+                card: Card::Repeated,
+                opt: false,
+            },
+            Field {
+                number: 13,
+                json: "features",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeFeatures"),
+                card: Card::One,
+                opt: true,
+            },
+            Field { number: 14, json: "declaredFeatures", ty: Type::Str, card: Card::Repeated, opt: false },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeSwapStatus",
+        fields: &[Field { number: 1, json: "capacity", ty: Type::Int, card: Card::One, opt: true }],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.NodeSystemInfo",
+        fields: &[
+            Field { number: 1, json: "machineID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "systemUUID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 3, json: "bootID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 4, json: "kernelVersion", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 5, json: "osImage", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 6, json: "containerRuntimeVersion", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 7, json: "kubeletVersion", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 8, json: "kubeProxyVersion", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 9, json: "operatingSystem", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 10, json: "architecture", ty: Type::Str, card: Card::One, opt: false },
+            Field {
+                number: 11,
+                json: "swap",
+                ty: Type::Msg("k8s.io.api.core.v1.NodeSwapStatus"),
+                card: Card::One,
+                opt: true,
+            },
+        ],
+    },
+    Message {
         name: "k8s.io.api.core.v1.ObjectReference",
         fields: &[
             Field { number: 1, json: "kind", ty: Type::Str, card: Card::One, opt: false },
@@ -963,6 +1289,21 @@ pub(super) static MESSAGES: &[Message] = &[
                 ty: Type::Msg("k8s.io.api.core.v1.ServiceAccount"),
                 card: Card::Repeated,
                 opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.core.v1.Taint",
+        fields: &[
+            Field { number: 1, json: "key", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "value", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 3, json: "effect", ty: Type::Str, card: Card::One, opt: false },
+            Field {
+                number: 4,
+                json: "timeAdded",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Time"),
+                card: Card::One,
+                opt: true,
             },
         ],
     },
@@ -2096,6 +2437,10 @@ pub(super) static MESSAGES: &[Message] = &[
             },
             Field { number: 3, json: "conversionReviewVersions", ty: Type::Str, card: Card::Repeated, opt: false },
         ],
+    },
+    Message {
+        name: "k8s.io.apimachinery.pkg.api.resource.Quantity",
+        fields: &[Field { number: 1, json: "string", ty: Type::Str, card: Card::One, opt: false }],
     },
     Message {
         name: "k8s.io.apimachinery.pkg.apis.meta.v1.DeleteOptions",

@@ -1,6 +1,7 @@
 //! core/v1 kinds, one file per kind: [`namespace`], [`configmap`], [`secret`],
 //! [`serviceaccount`] (with its `token` subresource, TokenRequest, in
-//! [`serviceaccount_token`]) and [`event`]; [`data`] holds what ConfigMaps and Secrets share.
+//! [`serviceaccount_token`]), [`event`] and [`node`]; [`data`] holds what ConfigMaps and
+//! Secrets share.
 //!
 //! Each strategy mirrors upstream's `pkg/registry/core/<kind>/strategy.go`, the v1 defaulting and
 //! conversion that happen on decode (`pkg/apis/core/v1`), `pkg/apis/core/validation` and the
@@ -11,6 +12,7 @@ pub mod configmap;
 mod data;
 pub mod event;
 pub mod namespace;
+pub mod node;
 pub mod secret;
 pub mod serviceaccount;
 pub mod serviceaccount_token;
@@ -22,6 +24,7 @@ use k8s_openapi::api::core::v1 as corev1;
 use configmap::ConfigMapStrategy;
 use event::EventStrategy;
 use namespace::NamespaceStrategy;
+use node::NodeStrategy;
 use secret::SecretStrategy;
 use serviceaccount::ServiceAccountStrategy;
 
@@ -100,6 +103,20 @@ pub fn resources() -> Vec<ResourceDef> {
             strategy: Arc::new(EventStrategy),
             schema: |g| g.subschema_for::<corev1::Event>(),
         },
+        ResourceDef {
+            group: "",
+            version: "v1",
+            resource: "nodes",
+            singular: "node",
+            kind: "Node",
+            namespaced: false,
+            short_names: &["no"],
+            categories: &[],
+            subresources: &["status"],
+            create_only: false,
+            strategy: Arc::new(NodeStrategy),
+            schema: |g| g.subschema_for::<corev1::Node>(),
+        },
     ]
 }
 
@@ -151,6 +168,7 @@ mod tests {
             &SecretStrategy,
             &ServiceAccountStrategy,
             &EventStrategy,
+            &NodeStrategy,
         ] {
             for o in &odd {
                 let mut a = o.clone();
