@@ -113,6 +113,22 @@ pub trait TokenGenerator: Send + Sync {
         secret_name: &str,
         secret_uid: &str,
     ) -> anyhow::Result<String>;
+
+    /// The key ids (JWT header `kid`) of keys that no longer sign: legacy tokens signed by
+    /// one of them are re-issued (a `kustos sa-key rotate`).
+    fn retired_key_ids(&self) -> std::collections::BTreeSet<String> {
+        Default::default()
+    }
+
+    /// Told after each pass how many legacy token Secrets each key id signed, so that a
+    /// retired key nothing uses any more can be pruned.
+    fn legacy_tokens_counted(&self, _by_kid: &std::collections::BTreeMap<String, usize>) {}
+
+    /// A value that changes whenever the keys do (which signs, which are retired): the
+    /// controller makes a pass when it does. Empty: the keys never change.
+    fn key_state(&self) -> String {
+        String::new()
+    }
 }
 
 /// Settings shared by the controllers.
