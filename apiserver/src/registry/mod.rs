@@ -39,10 +39,12 @@ pub mod custom;
 pub mod events;
 pub mod flowcontrol;
 pub mod intern;
+pub mod node;
 pub mod rbac;
 pub mod reviews;
 pub mod schema;
 pub mod shared;
+pub mod storage;
 
 use std::sync::Arc;
 
@@ -420,6 +422,8 @@ impl Registry {
         resources.extend(reviews::resources());
         resources.extend(apiextensions::resources());
         resources.extend(flowcontrol::resources());
+        resources.extend(storage::resources());
+        resources.extend(node::resources());
         Registry { resources }
     }
 
@@ -598,6 +602,11 @@ mod tests {
                 "certificatesigningrequests",
                 "flowschemas",
                 "prioritylevelconfigurations",
+                "pods",
+                "services",
+                "csinodes",
+                "csidrivers",
+                "runtimeclasses",
             ];
             if typed.contains(&def.resource) {
                 assert!(!errs.is_empty(), "{} accepted an object that does not decode", def.resource);
