@@ -8,11 +8,15 @@
 //!   register with a `configSource`, set one, or change its own taints, and may not set or
 //!   change labels under `node-restriction.kubernetes.io/` nor `kubernetes.io`/`k8s.io` labels
 //!   outside the set kubelets own ([`is_kubelet_label`]);
-//! - creates, updates and deletes only its own CSINode.
+//! - creates, updates and deletes only its own CSINode;
+//! - creates only its own mirror pods and writes the status only of pods bound to it
+//!   ([`pods`]).
 //!
 //! The Node authorizer ([`crate::authz::rbac::node`]) limits a node by the name in the URL; a
 //! create has no name in the URL, so the name in the body is checked here. Writes by anyone
 //! who is not a node are not this plugin's business.
+
+pub mod pods;
 
 use std::collections::BTreeSet;
 
@@ -31,7 +35,8 @@ const CSINODES: &str = "csinodes";
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
 /// The kinds this plugin looks at: (group, resource).
-const HANDLED: &[(&str, &str)] = &[(LEASE_GROUP, LEASES), ("", NODES), (STORAGE_GROUP, CSINODES)];
+const HANDLED: &[(&str, &str)] = &[(LEASE_GROUP, LEASES), ("", NODES), (STORAGE_GROUP, CSINODES), ("", PODS)];
+const PODS: &str = "pods";
 
 /// Labels a kubelet sets on its own Node (`k8s.io/kubelet/pkg/apis.KubeletLabels`).
 const KUBELET_LABELS: &[&str] = &[
@@ -57,6 +62,8 @@ const NODE_RESTRICTION_LABEL_NAMESPACE: &str = "node-restriction.kubernetes.io";
 pub struct Write<'a> {
     pub group: &'a str,
     pub resource: &'a str,
+    /// The subresource (`status`), empty for the object itself.
+    pub subresource: &'a str,
     pub op: Operation,
     /// The namespace of the request.
     pub namespace: &'a str,
@@ -100,7 +107,11 @@ pub fn admit(user: &UserInfo, write: &Write<'_>) -> Result<(), ApiError> {
     if node.is_empty() {
         return Err(forbidden(format!("could not determine node from user {:?}", user.name)));
     }
-    let problem = if write.resource == NODES { node_problem(node, write) } else { csinode_problem(node, write) };
+    let problem = match write.resource {
+        NODES => node_problem(node, write),
+        PODS => pods::problem(node, write),
+        _ => csinode_problem(node, write),
+    };
     problem.map_or(Ok(()), |why| Err(forbidden(why)))
 }
 
@@ -262,6 +273,7 @@ impl crate::admission::Plugin for NodeRestriction {
             &Write {
                 group: a.def.group,
                 resource: a.def.resource,
+                subresource: &a.info.subresource,
                 op: a.op,
                 namespace: &a.info.namespace,
                 url_name: &a.info.name,
@@ -307,7 +319,7 @@ mod tests {
         let admin = UserInfo::with_groups("admin", &["system:masters"]);
         let (o1, o2, o_) = (&named("n1"), &named("n2"), &named(""));
         fn lease<'a>(op: Operation, namespace: &'a str, url_name: &'a str, new: Option<&'a Value>) -> Write<'a> {
-            Write { group: LEASE_GROUP, resource: LEASES, op, namespace, url_name, new, old: None }
+            Write { group: LEASE_GROUP, resource: LEASES, subresource: "", op, namespace, url_name, new, old: None }
         }
         let same_name = "can only access node lease with the same name as the requesting node";
         let elsewhere = "can only access leases in the \"kube-node-lease\" system namespace";
@@ -412,7 +424,7 @@ mod tests {
         let mut other_source = with_source.clone();
         other_source["spec"]["configSource"]["configMap"]["name"] = json!("d");
         fn nodes<'a>(op: Operation, url_name: &'a str, new: Option<&'a Value>, old: Option<&'a Value>) -> Write<'a> {
-            Write { group: "", resource: NODES, op, namespace: "", url_name, new, old }
+            Write { group: "", resource: NODES, subresource: "", op, namespace: "", url_name, new, old }
         }
         let relabelled = node_obj("n1", relabelled, no_taint.clone());
         use Operation::{Create, Delete, Update};
@@ -517,7 +529,7 @@ mod tests {
         let n1 = node("n1");
         let (o1, o2) = (named("n1"), named("n2"));
         fn csinode<'a>(op: Operation, url_name: &'a str, new: Option<&'a Value>) -> Write<'a> {
-            Write { group: STORAGE_GROUP, resource: CSINODES, op, namespace: "", url_name, new, old: None }
+            Write { group: STORAGE_GROUP, resource: CSINODES, subresource: "", op, namespace: "", url_name, new, old: None }
         }
         let refused = |name: &str| {
             format!(

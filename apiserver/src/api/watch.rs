@@ -1,8 +1,8 @@
 //! Watch: a chunked stream of `{"type":..,"object":..}` lines, one JSON event per line, or,
 //! when the client prefers protobuf, upstream's protobuf watch stream
 //! (`application/vnd.kubernetes.protobuf;stream=watch`): each event a 4-byte big-endian
-//! length, then a `k8s\0` + `runtime.Unknown` body of a `metav1.WatchEvent` (in the
-//! resource's group version) whose `object.raw` is the object's own protobuf body.
+//! length, then the bare `metav1.WatchEvent` message (no `k8s\0` envelope, as upstream's raw
+//! stream serializer writes it) whose `object.raw` is the object's own enveloped protobuf body.
 //!
 //! Each event's object is converted as the Accept header asked (upstream's
 //! `watchEmbeddedEncoder`): `as=PartialObjectMetadata` → a `PartialObjectMetadata` of the
@@ -205,12 +205,11 @@ impl Encoder {
             *columns_sent = true;
         }
         if self.protobuf {
-            let api_version = self.def.api_version();
-            return match protobuf::encode::watch_frame(&api_version, kind, &object) {
+            return match protobuf::encode::watch_frame(kind, &object) {
                 Ok(frame) => Bytes::from(frame),
                 // Every served kind has a protobuf form; should one not encode, the watcher
                 // is told so in an ERROR event (a Status always encodes).
-                Err(e) => protobuf::encode::watch_frame(&api_version, "ERROR", &ApiError::internal(e).status())
+                Err(e) => protobuf::encode::watch_frame("ERROR", &ApiError::internal(e).status())
                     .map(Bytes::from)
                     .unwrap_or_default(),
             };

@@ -24,6 +24,9 @@ pub struct RequestInfo {
     /// The `User-Agent` header (empty when absent): writes without `?fieldManager=` are
     /// recorded in `metadata.managedFields` under its first part.
     pub user_agent: String,
+    /// The node a list or watch is pinned to by a `spec.nodeName=<node>` field selector
+    /// (empty otherwise): a node may list and watch only the pods bound to it.
+    pub selected_node: String,
 }
 
 /// True if the query string asks for a watch (`watch=1` or `watch=true`).
@@ -158,16 +161,22 @@ pub fn resolve(method: &Method, path: &str, query: Option<&str>) -> RequestInfo 
         if let Some(name) = selected_name(query) {
             info.name = name;
         }
+        info.selected_node = selected(query, "spec.nodeName").unwrap_or_default();
     }
     info
 }
 
 /// The name a `fieldSelector` pins with `metadata.name=<name>`, when it is a valid path segment.
 fn selected_name(query: Option<&str>) -> Option<String> {
+    let name = selected(query, "metadata.name")?;
+    crate::validation::validate_path_segment_name(&name).is_empty().then_some(name)
+}
+
+/// The value a `fieldSelector` requires `field` to equal exactly, if it does.
+fn selected(query: Option<&str>, field: &str) -> Option<String> {
     let selector = query_param(query, "fieldSelector")?;
     let parsed = crate::api::selectors::FieldSelector::parse(&selector).ok()?;
-    let name = parsed.requires_exact_match("metadata.name")?;
-    crate::validation::validate_path_segment_name(name).is_empty().then(|| name.to_string())
+    parsed.requires_exact_match(field).map(str::to_string)
 }
 
 #[cfg(test)]

@@ -87,17 +87,18 @@ pub fn encode(obj: &Value) -> Result<Vec<u8>, EncodeError> {
 }
 
 /// One watch event as upstream's protobuf watch stream carries it: a 4-byte big-endian
-/// length, then a body (`k8s\0` + `runtime.Unknown` of kind `WatchEvent` in `api_version`,
-/// the resource's group version) whose `metav1.WatchEvent` holds `event_type` and, in its
-/// `object.raw`, the object's own full body ([`encode`]).
-pub fn watch_frame(api_version: &str, event_type: &str, object: &Value) -> Result<Vec<u8>, EncodeError> {
+/// length, then the bare `metav1.WatchEvent` message (upstream writes the stream with its raw
+/// protobuf serializer: no `k8s\0`, no `runtime.Unknown` around the event) holding
+/// `event_type` and, in its `object.raw`, the object's own full body ([`encode`], with its
+/// envelope). client-go's watch decoder reads exactly this.
+pub fn watch_frame(event_type: &str, object: &Value) -> Result<Vec<u8>, EncodeError> {
     let inner = encode(object)?;
     let mut raw_ext = Vec::new();
     ld(1, &inner, &mut raw_ext);
     let mut event = Vec::new();
     ld(1, event_type.as_bytes(), &mut event);
     ld(2, &raw_ext, &mut event);
-    let body = envelope(api_version, "WatchEvent", &event);
+    let body = event;
     let len = u32::try_from(body.len())
         .map_err(|_| EncodeError::Value { field: "WatchEvent".into(), problem: "event too large".into() })?;
     let mut out = Vec::with_capacity(4 + body.len());

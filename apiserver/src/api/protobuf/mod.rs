@@ -215,15 +215,12 @@ pub fn decode(body: &[u8]) -> Result<Value, DecodeError> {
     Ok(obj)
 }
 
-/// One event of a protobuf watch stream (a frame without its 4-byte length): the event's
-/// type and its object's JSON form.
+/// One event of a protobuf watch stream (a frame without its 4-byte length: the bare
+/// `metav1.WatchEvent` message, as upstream's raw serializer writes it): the event's type and
+/// its object's JSON form (the object keeps its own `k8s\0` envelope).
 pub fn decode_watch_event(body: &[u8]) -> Result<(String, Value), DecodeError> {
-    let (api_version, kind, inner) = unwrap_envelope(body)?;
-    if kind != "WatchEvent" {
-        return Err(DecodeError::UnknownKind { kind, api_version });
-    }
     let (mut event_type, mut raw) = (String::new(), Vec::new());
-    let mut r = Reader { buf: &inner };
+    let mut r = Reader { buf: body };
     while let Some((n, w)) = r.next()? {
         match (n, w) {
             (1, Wire::Bytes(b)) => event_type = String::from_utf8(b.to_vec())?,

@@ -82,6 +82,18 @@ impl NodeAuthorizer {
             if gr == ("storage.k8s.io", "csinodes") {
                 return csinode(node, attrs);
             }
+            if gr == ("", "pods") && info.subresource.is_empty() && matches!(info.verb.as_str(), "list" | "watch") {
+                // As upstream with AuthorizeNodeWithSelectors (on since 1.32): only the pods
+                // bound to it.
+                if info.selected_node != node {
+                    return Verdict {
+                        reason: format!(
+                            "node '{node}' can only list/watch pods with spec.nodeName field selector '{node}'"
+                        ),
+                        ..Verdict::no_opinion()
+                    };
+                }
+            }
         }
         if self.rules.iter().any(|r| rule_allows(info, r)) {
             Verdict::allow("")
@@ -256,6 +268,36 @@ mod tests {
                 Decision::NoOpinion,
             ),
             ("list CSINodes", &n1, Method::GET, "/apis/storage.k8s.io/v1/csinodes".into(), Decision::NoOpinion),
+            (
+                "list the pods bound to it",
+                &n1,
+                Method::GET,
+                "/api/v1/pods?fieldSelector=spec.nodeName%3Dn1".into(),
+                Decision::Allow,
+            ),
+            (
+                "watch the pods bound to it",
+                &n1,
+                Method::GET,
+                "/api/v1/pods?watch=1&fieldSelector=spec.nodeName=n1,status.phase!=Succeeded".into(),
+                Decision::Allow,
+            ),
+            ("list every pod", &n1, Method::GET, "/api/v1/pods".into(), Decision::NoOpinion),
+            (
+                "list another node's pods",
+                &n1,
+                Method::GET,
+                "/api/v1/pods?fieldSelector=spec.nodeName=n2".into(),
+                Decision::NoOpinion,
+            ),
+            (
+                "a selector that does not pin the node",
+                &n1,
+                Method::GET,
+                "/api/v1/pods?fieldSelector=spec.nodeName!=n2".into(),
+                Decision::NoOpinion,
+            ),
+            ("update a pod's status (admission checks which)", &n1, Method::PATCH, "/api/v1/namespaces/a/pods/p/status".into(), Decision::Allow),
         ];
         for (what, u, m, path, want) in cases {
             let (path, query) = path.split_once('?').map_or((path.as_str(), None), |(p, q)| (p, Some(q)));
