@@ -20,7 +20,7 @@ import sys
 
 # The groups whose types kustos serves or embeds (directory, definition prefix).
 API_DIRS = ["core/v1", "coordination/v1", "certificates/v1", "certificates/v1beta1", "rbac/v1",
-            "authentication/v1", "authorization/v1", "flowcontrol/v1", "events/v1"]
+            "authentication/v1", "authorization/v1", "flowcontrol/v1", "events/v1", "storage/v1", "node/v1"]
 MACHINERY_DIRS = [("pkg/apis/meta/v1", "io.k8s.apimachinery.pkg.apis.meta.v1")]
 APIEXTENSIONS_DIRS = [("pkg/apis/apiextensions/v1",
                        "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1")]

@@ -27,7 +27,7 @@ import sys
 
 API_FILES = [f"{g}/v1/generated.proto" for g in
              ["core", "coordination", "certificates", "rbac", "authentication", "authorization", "flowcontrol",
-              "events"]] + ["certificates/v1beta1/generated.proto"]
+              "events", "storage", "node"]] + ["certificates/v1beta1/generated.proto"]
 MACHINERY_FILES = ["pkg/apis/meta/v1/generated.proto", "pkg/apis/meta/v1beta1/generated.proto",
                    "pkg/runtime/generated.proto", "pkg/util/intstr/generated.proto",
                    "pkg/api/resource/generated.proto"]
@@ -36,6 +36,9 @@ APIEXTENSIONS_FILES = ["pkg/apis/apiextensions/v1/generated.proto"]
 KINDS = [
     "k8s.io.api.core.v1.ConfigMap", "k8s.io.api.core.v1.Secret", "k8s.io.api.core.v1.Namespace",
     "k8s.io.api.core.v1.ServiceAccount", "k8s.io.api.core.v1.Event", "k8s.io.api.events.v1.Event",
+    "k8s.io.api.core.v1.Node",
+    "k8s.io.api.core.v1.Pod", "k8s.io.api.core.v1.Service",
+    "k8s.io.api.storage.v1.CSINode", "k8s.io.api.storage.v1.CSIDriver", "k8s.io.api.node.v1.RuntimeClass",
     "k8s.io.api.coordination.v1.Lease", "k8s.io.api.certificates.v1.CertificateSigningRequest",
     "k8s.io.api.certificates.v1beta1.ClusterTrustBundle",
     "k8s.io.api.rbac.v1.Role", "k8s.io.api.rbac.v1.ClusterRole", "k8s.io.api.rbac.v1.RoleBinding",

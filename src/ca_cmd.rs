@@ -8,6 +8,9 @@
 //! `--force`. `status` reads CSRs through the API (the admin kubeconfig of `--data-dir`, or
 //! `--kubeconfig`), so it works while the server runs.
 //!
+//! With `--signer NAME` every command works on that Signer's CA instead, through the API
+//! ([`crate::ca_signer_cmd`]).
+//!
 //! `KUSTOS_CA_ROTATE_ABORT_AFTER_STEPS=N` makes a rotation command abort (no clean-up, as a
 //! `kill -9`) right after its N-th durable step: how the tests check that a re-run resumes.
 
@@ -22,6 +25,8 @@ use kube::api::ListParams;
 use kube::Api;
 use kustos_apiserver::pki::rotation::{self, CaCount, FinishSafety, Goal, IssuedCert, NewCa, Paths, RotationState};
 use kustos_ca::bundle::{ca_certificates, BundleCert};
+
+use kustos_controllers::signers::rotation::Step;
 
 use crate::kubeconfig_cmd;
 
@@ -50,6 +55,21 @@ struct StatusArgs {
     data_dir: Option<PathBuf>,
     /// A cluster admin's kubeconfig (default with --data-dir: DIR/admin.kubeconfig). Without
     /// --data-dir, the trust bundle is read from kube-system/kube-root-ca.crt.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// The CA of this Signer (kustos.dev) instead of the cluster CA.
+    #[arg(long)]
+    signer: Option<String>,
+}
+
+/// `--signer` and the kubeconfig it works through.
+#[derive(Args)]
+struct SignerArgs {
+    /// Rotate the CA of this Signer (kustos.dev), through the API, instead of the cluster CA.
+    #[arg(long)]
+    signer: Option<String>,
+    /// With --signer: a cluster admin's kubeconfig (default: $KUBECONFIG, else
+    /// DIR/admin.kubeconfig).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
 }
@@ -90,6 +110,8 @@ struct BeginArgs {
     /// The private key of --cert (PEM).
     #[arg(long, requires = "cert")]
     key: Option<PathBuf>,
+    #[command(flatten)]
+    signer: SignerArgs,
 }
 
 #[derive(Args)]
@@ -100,6 +122,8 @@ struct SwitchArgs {
     /// 24h), so that clients renewing at 70-90 % of their lifetime renew within it.
     #[arg(long, value_parser = crate::parse_duration)]
     force_renewal_before: Option<std::time::Duration>,
+    #[command(flatten)]
+    signer: SignerArgs,
 }
 
 #[derive(Args)]
@@ -112,39 +136,60 @@ struct FinishArgs {
     /// The admin kubeconfig used to count certificates (default: DIR/admin.kubeconfig).
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    /// Finish the rotation of this Signer's CA (kustos.dev), through the API, instead of the
+    /// cluster CA's.
+    #[arg(long)]
+    signer: Option<String>,
 }
 
 pub async fn run(cmd: CaCommand) -> anyhow::Result<()> {
     match cmd.action {
-        CaAction::Status(args) => status(args).await,
-        CaAction::Rotate(r) => {
-            match r.step {
-                RotateStep::Begin(a) => {
-                    let import = match (&a.cert, &a.key) {
-                        (Some(c), Some(k)) => Some((read_text(c)?, read_text(k)?)),
-                        _ => None,
-                    };
-                    let new_ca = NewCa { import };
-                    let fp = new_ca.imported()?.map(|ca| kustos_ca::fingerprint(ca.cert_der()));
-                    rotate(&a.dir.data_dir, &Goal::Begin { import: fp }, &new_ca)?;
-                    println!("next: the new CA is trusted everywhere; run `kustos ca rotate switch` to issue from it");
-                    Ok(())
-                }
-                RotateStep::Switch(a) => {
-                    let cap = a
-                        .force_renewal_before
-                        .map(|d| i64::try_from(d.as_secs()).context("--force-renewal-before is too long"))
-                        .transpose()?;
-                    if cap == Some(0) {
-                        anyhow::bail!("--force-renewal-before must be positive");
-                    }
-                    rotate(&a.dir.data_dir, &Goal::Switch { signer_max_duration_seconds: cap }, &NewCa::default())?;
-                    println!("next: clients move to the new CA as they renew; `kustos ca status` says when finishing is safe");
-                    Ok(())
-                }
-                RotateStep::Finish(a) => finish(a).await,
+        CaAction::Status(args) => match &args.signer {
+            Some(name) => {
+                let kc = crate::ca_signer_cmd::kubeconfig(args.kubeconfig.clone(), args.data_dir.as_deref())?;
+                crate::ca_signer_cmd::status(&kc, name).await
             }
-        }
+            None => status(args).await,
+        },
+        CaAction::Rotate(r) => match r.step {
+            RotateStep::Begin(a) => {
+                let import = match (&a.cert, &a.key) {
+                    (Some(c), Some(k)) => Some((read_text(c)?, read_text(k)?)),
+                    _ => None,
+                };
+                if let Some(name) = &a.signer.signer {
+                    let kc = crate::ca_signer_cmd::kubeconfig(a.signer.kubeconfig.clone(), Some(&a.dir.data_dir))?;
+                    return crate::ca_signer_cmd::rotate(&kc, name, Step::Begin, import, false).await;
+                }
+                let new_ca = NewCa { import };
+                let fp = new_ca.imported()?.map(|ca| kustos_ca::fingerprint(ca.cert_der()));
+                rotate(&a.dir.data_dir, &Goal::Begin { import: fp }, &new_ca)?;
+                println!("next: the new CA is trusted everywhere; run `kustos ca rotate switch` to issue from it");
+                Ok(())
+            }
+            RotateStep::Switch(a) => {
+                if let Some(name) = &a.signer.signer {
+                    if a.force_renewal_before.is_some() {
+                        anyhow::bail!("--force-renewal-before applies to the cluster CA's signers, not to --signer");
+                    }
+                    let kc = crate::ca_signer_cmd::kubeconfig(a.signer.kubeconfig.clone(), Some(&a.dir.data_dir))?;
+                    return crate::ca_signer_cmd::rotate(&kc, name, Step::Switch, None, false).await;
+                }
+                let cap = a
+                    .force_renewal_before
+                    .map(|d| i64::try_from(d.as_secs()).context("--force-renewal-before is too long"))
+                    .transpose()?;
+                if cap == Some(0) {
+                    anyhow::bail!("--force-renewal-before must be positive");
+                }
+                rotate(&a.dir.data_dir, &Goal::Switch { signer_max_duration_seconds: cap }, &NewCa::default())?;
+                println!(
+                    "next: clients move to the new CA as they renew; `kustos ca status` says when finishing is safe"
+                );
+                Ok(())
+            }
+            RotateStep::Finish(a) => finish(a).await,
+        },
     }
 }
 
@@ -172,6 +217,10 @@ fn rotate(data_dir: &Path, goal: &Goal, new_ca: &NewCa) -> anyhow::Result<()> {
 }
 
 async fn finish(a: FinishArgs) -> anyhow::Result<()> {
+    if let Some(name) = &a.signer {
+        let kc = crate::ca_signer_cmd::kubeconfig(a.kubeconfig.clone(), Some(&a.dir.data_dir))?;
+        return crate::ca_signer_cmd::rotate(&kc, name, Step::Finish, None, a.force).await;
+    }
     let paths = Paths::new(&a.dir.data_dir);
     let state = rotation::read_state(&paths.pki)?;
     let bundle = rotation::load_bundle(&paths)?;

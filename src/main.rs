@@ -7,8 +7,10 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
 mod ca_cmd;
+mod ca_signer_cmd;
 mod controller_manager;
 mod kubeconfig_cmd;
+mod sa_key_cmd;
 mod storage_cmd;
 mod token;
 mod token_rotate;
@@ -40,6 +42,8 @@ enum Command {
     Storage(storage_cmd::StorageCommand),
     /// The cluster CA: status, and rotation without a restart (begin, switch, finish).
     Ca(ca_cmd::CaCommand),
+    /// The service-account signing key: status, and rotation without a restart.
+    SaKey(sa_key_cmd::SaKeyCommand),
 }
 
 #[derive(Args, Clone)]
@@ -410,9 +414,16 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
             root_ca_file: Some(running.pki.dir.join("ca.crt")),
             legacy_token_clean_up_period: chrono::Duration::from_std(args.legacy_service_account_token_clean_up_period)
                 .context("--legacy-service-account-token-clean-up-period is too long")?,
-            token_generator: Some(std::sync::Arc::new(kustos_controllers::serviceaccount_token::PemSigner::new(
-                running.pki.sa_key_pem.clone(),
-            )?)),
+            // Legacy tokens are signed with the key the apiserver signs with, and follow a
+            // `kustos sa-key rotate`.
+            token_generator: match running.state.security.service_accounts.clone() {
+                Some(tokens) => {
+                    Some(std::sync::Arc::new(sa_key_cmd::FollowingSigner::new(tokens, running.pki.dir.clone())))
+                }
+                None => Some(std::sync::Arc::new(kustos_controllers::serviceaccount_token::PemSigner::new(
+                    running.pki.sa_key_pem.clone(),
+                )?)),
+            },
             csr_signing,
             node_lifecycle,
             ..Default::default()
@@ -524,6 +535,7 @@ fn main() {
             Command::Kubeconfig(k) => kubeconfig_cmd::run(k),
             Command::Storage(s) => storage_cmd::run(s).await,
             Command::Ca(c) => ca_cmd::run(c).await,
+            Command::SaKey(c) => sa_key_cmd::run(c).await,
         }
     });
     if let Err(e) = result {

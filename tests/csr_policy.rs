@@ -3,8 +3,9 @@
 //! `manifests/policies/` applied with kubectl (its node domain edited to `cluster.local` and
 //! its CIDRs to the loopback range the test node uses plus 10.0.0.0/8), a node (an x509 `system:node:<name>` identity issued by the cluster CA)
 //! asking for serving certificates: a good request is approved and issued by csrsigning, bad
-//! ones are denied with the failed check, and the policy's status counts both. Every wait is
-//! bounded.
+//! ones are denied with the failed check, and the policy's status counts both. The node's Node
+//! object is registered first: the shipped policy allows only the addresses it publishes.
+//! Every wait is bounded.
 
 mod common;
 
@@ -92,6 +93,20 @@ async fn wait_decided(s: &Server, name: &str) -> Value {
     .await
 }
 
+/// Register Node `node` (as an admin) with the addresses a kubelet publishes: its name as
+/// Hostname, `<node>.cluster.local` as InternalDNS, and `ips` as InternalIPs.
+fn register_node(s: &Server, node: &str, ips: &[&str]) {
+    let mut addresses = vec![
+        json!({"type": "Hostname", "address": node}),
+        json!({"type": "InternalDNS", "address": format!("{node}.cluster.local")}),
+    ];
+    addresses.extend(ips.iter().map(|ip| json!({"type": "InternalIP", "address": ip})));
+    let obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                     "status": {"addresses": addresses}});
+    let out = s.kubectl_with_stdin(&["create", "-f", "-"], Some(&obj.to_string()));
+    assert!(out.status.success(), "registering node {node}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// Install the CRD and the default policy (its CIDRs edited for this machine).
 async fn install(s: &Server) {
     s.kubectl_ok(&["apply", "-f", repo("crds").to_str().expect("path")]);
@@ -129,6 +144,7 @@ async fn the_kubelet_serving_policy_approves_a_nodes_own_certificate_and_denies_
     let node = unique("n1");
     let user = format!("system:node:{node}");
     let n1 = issue_user(&s, &user, &["system:nodes"]);
+    register_node(&s, &node, &["127.0.0.1"]);
 
     // A good serving request: approved by the policy, then issued by csrsigning.
     let good = unique("serving");
@@ -198,6 +214,12 @@ async fn the_kubelet_serving_policy_approves_a_nodes_own_certificate_and_denies_
             Req { cn: &user, dns: vec![node.clone()], ips: vec!["8.8.8.8"] },
             None,
             "ipAddresses[0] 8.8.8.8 is not in 127.0.0.0/8, ::1/128, 10.0.0.0/8".to_string(),
+        ),
+        (
+            "an address in the allowed CIDRs that the node does not publish",
+            Req { cn: &user, dns: vec![node.clone()], ips: vec!["127.0.0.2"] },
+            None,
+            format!("ipAddresses[0] 127.0.0.2 is not among the addresses of Node \"{node}\" (status.addresses)"),
         ),
         (
             "a wildcard DNS name",
@@ -277,6 +299,7 @@ async fn pending_csrs_are_decided_once_the_crd_and_a_policy_appear() {
     let node = unique("n1");
     let user = format!("system:node:{node}");
     let n1 = issue_user(&s, &user, &["system:nodes"]);
+    register_node(&s, &node, &[]);
     let early = unique("early");
     create_as(&s, &n1, &manifest(&early, &request(&Req { cn: &user, dns: vec![node.clone()], ips: vec![] }), None));
 
@@ -297,4 +320,66 @@ async fn pending_csrs_are_decided_once_the_crd_and_a_policy_appear() {
     let csr = wait_decided(&s, &early).await;
     let approved = condition(&csr, "Approved").unwrap_or_else(|| panic!("approved once the policy exists: {csr}"));
     assert_eq!(approved["reason"], "AutoApproved", "{csr}");
+}
+
+/// The same address check with the controller in `kustos controller-manager`, against an
+/// apiserver that runs no controllers of its own: the controller reads the Node through the
+/// API like any client.
+#[tokio::test(flavor = "multi_thread")]
+async fn in_operator_mode_the_policy_refuses_an_address_the_node_does_not_publish() {
+    let s = Server::start_apiserver();
+    let pki = s.data_dir.join("pki");
+    let _cm = common::ControllerManager::start(
+        &s,
+        &[
+            "--leader-elect=false",
+            "--controllers=csrpolicyapproving,csrsigning",
+            &format!("--cluster-signing-cert-file={}", pki.join("ca.crt").display()),
+            &format!("--cluster-signing-key-file={}", pki.join("ca.key").display()),
+        ],
+    );
+    install(&s).await;
+    let node = unique("n1");
+    let user = format!("system:node:{node}");
+    let n1 = issue_user(&s, &user, &["system:nodes"]);
+    register_node(&s, &node, &["127.0.0.1"]);
+
+    let good = unique("serving");
+    let req = Req { cn: &user, dns: vec![node.clone(), format!("{node}.cluster.local")], ips: vec!["127.0.0.1"] };
+    create_as(&s, &n1, &manifest(&good, &request(&req), None));
+    let csr = wait_decided(&s, &good).await;
+    assert!(condition(&csr, "Approved").is_some(), "the node's own addresses: approved: {csr}");
+
+    let evil = unique("serving");
+    let req = Req { cn: &user, dns: vec![node.clone()], ips: vec!["127.0.0.2"] };
+    create_as(&s, &n1, &manifest(&evil, &request(&req), None));
+    let csr = wait_decided(&s, &evil).await;
+    let denied = condition(&csr, "Denied").unwrap_or_else(|| panic!("denied: {csr}"));
+    assert_eq!(
+        denied["message"],
+        format!(
+            "Denied: CertificateApprovalPolicy \"kubelet-serving\": ipAddresses[0] 127.0.0.2 is not among the \
+             addresses of Node \"{node}\" (status.addresses)."
+        ),
+        "{csr}"
+    );
+
+    // A node with no Node object gets nothing.
+    let ghost = unique("ghost");
+    let ghost_user = format!("system:node:{ghost}");
+    let g = issue_user(&s, &ghost_user, &["system:nodes"]);
+    let name = unique("serving");
+    create_as(
+        &s,
+        &g,
+        &manifest(&name, &request(&Req { cn: &ghost_user, dns: vec![ghost.clone()], ips: vec![] }), None),
+    );
+    let csr = wait_decided(&s, &name).await;
+    let denied = condition(&csr, "Denied").unwrap_or_else(|| panic!("denied: {csr}"));
+    assert!(
+        denied["message"].as_str().is_some_and(
+            |m| m.ends_with(&format!("node \"{ghost}\" has no Node object, so its addresses cannot be checked."))
+        ),
+        "{csr}"
+    );
 }

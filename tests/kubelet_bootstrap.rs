@@ -9,96 +9,12 @@
 
 mod common;
 
-use std::time::Duration;
+use common::kubelet::{approval, client_from_yaml, node_csr, node_kubeconfig, request_certificate};
 
-use base64::Engine as _;
-use futures::{StreamExt as _, TryStreamExt as _};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::ByteString;
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::Api;
-
-const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
-/// Bound for one CSR to be approved and signed.
-const ISSUE_WAIT: Duration = Duration::from_secs(60);
-
-async fn client_from_yaml(yaml: &str) -> kube::Client {
-    let kc = kube::config::Kubeconfig::from_yaml(yaml).expect("a kubeconfig kube-rs reads");
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .expect("kube-rs accepts the kubeconfig");
-    kube::Client::try_from(cfg).expect("building the client")
-}
-
-/// A fresh P-256 key and a CSR for `system:node:<node>` in `system:nodes`: (CSR PEM, key PEM).
-fn node_csr(node: &str) -> (String, String) {
-    let key = rcgen::KeyPair::generate().expect("P-256 key");
-    let mut params = rcgen::CertificateParams::default();
-    params.distinguished_name = rcgen::DistinguishedName::new();
-    params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
-    params.distinguished_name.push(rcgen::DnType::CommonName, format!("system:node:{node}"));
-    let csr = params.serialize_request(&key).expect("CSR").pem().expect("CSR PEM");
-    (csr, key.serialize_pem())
-}
-
-fn csr_object(name: &str, csr_pem: &str) -> CertificateSigningRequest {
-    CertificateSigningRequest {
-        metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
-        spec: CertificateSigningRequestSpec {
-            request: ByteString(csr_pem.as_bytes().to_vec()),
-            signer_name: SIGNER.into(),
-            usages: Some(vec!["digital signature".into(), "client auth".into()]),
-            ..Default::default()
-        },
-        ..Default::default()
-    }
-}
-
-/// Create the CSR and watch it by name (as client-go's certificate manager does) until the
-/// certificate is there; returns the CSR as last seen.
-async fn request_certificate(client: &kube::Client, name: &str, csr_pem: &str) -> CertificateSigningRequest {
-    let api: Api<CertificateSigningRequest> = Api::all(client.clone());
-    api.create(&PostParams::default(), &csr_object(name, csr_pem)).await.expect("creating the CSR");
-    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
-    let issued = watcher(api, cfg).applied_objects().try_filter(|csr| {
-        std::future::ready(csr.status.as_ref().and_then(|s| s.certificate.as_ref()).is_some_and(|c| !c.0.is_empty()))
-    });
-    let mut issued = std::pin::pin!(issued);
-    match tokio::time::timeout(ISSUE_WAIT, issued.next()).await {
-        Ok(Some(Ok(csr))) => csr,
-        Ok(other) => panic!("watching CSR {name} ended without a certificate: {other:?}"),
-        Err(_) => panic!("CSR {name} got no certificate within {ISSUE_WAIT:?}"),
-    }
-}
-
-fn approval(csr: &CertificateSigningRequest) -> (String, String) {
-    let c = csr
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "Approved"))
-        .unwrap_or_else(|| panic!("no Approved condition: {csr:?}"));
-    assert_eq!(c.status, "True");
-    (c.reason.clone().unwrap_or_default(), c.message.clone().unwrap_or_default())
-}
-
-/// A kubeconfig like the kubelet writes after bootstrapping: the bootstrap kubeconfig's
-/// cluster with the new client certificate.
-fn node_kubeconfig(bootstrap_yaml: &str, cert_pem: &[u8], key_pem: &str) -> String {
-    let kc: serde_yaml::Value = serde_yaml::from_str(bootstrap_yaml).expect("bootstrap kubeconfig YAML");
-    let cluster = &kc["clusters"][0]["cluster"];
-    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
-    format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: default-cluster\n  cluster:\n    server: {}\n    certificate-authority-data: {}\nusers:\n- name: default-auth\n  user:\n    client-certificate-data: {}\n    client-key-data: {}\ncontexts:\n- name: default-context\n  context:\n    cluster: default-cluster\n    user: default-auth\ncurrent-context: default-context\n",
-        cluster["server"].as_str().expect("server URL"),
-        cluster["certificate-authority-data"].as_str().expect("CA data in the bootstrap kubeconfig"),
-        b64(cert_pem),
-        b64(key_pem.as_bytes()),
-    )
-}
 
 async fn whoami(client: &kube::Client) -> (String, Vec<String>) {
     let api: Api<SelfSubjectReview> = Api::all(client.clone());

@@ -468,7 +468,8 @@ pub struct Config {
     pub api_audiences: Vec<String>,
     /// `--service-account-max-token-expiration` (None: no cap).
     pub service_account_max_token_expiration: Option<std::time::Duration>,
-    /// How often `DIR/pki/ca.crt` is checked for a new client CA bundle.
+    /// How often `DIR/pki/ca.crt` is checked for a new client CA bundle (and `DIR/pki`'s
+    /// service-account keys for a rotation).
     pub client_ca_reload_interval: std::time::Duration,
     /// `--enable-priority-and-fairness`: API Priority and Fairness, else max-in-flight limits.
     pub enable_priority_and_fairness: bool,
@@ -622,6 +623,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         authz::rbac::cache::spawn_follower(&rbac_cache);
     }
     let sa_tokens = Arc::new(pki::service_account::ServiceAccountTokens::load(&cfg, &pki, &server_address)?);
+    pki::service_account::spawn_follower(Arc::downgrade(&sa_tokens), pki.dir.clone(), cfg.client_ca_reload_interval);
     let sa_authn = authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?;
     let api_audiences = sa_tokens.api_audiences().to_vec();
     let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?

@@ -866,6 +866,16 @@ pub enum LegacyClaimsError {
     InvalidSubject,
 }
 
+/// On a legacy token Secret whose token was re-issued after a signing-key rotation
+/// (`kustos sa-key rotate`): `kid=digest` entries ([`token_digest`]), comma-separated, of the
+/// tokens it replaced, which keep authenticating while the keys that signed them verify.
+pub const PREVIOUS_TOKEN_ANNOTATION: &str = "kustos.dev/previous-token-sha256";
+
+/// base64url (no padding) of SHA-256 over a token.
+pub fn token_digest(token: &str) -> String {
+    URL_SAFE_NO_PAD.encode(ring::digest::digest(&ring::digest::SHA256, token.as_bytes()))
+}
+
 /// A legacy token for the Secret `secret_name` of service account `sa_name` (uid `sa_uid`),
 /// signed with the first private key of `signing_key_pem`: what the token controller puts
 /// into `data.token` of a `kubernetes.io/service-account-token` Secret. Upstream's legacy

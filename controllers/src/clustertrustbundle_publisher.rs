@@ -103,19 +103,20 @@ pub fn decide(sources: &[(String, Result<String, String>)], existing: &[Existing
     out
 }
 
-fn existing_of(obj: &DynamicObject) -> Existing {
+/// A stored bundle; `ours` when its [`LABEL`] names `owner` (the controller that publishes it).
+pub fn existing_of(obj: &DynamicObject, owner: &str) -> Existing {
     let spec = obj.data.get("spec");
     let text = |k: &str| spec.and_then(|s| s.get(k)).and_then(|v| v.as_str()).unwrap_or_default().to_string();
     Existing {
         name: obj.metadata.name.clone().unwrap_or_default(),
         signer: text("signerName"),
         trust_bundle: text("trustBundle"),
-        ours: obj.metadata.labels.as_ref().and_then(|l| l.get(LABEL)).is_some_and(|v| v == NAME),
+        ours: obj.metadata.labels.as_ref().and_then(|l| l.get(LABEL)).is_some_and(|v| v == owner),
     }
 }
 
 /// The ClusterTrustBundle API the apiserver serves, if any (v1beta1 first).
-async fn served(client: &Client) -> Option<ApiResource> {
+pub async fn served(client: &Client) -> Option<ApiResource> {
     for version in VERSIONS {
         let Ok(list) = client.list_api_group_resources(&format!("{GROUP}/{version}")).await else { continue };
         if list.resources.iter().any(|r| r.name == "clustertrustbundles") {
@@ -136,6 +137,38 @@ pub fn sources(cfg: &crate::Config) -> Vec<(String, PathBuf)> {
         out.push((signer.name().to_string(), cert));
     }
     out
+}
+
+/// Write `actions`, labelling what is written with `owner` ([`LABEL`]).
+pub async fn apply(
+    api: &Api<DynamicObject>,
+    ar: &ApiResource,
+    actions: Vec<Action>,
+    owner: &str,
+) -> Result<(), kube::Error> {
+    for action in actions {
+        match action {
+            Action::Create { name, signer, trust_bundle } => {
+                let mut obj = DynamicObject::new(&name, ar)
+                    .data(json!({"spec": {"signerName": signer, "trustBundle": trust_bundle}}));
+                obj.metadata.labels = Some([(LABEL.to_string(), owner.to_string())].into());
+                tolerate_races(api.create(&PostParams::default(), &obj).await)?;
+                tracing::info!(bundle = %name, signer = %signer, "published a ClusterTrustBundle");
+            }
+            Action::Update { name, trust_bundle } => {
+                let mut obj = api.get(&name).await?;
+                obj.data["spec"]["trustBundle"] = json!(trust_bundle);
+                obj.metadata.labels.get_or_insert_with(Default::default).insert(LABEL.into(), owner.into());
+                tolerate_races(api.replace(&name, &PostParams::default(), &obj).await)?;
+                tracing::info!(bundle = %name, "updated a ClusterTrustBundle");
+            }
+            Action::Delete { name } => {
+                tolerate_races(api.delete(&name, &DeleteParams::default()).await)?;
+                tracing::info!(bundle = %name, "deleted a stale ClusterTrustBundle");
+            }
+        }
+    }
+    Ok(())
 }
 
 pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
@@ -167,31 +200,9 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
                 }
                 srcs.push((signer.clone(), bundle));
             }
-            let existing: Vec<Existing> = api.list(&ListParams::default()).await?.items.iter().map(existing_of).collect();
-            for action in decide(&srcs, &existing) {
-                match action {
-                    Action::Create { name, signer, trust_bundle } => {
-                        let mut obj = DynamicObject::new(&name, &ar).data(
-                            json!({"spec": {"signerName": signer, "trustBundle": trust_bundle}}),
-                        );
-                        obj.metadata.labels = Some([(LABEL.to_string(), NAME.to_string())].into());
-                        tolerate_races(api.create(&PostParams::default(), &obj).await)?;
-                        tracing::info!(bundle = %name, signer = %signer, "published a ClusterTrustBundle");
-                    }
-                    Action::Update { name, trust_bundle } => {
-                        let mut obj = api.get(&name).await?;
-                        obj.data["spec"]["trustBundle"] = json!(trust_bundle);
-                        obj.metadata.labels.get_or_insert_with(Default::default).insert(LABEL.into(), NAME.into());
-                        tolerate_races(api.replace(&name, &PostParams::default(), &obj).await)?;
-                        tracing::info!(bundle = %name, "updated a ClusterTrustBundle");
-                    }
-                    Action::Delete { name } => {
-                        tolerate_races(api.delete(&name, &DeleteParams::default()).await)?;
-                        tracing::info!(bundle = %name, "deleted a stale ClusterTrustBundle");
-                    }
-                }
-            }
-            Ok(())
+            let existing: Vec<Existing> =
+                api.list(&ListParams::default()).await?.items.iter().map(|o| existing_of(o, NAME)).collect();
+            Ok(apply(&api, &ar, decide(&srcs, &existing), NAME).await?)
         }
     })
     .await

@@ -526,33 +526,20 @@ impl runtime::Context for Context {
     }
 }
 
-/// Status writes retried on Conflict at most this many times.
-const STATUS_ATTEMPTS: usize = 5;
-
 /// Read the policy, change its status with `f` (`None`: nothing to write), and write it back
-/// with the read resourceVersion; Conflict starts over. A policy that is gone needs nothing.
+/// with the read resourceVersion ([`runtime::update_status`]).
 pub async fn update_status(
     api: &Api<CertificateApprovalPolicy>,
     name: &str,
     f: impl Fn(&CertificateApprovalPolicy) -> Option<CertificateApprovalPolicyStatus>,
 ) -> Result<(), kube::Error> {
-    for _ in 0..STATUS_ATTEMPTS {
-        let mut policy = match api.get(name).await {
-            Ok(p) => p,
-            Err(e) if crate::runtime::is_status(&e, 404) => return Ok(()),
-            Err(e) => return Err(e),
-        };
-        let Some(status) = f(&policy) else { return Ok(()) };
-        policy.status = Some(status);
-        match api.replace_status(name, &PostParams::default(), &policy).await {
-            Ok(_) => return Ok(()),
-            Err(e) if crate::runtime::is_status(&e, 409) => continue,
-            Err(e) if crate::runtime::is_status(&e, 404) => return Ok(()),
-            Err(e) => return Err(e),
-        }
-    }
-    tracing::debug!(controller = NAME, policy = %name, "status kept conflicting; giving up this update");
-    Ok(())
+    runtime::update_status(api, name, |p| {
+        let status = f(p)?;
+        let mut next = p.clone();
+        next.status = Some(status);
+        Some(next)
+    })
+    .await
 }
 
 /// Add one approval or denial to a policy's counts.

@@ -47,6 +47,7 @@ pub mod serviceaccount;
 pub mod serviceaccount_token;
 #[cfg(test)]
 mod shutdown_tests;
+pub mod signers;
 pub mod token_cleaner;
 
 use std::future::Future;
@@ -68,6 +69,7 @@ pub const ALL: &[&str] = &[
     "clusterrole-aggregation",
     "kube-apiserver-serving-clustertrustbundle-publisher",
     "nodelifecycle",
+    "signers",
 ];
 
 /// Off unless named explicitly: as upstream for the first two; `nodelifecycle` because
@@ -111,6 +113,22 @@ pub trait TokenGenerator: Send + Sync {
         secret_name: &str,
         secret_uid: &str,
     ) -> anyhow::Result<String>;
+
+    /// The key ids (JWT header `kid`) of keys that no longer sign: legacy tokens signed by
+    /// one of them are re-issued (a `kustos sa-key rotate`).
+    fn retired_key_ids(&self) -> std::collections::BTreeSet<String> {
+        Default::default()
+    }
+
+    /// Told after each pass how many legacy token Secrets each key id signed, so that a
+    /// retired key nothing uses any more can be pruned.
+    fn legacy_tokens_counted(&self, _by_kid: &std::collections::BTreeMap<String, usize>) {}
+
+    /// A value that changes whenever the keys do (which signs, which are retired): the
+    /// controller makes a pass when it does. Empty: the keys never change.
+    fn key_state(&self) -> String {
+        String::new()
+    }
 }
 
 /// Settings shared by the controllers.
@@ -166,7 +184,7 @@ pub type ClientFor = Arc<dyn Fn(&str) -> kube::Client + Send + Sync>;
 pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
     let mut tasks = tokio::task::JoinSet::new();
     // One list and watch of CertificateSigningRequests for the CSR controllers.
-    let csr_informer = config.controllers.iter().any(|c| c.starts_with("csr")).then(|| {
+    let csr_informer = config.controllers.iter().any(|c| c.starts_with("csr") || c == "signers").then(|| {
         runtime::SharedInformer::new(kube::Api::all(clients("csr-informer")), kube::runtime::watcher::Config::default())
     });
     let csrs = || csr_informer.as_ref().map_or_else(|| Err(anyhow::anyhow!("no CSR informer")), |i| i.subscribe());
@@ -222,6 +240,9 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
             "csrpolicyapproving" => {
                 tasks.spawn(csr_policy_approver::run(client, csrs()?, cfg));
             }
+            "signers" => {
+                tasks.spawn(signers::run(client, csrs()?, cfg));
+            }
             other => tracing::info!(controller = %other, "controller not available yet in this build"),
         }
         tracing::info!(controller = %name, "controller enabled");
@@ -267,6 +288,7 @@ mod tests {
                     "root-ca-cert-publisher",
                     "clusterrole-aggregation",
                     "kube-apiserver-serving-clustertrustbundle-publisher",
+                    "signers",
                 ])),
             ),
             (

@@ -266,6 +266,35 @@ async fn drive<K, E, QE>(
 }
 
 /// Whether a kube error is the apiserver saying `code`.
+/// Status writes retried on Conflict at most this many times.
+const STATUS_ATTEMPTS: usize = 5;
+
+/// Read object `name`, let `f` make its next state (`None`: nothing to write), and write
+/// that through `/status` with the read resourceVersion; a Conflict starts over (at most
+/// [`STATUS_ATTEMPTS`] times, then it gives up quietly: the next change tries again). An
+/// object that is gone needs nothing.
+pub async fn update_status<K>(api: &Api<K>, name: &str, f: impl Fn(&K) -> Option<K>) -> Result<(), kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + serde::Serialize + Debug,
+{
+    for _ in 0..STATUS_ATTEMPTS {
+        let current = match api.get(name).await {
+            Ok(obj) => obj,
+            Err(e) if is_status(&e, 404) => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        let Some(next) = f(&current) else { return Ok(()) };
+        match api.replace_status(name, &kube::api::PostParams::default(), &next).await {
+            Ok(_) => return Ok(()),
+            Err(e) if is_status(&e, 409) => continue,
+            Err(e) if is_status(&e, 404) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    tracing::debug!(object = %name, "status kept conflicting; giving up this update");
+    Ok(())
+}
+
 pub fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }

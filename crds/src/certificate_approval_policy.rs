@@ -409,7 +409,7 @@ impl Requesters {
 
 /// A DNS domain as `nodeDomains` takes it: lowercase LDH labels of 1 to 63 characters,
 /// separated by single dots, at most 253 characters, no wildcard.
-fn is_domain(s: &str) -> bool {
+pub(crate) fn is_domain(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 253
         && s.split('.').all(|l| {

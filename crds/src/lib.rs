@@ -4,6 +4,8 @@
 //! - [`CertificateApprovalPolicy`] (`certificateapprovalpolicies.kustos.dev`, cluster-scoped):
 //!   which CertificateSigningRequests the `csrpolicyapproving` controller approves, and which
 //!   it denies.
+//! - [`Signer`] (`signers.kustos.dev`, cluster-scoped): a signer of your own, with its CA and
+//!   rules; the `signers` controller signs approved CSRs for its signer name.
 //!
 //! The YAML of each CRD is committed beside this crate (`crds/<plural>.<group>.yaml`) and in
 //! the kustomize base (`manifests/crds/`), and a test fails when either differs from what the
@@ -11,17 +13,22 @@
 //! `KUSTOS_UPDATE_CRDS=1 cargo test -p kustos-crds`.
 
 pub mod certificate_approval_policy;
+pub mod signer;
 
 pub use certificate_approval_policy::{
     CertificateApprovalPolicy, CertificateApprovalPolicySpec, CertificateApprovalPolicyStatus,
 };
+pub use signer::{Signer, SignerSpec, SignerStatus};
 
 use kube::core::CustomResourceExt as _;
 
 /// Every CRD of this crate, with the file name it is committed under (in `crds/`).
 pub fn all(
 ) -> Vec<(&'static str, k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition)> {
-    vec![("certificateapprovalpolicies.kustos.dev.yaml", CertificateApprovalPolicy::crd())]
+    vec![
+        ("certificateapprovalpolicies.kustos.dev.yaml", CertificateApprovalPolicy::crd()),
+        ("signers.kustos.dev.yaml", Signer::crd()),
+    ]
 }
 
 #[cfg(test)]
@@ -79,8 +86,17 @@ mod tests {
             v["additionalPrinterColumns"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
         assert_eq!(cols, ["Signers", "Approved", "Denied", "Age"], "printer columns");
 
-        // Structural: every schema node has a type (or is an int-or-string / embedded
-        // resource, which we do not use), and nothing preserves unknown fields.
+        let problems = structural_problems(&v["schema"]["openAPIV3Schema"]);
+        assert!(problems.is_empty(), "not structural: {problems:?}");
+        let spec_schema = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
+        assert_eq!(spec_schema["properties"]["signerNames"]["minItems"], 1, "at least one signer");
+        assert_eq!(spec_schema["required"], serde_json::json!(["signerNames"]), "required spec fields");
+    }
+
+    /// Where a CRD schema is not structural: every schema node has a type (or is an
+    /// int-or-string / embedded resource, which we do not use), and nothing preserves
+    /// unknown fields.
+    fn structural_problems(schema: &serde_json::Value) -> Vec<String> {
         fn walk(path: &str, s: &serde_json::Value, problems: &mut Vec<String>) {
             let Some(obj) = s.as_object() else { return };
             if !obj.contains_key("type") && !obj.contains_key("x-kubernetes-int-or-string") {
@@ -106,10 +122,23 @@ mod tests {
             }
         }
         let mut problems = Vec::new();
-        walk("", &v["schema"]["openAPIV3Schema"], &mut problems);
+        walk("", schema, &mut problems);
+        problems
+    }
+
+    #[test]
+    fn the_signer_crd_is_structural_cluster_scoped_with_status_and_columns() {
+        let crd = serde_json::to_value(Signer::crd()).unwrap();
+        assert_eq!(crd["metadata"]["name"], "signers.kustos.dev", "name");
+        assert_eq!(crd["spec"]["scope"], "Cluster", "scope");
+        let v = &crd["spec"]["versions"][0];
+        assert!(v["subresources"]["status"].is_object(), "status subresource: {}", v["subresources"]);
+        let cols: Vec<&str> =
+            v["additionalPrinterColumns"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(cols, ["SignerName", "Ready", "Issued", "Age"], "printer columns");
+        let problems = structural_problems(&v["schema"]["openAPIV3Schema"]);
         assert!(problems.is_empty(), "not structural: {problems:?}");
         let spec_schema = &v["schema"]["openAPIV3Schema"]["properties"]["spec"];
-        assert_eq!(spec_schema["properties"]["signerNames"]["minItems"], 1, "at least one signer");
-        assert_eq!(spec_schema["required"], serde_json::json!(["signerNames"]), "required spec fields");
+        assert_eq!(spec_schema["required"], serde_json::json!(["signerName", "usages"]), "required spec fields");
     }
 }

@@ -8,7 +8,7 @@
 //! | plugin | phase | what |
 //! |---|---|---|
 //! | NamespaceLifecycle | mutating | a namespaced object is created only in a namespace that exists and is not terminating; `default`, `kube-system`, `kube-public` are never deleted |
-//! | NodeRestriction | mutating | a node writes only its own Lease ([`crate::admission::node_restriction`]) |
+//! | NodeRestriction | mutating | a node writes only its own Lease, Node (within limits: no taint changes, no restricted labels) and CSINode ([`crate::admission::node_restriction`]) |
 //! | CertificateApproval | validating | a write to a CSR's `/approval` needs verb `approve` on `signers` for the signerName or `<domain>/*` |
 //! | CertificateSigning | validating | changing `status.certificate` through `/status` needs `sign` |
 //! | ClusterTrustBundleAttest | validating | creating or changing a ClusterTrustBundle linked to a signer needs verb `attest` on `signers` for the signerName or `<domain>/*`; the signerName never changes |
@@ -604,6 +604,10 @@ mod tests {
                 &["NamespaceLifecycle", "NodeRestriction"],
             ),
             ("coordination.k8s.io", "leases", Update, "kube-node-lease", "", &["NodeRestriction"]),
+            ("", "nodes", Create, "", "", &["NodeRestriction"]),
+            ("", "nodes", Update, "", "status", &["NodeRestriction"]),
+            ("", "nodes", Delete, "", "", &["NodeRestriction"]),
+            ("", "nodes", Read, "", "", &[]),
             ("certificates.k8s.io", "certificatesigningrequests", Create, "", "", &["CertificateSubjectRestriction"]),
             ("certificates.k8s.io", "certificatesigningrequests", Update, "", "approval", &["CertificateApproval"]),
             ("certificates.k8s.io", "certificatesigningrequests", Update, "", "status", &["CertificateSigning"]),

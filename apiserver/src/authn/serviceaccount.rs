@@ -190,7 +190,7 @@ fn secret_token(secret: &Value) -> Option<Vec<u8>> {
 
 /// A legacy token against its Secret and service account (`None` = not found): the claims
 /// are complete, the Secret is a live service-account-token Secret holding exactly this
-/// token, and the service account exists with the claimed uid. The invalid-since label is
+/// token (or naming it as the one a key rotation replaced), and the service account exists with the claimed uid. The invalid-since label is
 /// checked apart ([`legacy_invalidated`]) so that the use is recorded first.
 pub fn check_legacy(
     claims: &LegacyClaims,
@@ -206,7 +206,14 @@ pub fn check_legacy(
         return Err(Rejection::LegacyTokenInvalidated);
     }
     let stored = secret_token(secret).unwrap_or_default();
-    if !jwt::constant_time_eq(&stored, token.as_bytes()) {
+    // The token a signing-key rotation replaced is still this Secret's (its key verified it).
+    let previous = secret.pointer("/metadata/annotations").and_then(|a| a.get(jwt::PREVIOUS_TOKEN_ANNOTATION));
+    let digest = jwt::token_digest(token);
+    let mut replaced =
+        previous.and_then(Value::as_str).unwrap_or_default().split(',').filter_map(|e| e.split_once('='));
+    if !jwt::constant_time_eq(&stored, token.as_bytes())
+        && !replaced.any(|(_, d)| jwt::constant_time_eq(d.as_bytes(), digest.as_bytes()))
+    {
         return Err(Rejection::LegacyTokenMismatch);
     }
     let (ns, name) = (&claims.namespace, &claims.service_account_name);
@@ -352,7 +359,7 @@ impl TokenAuthenticator for ServiceAccountAuthenticator {
         if !legacy && !self.tokens.issuers().contains(&issuer) {
             return TokenResult::NotMine;
         }
-        let claims = match jwt::verify(token, self.tokens.verification_keys()) {
+        let claims = match jwt::verify(token, &self.tokens.verification_keys()) {
             Ok(c) => c,
             Err(JwtError::Malformed(_)) => return TokenResult::NotMine,
             Err(e) => return TokenResult::Invalid(e.to_string()),

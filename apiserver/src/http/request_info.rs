@@ -152,7 +152,22 @@ pub fn resolve(method: &Method, path: &str, query: Option<&str>) -> RequestInfo 
         }
         _ => method.as_str().to_lowercase(),
     };
+    // As upstream: a list or watch pinned to one name by a `metadata.name=<name>` field
+    // selector is about that object (authorizers see its name: a node reads its own Node so).
+    if matches!(info.verb.as_str(), "list" | "watch") {
+        if let Some(name) = selected_name(query) {
+            info.name = name;
+        }
+    }
     info
+}
+
+/// The name a `fieldSelector` pins with `metadata.name=<name>`, when it is a valid path segment.
+fn selected_name(query: Option<&str>) -> Option<String> {
+    let selector = query_param(query, "fieldSelector")?;
+    let parsed = crate::api::selectors::FieldSelector::parse(&selector).ok()?;
+    let name = parsed.requires_exact_match("metadata.name")?;
+    crate::validation::validate_path_segment_name(name).is_empty().then(|| name.to_string())
 }
 
 #[cfg(test)]
@@ -247,6 +262,41 @@ mod tests {
                 path: "/api/v1/namespaces/x/secrets/s",
                 query: None,
                 want: ("patch", "", "x", "secrets", "s", ""),
+            },
+            Case {
+                name: "list pinned by name",
+                method: Method::GET,
+                path: "/api/v1/nodes",
+                query: Some("fieldSelector=metadata.name%3Dn1"),
+                want: ("list", "", "", "nodes", "n1", ""),
+            },
+            Case {
+                name: "watch pinned by name among other terms",
+                method: Method::GET,
+                path: "/api/v1/nodes",
+                query: Some("watch=1&fieldSelector=spec.unschedulable%3Dfalse,metadata.name%3D%3Dn1"),
+                want: ("watch", "", "", "nodes", "n1", ""),
+            },
+            Case {
+                name: "not-equal does not pin",
+                method: Method::GET,
+                path: "/api/v1/nodes",
+                query: Some("fieldSelector=metadata.name!%3Dn1"),
+                want: ("list", "", "", "nodes", "", ""),
+            },
+            Case {
+                name: "a name that is no path segment does not pin",
+                method: Method::GET,
+                path: "/api/v1/nodes",
+                query: Some("fieldSelector=metadata.name%3Da/b"),
+                want: ("list", "", "", "nodes", "", ""),
+            },
+            Case {
+                name: "a malformed selector does not pin",
+                method: Method::GET,
+                path: "/api/v1/nodes",
+                query: Some("fieldSelector=metadata.name"),
+                want: ("list", "", "", "nodes", "", ""),
             },
         ];
         for c in cases {

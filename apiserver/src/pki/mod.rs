@@ -6,7 +6,8 @@
 //! | --- | --- | --- |
 //! | `ca.crt`, `ca.key` | cluster CA, CN `kustos-ca` | 10 years; created once, never overwritten |
 //! | `apiserver.crt`, `apiserver.key` | serving certificate, CN `kube-apiserver` | 1 year; re-issued when the SAN set changes, it expires within 30 days, or it no longer matches the CA |
-//! | `sa.key`, `sa.pub` | service-account token signing key (ECDSA P-256) | created once |
+//! | `sa.key`, `sa.pub` | service-account token signing key (ECDSA P-256) | created once; replaced by `kustos sa-key rotate` |
+//! | `sa-keys.json` | retired service-account keys that still verify ([`sa_keys`]) | until pruned |
 //!
 //! `ca.crt` may hold several CA certificates (a CA rotation: the new CA and the old one).
 //! The one whose public key matches `ca.key` signs; every CA certificate in it that has not
@@ -22,7 +23,8 @@
 //! `system:masters`, reused while it is signed by the current CA and valid for more than 30
 //! days, and trusts the CA bundle (every unexpired CA of `ca.crt`).
 //!
-//! [`rotation`] replaces the CA while the server runs (`kustos ca rotate`).
+//! [`rotation`] replaces the CA while the server runs (`kustos ca rotate`); [`sa_keys`] the
+//! service-account signing key (`kustos sa-key rotate`).
 //!
 //! In this folder: files in, keys and certificates out. [`data_dir`] keeps the data
 //! directory private, [`cluster_info`] writes `kube-public/cluster-info`.
@@ -30,6 +32,7 @@
 pub mod cluster_info;
 pub mod data_dir;
 pub mod rotation;
+pub mod sa_keys;
 pub mod service_account;
 
 use std::collections::BTreeSet;

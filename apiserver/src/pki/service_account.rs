@@ -1,9 +1,13 @@
 //! The service-account token issuer: the issuers (the first one signs), the signing key, the
-//! verification keys (the apiserver's own `sa.pub` plus `--service-account-key-file`s), the
+//! verification keys (the apiserver's own `sa.pub`, the retired keys of `pki::sa_keys`, plus
+//! `--service-account-key-file`s), the
 //! API audiences and the maximum token lifetime. What the authenticator
 //! (`authn::serviceaccount`), TokenRequest (`registry::core::serviceaccount_token`)
 //! and OIDC discovery (`http::oidc`) share; the claims and the signing itself are
 //! `kustos_ca::jwt`'s.
+
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock, Weak};
 
 use anyhow::Context as _;
 use kustos_ca::jwt::{self, BoundClaims, JwtError, PublicKey, SigningKey};
@@ -16,23 +20,34 @@ pub const JWKS_PATH: &str = "/openid/v1/jwks";
 /// The longest token lifetime a TokenRequest may ask for (2^32 seconds).
 pub const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
 
-/// Everything tokens are issued and checked with.
+/// Everything tokens are issued and checked with. The keys follow `DIR/pki`
+/// ([`ServiceAccountTokens::set_keys`], [`spawn_follower`]): a `kustos sa-key rotate` takes
+/// effect without a restart.
 pub struct ServiceAccountTokens {
     issuers: Vec<String>,
-    signing: SigningKey,
-    keys: Vec<PublicKey>,
+    keys: RwLock<Keys>,
+    /// The keys of `--service-account-key-file`s: they verify whatever signs.
+    extra: Vec<PublicKey>,
     api_audiences: Vec<String>,
     max_expiration_seconds: Option<i64>,
     /// `https://<external address>/openid/v1/jwks`
     jwks_uri: String,
 }
 
+/// The key that signs and those that verify, swapped together.
+#[derive(Clone)]
+struct Keys {
+    signing: Arc<SigningKey>,
+    verifying: Arc<[PublicKey]>,
+}
+
 impl std::fmt::Debug for ServiceAccountTokens {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let keys = self.current();
         f.debug_struct("ServiceAccountTokens")
             .field("issuers", &self.issuers)
-            .field("signing_key_id", &self.signing.public_key().key_id())
-            .field("keys", &self.keys)
+            .field("signing_key_id", &keys.signing.public_key().key_id())
+            .field("keys", &keys.verifying)
             .field("api_audiences", &self.api_audiences)
             .field("max_expiration_seconds", &self.max_expiration_seconds)
             .finish()
@@ -93,30 +108,60 @@ impl ServiceAccountTokens {
     ) -> anyhow::Result<Self> {
         validate_options(&issuers, max_expiration)?;
         let signing = SigningKey::from_pem(signing_key_pem).context("loading the service-account signing key")?;
-        let mut keys: Vec<PublicKey> = Vec::new();
-        let mut add = |found: Vec<PublicKey>| {
-            for k in found {
-                if !keys.iter().any(|have| have.key_id() == k.key_id()) {
-                    keys.push(k);
-                }
-            }
-        };
-        add(jwt::public_keys_from_pem(own_public_pem).context("loading the service-account public key")?);
-        for (name, pem) in extra_key_pems {
-            add(jwt::public_keys_from_pem(pem).with_context(|| format!("loading --service-account-key-file {name}"))?);
-        }
-        if !keys.iter().any(|k| k.key_id() == signing.public_key().key_id()) {
+        let own = jwt::public_keys_from_pem(own_public_pem).context("loading the service-account public key")?;
+        if !own.iter().any(|k| k.key_id() == signing.public_key().key_id()) {
             anyhow::bail!("the service-account public key does not belong to the signing key");
         }
+        let mut extra: Vec<PublicKey> = Vec::new();
+        for (name, pem) in extra_key_pems {
+            for k in
+                jwt::public_keys_from_pem(pem).with_context(|| format!("loading --service-account-key-file {name}"))?
+            {
+                if !extra.iter().any(|have| have.key_id() == k.key_id()) {
+                    extra.push(k);
+                }
+            }
+        }
         let api_audiences = if api_audiences.is_empty() { issuers.clone() } else { api_audiences };
-        Ok(ServiceAccountTokens {
+        let keys = Keys { signing: Arc::new(signing), verifying: Arc::from(Vec::new()) };
+        let tokens = ServiceAccountTokens {
             issuers,
-            signing,
-            keys,
+            keys: RwLock::new(keys),
+            extra,
             api_audiences,
             max_expiration_seconds: max_expiration.map(|d| d.as_secs() as i64),
             jwks_uri: format!("https://{external_address}{JWKS_PATH}"),
-        })
+        };
+        let signing = tokens.current().signing;
+        tokens.install(signing, &own);
+        Ok(tokens)
+    }
+
+    fn current(&self) -> Keys {
+        self.keys.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Sign with `signing`; verify with it, `others` and the key files' keys.
+    fn install(&self, signing: Arc<SigningKey>, others: &[PublicKey]) -> bool {
+        let mut verifying = super::sa_keys::verifying(signing.public_key(), others);
+        for k in &self.extra {
+            if !verifying.iter().any(|have| have.key_id() == k.key_id()) {
+                verifying.push(k.clone());
+            }
+        }
+        let mut keys = self.keys.write().unwrap_or_else(|e| e.into_inner());
+        let same = keys.signing.public_key() == signing.public_key() && *keys.verifying == *verifying;
+        if !same {
+            *keys = Keys { signing, verifying: Arc::from(verifying) };
+        }
+        !same
+    }
+
+    /// Sign with the private key `signing_pem` from now on, and verify with it, the
+    /// `retired` keys and the key files' keys. Whether anything changed.
+    pub fn set_keys(&self, signing_pem: &str, retired: &[PublicKey]) -> anyhow::Result<bool> {
+        let signing = SigningKey::from_pem(signing_pem).context("loading the service-account signing key")?;
+        Ok(self.install(Arc::new(signing), retired))
     }
 
     /// From the server settings: the PKI's `sa.key`/`sa.pub` and the key files named in `cfg`.
@@ -127,7 +172,7 @@ impl ServiceAccountTokens {
                 .with_context(|| format!("reading --service-account-key-file {}", path.display()))?;
             extra.push((path.display().to_string(), pem));
         }
-        Self::new(
+        let tokens = Self::new(
             cfg.service_account_issuers.clone(),
             &pki.sa_key_pem,
             &pki.sa_pub_pem,
@@ -135,7 +180,11 @@ impl ServiceAccountTokens {
             cfg.api_audiences.clone(),
             cfg.service_account_max_token_expiration,
             external_address,
-        )
+        )?;
+        // The keys a `kustos sa-key rotate` retired keep verifying.
+        let loaded = super::sa_keys::load(&pki.dir)?;
+        tokens.set_keys(&loaded.signing_pem, &loaded.retired)?;
+        Ok(tokens)
     }
 
     /// The issuer new tokens carry (the first `--service-account-issuer`).
@@ -158,17 +207,24 @@ impl ServiceAccountTokens {
         self.max_expiration_seconds
     }
 
-    pub fn signing_key(&self) -> &SigningKey {
-        &self.signing
+    /// The longest bound token lifetime this server issues: the maximum, else 2^32 seconds.
+    pub fn max_token_seconds(&self) -> i64 {
+        self.max_expiration_seconds.filter(|m| *m > 0).unwrap_or(MAX_EXPIRATION_SECONDS)
     }
 
-    pub fn verification_keys(&self) -> &[PublicKey] {
-        &self.keys
+    /// The key that signs new tokens.
+    pub fn signing_key(&self) -> Arc<SigningKey> {
+        self.current().signing
+    }
+
+    /// The keys that verify: the signing key, retired keys, the key files' keys.
+    pub fn verification_keys(&self) -> Arc<[PublicKey]> {
+        self.current().verifying
     }
 
     /// The JWK set of the verification keys.
     pub fn jwks(&self) -> Value {
-        jwt::jwks(&self.keys)
+        jwt::jwks(&self.verification_keys())
     }
 
     /// `https://<external address>/openid/v1/jwks`, the `jwks_uri` of OIDC discovery.
@@ -178,8 +234,49 @@ impl ServiceAccountTokens {
 
     /// Sign a bound token.
     pub fn issue(&self, claims: &BoundClaims) -> Result<String, JwtError> {
-        self.signing.sign(&claims.to_json())
+        self.signing_key().sign(&claims.to_json())
     }
+}
+
+/// Follow `DIR/pki`'s service-account keys (`sa.key`, `sa-keys.json`): every `every`, until
+/// the server's tokens are dropped. A state that does not load is reported once and the
+/// keys in use stay.
+pub fn spawn_follower(tokens: Weak<ServiceAccountTokens>, pki: PathBuf, every: std::time::Duration) {
+    tokio::spawn(async move {
+        let mut reported: Option<String> = None;
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(tokens) = tokens.upgrade() else { return };
+            let pki = pki.clone();
+            let loaded = tokio::task::spawn_blocking(move || super::sa_keys::load(&pki))
+                .await
+                .map_err(anyhow::Error::from)
+                .and_then(|r| r);
+            let applied = loaded.and_then(|l| tokens.set_keys(&l.signing_pem, &l.retired));
+            match applied {
+                Ok(changed) => {
+                    if reported.take().is_some() {
+                        tracing::info!("the service-account keys load again");
+                    }
+                    if changed {
+                        let keys = tokens.current();
+                        tracing::info!(
+                            signing_kid = %keys.signing.public_key().key_id(),
+                            verifying = keys.verifying.len(),
+                            "following the new service-account keys"
+                        );
+                    }
+                }
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    if reported.as_deref() != Some(msg.as_str()) {
+                        tracing::warn!(error = %msg, "the service-account keys do not load; keeping the keys in use");
+                        reported = Some(msg);
+                    }
+                }
+            }
+        }
+    });
 }
 
 #[cfg(test)]
@@ -242,7 +339,7 @@ mod tests {
         assert_eq!(t.verification_keys().len(), 2);
         assert_eq!(t.api_audiences(), ["a"]);
         let old_signed = SigningKey::from_pem(&old.private_key_pem).unwrap().sign(&json!({"iss": "a"})).unwrap();
-        assert!(jwt::verify(&old_signed, t.verification_keys()).is_ok());
+        assert!(jwt::verify(&old_signed, &t.verification_keys()).is_ok());
         // A broken key file and a public key that is not the signing key's are errors.
         let broken = vec![("broken.pem".to_string(), "nothing".to_string())];
         let err = ServiceAccountTokens::new(
@@ -267,5 +364,57 @@ mod tests {
         )
         .is_err());
         assert!(!format!("{t:?}").contains("PRIVATE"));
+    }
+
+    #[test]
+    fn a_new_signing_key_signs_and_the_retired_one_keeps_verifying() {
+        let (old, new, file) = (
+            kustos_ca::generate_sa_keypair().unwrap(),
+            kustos_ca::generate_sa_keypair().unwrap(),
+            kustos_ca::generate_sa_keypair().unwrap(),
+        );
+        let extra = vec![("file.pub".to_string(), file.public_key_pem.clone())];
+        let t = ServiceAccountTokens::new(
+            strings(&["a"]),
+            &old.private_key_pem,
+            &old.public_key_pem,
+            &extra,
+            vec![],
+            None,
+            "h:1",
+        )
+        .unwrap();
+        let kid = |pem: &str| SigningKey::from_pem(pem).unwrap().public_key().key_id().to_string();
+        let by_old = t.signing_key().sign(&json!({"iss": "a"})).unwrap();
+        let old_pub = t.signing_key().public_key().clone();
+        let kids = |t: &ServiceAccountTokens| -> Vec<String> {
+            t.verification_keys().iter().map(|k| k.key_id().to_string()).collect()
+        };
+        assert_eq!(kids(&t), [kid(&old.private_key_pem), kid(&file.private_key_pem)]);
+        // (signing key, retired keys) -> changed, kids that verify
+        let cases: Vec<(&str, Vec<PublicKey>, bool, Vec<String>)> = vec![
+            (
+                &new.private_key_pem,
+                vec![old_pub.clone()],
+                true,
+                vec![kid(&new.private_key_pem), kid(&old.private_key_pem), kid(&file.private_key_pem)],
+            ),
+            (
+                &new.private_key_pem,
+                vec![old_pub.clone()],
+                false,
+                vec![kid(&new.private_key_pem), kid(&old.private_key_pem), kid(&file.private_key_pem)],
+            ),
+            (&new.private_key_pem, vec![], true, vec![kid(&new.private_key_pem), kid(&file.private_key_pem)]),
+        ];
+        for (signing, retired, changed, want) in cases {
+            assert_eq!(t.set_keys(signing, &retired).unwrap(), changed);
+            assert_eq!(kids(&t), want);
+            assert_eq!(t.signing_key().public_key().key_id(), kid(&new.private_key_pem));
+            assert_eq!(jwt::verify(&by_old, &t.verification_keys()).is_ok(), retired.contains(&old_pub));
+            assert_eq!(t.jwks()["keys"].as_array().map(Vec::len), Some(want.len()));
+        }
+        assert!(t.set_keys("junk", &[]).is_err());
+        assert_eq!(t.signing_key().public_key().key_id(), kid(&new.private_key_pem), "a bad key changes nothing");
     }
 }

@@ -39,10 +39,12 @@ pub mod custom;
 pub mod events;
 pub mod flowcontrol;
 pub mod intern;
+pub mod node;
 pub mod rbac;
 pub mod reviews;
 pub mod schema;
 pub mod shared;
+pub mod storage;
 
 use std::sync::Arc;
 
@@ -201,6 +203,13 @@ pub trait Strategy: Send + Sync + 'static {
     /// On PUT/PATCH of a subresource (`status`, `approval`): keep everything but what the
     /// subresource owns from `old`.
     fn prepare_for_subresource(&self, _sub: &str, _new: &mut Value, _old: &Value) {}
+
+    /// Whether a write through subresource `sub` may change labels, annotations, finalizers
+    /// and owner references (upstream's `nodes/status`); by default they are kept from the
+    /// stored object, as upstream's `ResetObjectMetaForStatus`.
+    fn subresource_writes_metadata(&self, _sub: &str) -> bool {
+        false
+    }
 
     /// Extra rules for an update through a subresource.
     fn validate_subresource(&self, _sub: &str, _new: &Value, _old: &Value) -> Vec<FieldError> {
@@ -413,6 +422,8 @@ impl Registry {
         resources.extend(reviews::resources());
         resources.extend(apiextensions::resources());
         resources.extend(flowcontrol::resources());
+        resources.extend(storage::resources());
+        resources.extend(node::resources());
         Registry { resources }
     }
 
@@ -591,6 +602,11 @@ mod tests {
                 "certificatesigningrequests",
                 "flowschemas",
                 "prioritylevelconfigurations",
+                "pods",
+                "services",
+                "csinodes",
+                "csidrivers",
+                "runtimeclasses",
             ];
             if typed.contains(&def.resource) {
                 assert!(!errs.is_empty(), "{} accepted an object that does not decode", def.resource);

@@ -547,6 +547,15 @@ mod tests {
     }
 
     /// The generated annotations reach the documents, keyed as upstream's Go markers say.
+    /// Properties of the generated annotations that the served (1.35) definitions lack
+    /// because upstream added them later.
+    const NEWER_THAN_SERVED: &[(&str, &str)] = &[
+        ("io.k8s.api.core.v1.PodSpec", "evictionResponders"),
+        ("io.k8s.api.core.v1.PodStatus", "nodeAllocatableResourceClaimStatuses"),
+        ("io.k8s.api.core.v1.PodStatus", "volumeHealth"),
+        ("io.k8s.api.core.v1.VolumeMount", "bindMountOptions"),
+    ];
+
     #[test]
     fn list_annotations_from_upstream_markers() {
         let api = api();
@@ -569,11 +578,17 @@ mod tests {
         assert_eq!(defs["io.k8s.api.rbac.v1.Subject"]["x-kubernetes-map-type"], "atomic");
         // Every annotation of a served definition names a property it has: a JSON name read
         // wrongly from the Go tags would show here.
+        // The upstream sources the table is generated from may be newer than the served API
+        // (1.35, k8s-openapi's types): fields added since are named here, and are skipped.
+        let mut missing = Vec::new();
         for a in extensions::PROPERTIES {
             if let Some(props) = defs.get(a.definition).and_then(|d| d.get("properties")) {
-                assert!(props.get(a.property).is_some(), "{} has no property {}", a.definition, a.property);
+                if props.get(a.property).is_none() {
+                    missing.push((a.definition, a.property));
+                }
             }
         }
+        assert_eq!(missing, NEWER_THAN_SERVED, "annotations naming no property of a served definition");
     }
 
     #[test]

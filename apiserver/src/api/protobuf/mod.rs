@@ -82,6 +82,8 @@ const PACKAGES: &[(&str, &str)] = &[
     ("authorization.k8s.io", "k8s.io.api.authorization"),
     ("flowcontrol.apiserver.k8s.io", "k8s.io.api.flowcontrol"),
     ("events.k8s.io", "k8s.io.api.events"),
+    ("storage.k8s.io", "k8s.io.api.storage"),
+    ("node.k8s.io", "k8s.io.api.node"),
     ("apiextensions.k8s.io", "k8s.io.apiextensions_apiserver.pkg.apis.apiextensions"),
 ];
 
@@ -630,7 +632,7 @@ mod tests {
             ("magic only", MAGIC.to_vec()),
             ("truncated varint", [MAGIC, &[0x0a, 0xff]].concat()),
             ("length past the end", [MAGIC, &[0x12, 0x7f, 0x01]].concat()),
-            ("unknown kind", envelope("v1", "Pod", &[])),
+            ("unknown kind", envelope("v1", "PersistentVolume", &[])),
             ("field zero", [MAGIC, &[0x00, 0x01]].concat()),
             ("wire type 3", [MAGIC, &[0x0b]].concat()),
         ];

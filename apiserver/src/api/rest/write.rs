@@ -304,7 +304,7 @@ async fn finish_write(
                 None => m.remove(*k),
             };
         }
-        if !sub.is_empty() {
+        if !sub.is_empty() && !c.def.strategy.subresource_writes_metadata(sub) {
             for k in STATUS_RESET_META {
                 match old_meta.get(*k) {
                     Some(v) => m.insert((*k).to_string(), v.clone()),

@@ -4,7 +4,10 @@
 //! Upstream decides reads of Secrets, ConfigMaps, volumes and service-account tokens from a
 //! graph of the Pods bound to the node. kustos serves no Pods, so no such relationship can
 //! exist and those requests get no opinion (RBAC may still allow them). A node may manage only
-//! its own Lease in `kube-node-lease`. Everything else is allowed when the node rules (the
+//! its own Lease in `kube-node-lease` and its own CSINode, and read only its own Node (a list or
+//! watch names it with a `metadata.name` field selector, as upstream's AuthorizeNodeWithSelectors);
+//! it may create, update and patch Nodes and `nodes/status`, which the NodeRestriction admission
+//! plugin narrows to its own. Everything else is allowed when the node rules (the
 //! rules of the default `system:node` ClusterRole) allow it — among them creating and reading
 //! CertificateSigningRequests, which certificate renewal needs.
 
@@ -73,6 +76,12 @@ impl NodeAuthorizer {
             if gr == ("coordination.k8s.io", "leases") {
                 return lease(node, attrs);
             }
+            if gr == ("", "nodes") {
+                return node_object(node, attrs);
+            }
+            if gr == ("storage.k8s.io", "csinodes") {
+                return csinode(node, attrs);
+            }
         }
         if self.rules.iter().any(|r| rule_allows(info, r)) {
             Verdict::allow("")
@@ -96,6 +105,41 @@ fn lease(node: &str, attrs: &Attributes<'_>) -> Verdict {
     }
     if info.verb != "create" && info.name != node {
         return deny("can only access node lease with the same name as the requesting node");
+    }
+    Verdict::allow("")
+}
+
+/// A node reads only its own Node object; it may create, update and patch Nodes and their
+/// status (NodeRestriction admission limits that to its own); nothing else.
+fn node_object(node: &str, attrs: &Attributes<'_>) -> Verdict {
+    let info = attrs.info;
+    let deny = |reason: String| Verdict { reason, ..Verdict::no_opinion() };
+    match (info.subresource.as_str(), info.verb.as_str()) {
+        ("", "create" | "update" | "patch") | ("status", "update" | "patch") => Verdict::allow(""),
+        ("", "get" | "list" | "watch") if info.name == node => Verdict::allow(""),
+        ("", "get" | "list" | "watch") if info.name.is_empty() => {
+            deny(format!("node '{node}' cannot read all nodes, only its own Node object"))
+        }
+        ("", "get" | "list" | "watch") => {
+            deny(format!("node '{node}' cannot read '{}', only its own Node object", info.name))
+        }
+        _ => deny(String::new()),
+    }
+}
+
+/// A node may get, create, update, patch and delete only its own CSINode (the name of a
+/// create is checked at admission, as for Leases).
+fn csinode(node: &str, attrs: &Attributes<'_>) -> Verdict {
+    let info = attrs.info;
+    let deny = |reason: &str| Verdict { reason: reason.into(), ..Verdict::no_opinion() };
+    if !matches!(info.verb.as_str(), "get" | "create" | "update" | "patch" | "delete") {
+        return deny("can only get, create, update, patch, or delete a CSINode");
+    }
+    if !info.subresource.is_empty() {
+        return deny("cannot authorize CSINode subresources");
+    }
+    if info.verb != "create" && info.name != node {
+        return deny("can only access CSINode with the same name as the requesting node");
     }
     Verdict::allow("")
 }
@@ -172,9 +216,50 @@ mod tests {
             ("not a node without the group", &not_in_group, Method::POST, csrs.into(), Decision::NoOpinion),
             ("not a node without the name", &other, Method::POST, csrs.into(), Decision::NoOpinion),
             ("namespaces are not node business", &n1, Method::GET, "/api/v1/namespaces".into(), Decision::NoOpinion),
+            ("register a node", &n1, Method::POST, "/api/v1/nodes".into(), Decision::Allow),
+            ("update a node", &n1, Method::PUT, "/api/v1/nodes/n2".into(), Decision::Allow),
+            ("patch node status", &n1, Method::PATCH, "/api/v1/nodes/n1/status".into(), Decision::Allow),
+            ("get own node", &n1, Method::GET, "/api/v1/nodes/n1".into(), Decision::Allow),
+            ("get another node", &n1, Method::GET, "/api/v1/nodes/n2".into(), Decision::NoOpinion),
+            ("list all nodes", &n1, Method::GET, "/api/v1/nodes".into(), Decision::NoOpinion),
+            (
+                "list own node by name",
+                &n1,
+                Method::GET,
+                "/api/v1/nodes?fieldSelector=metadata.name%3Dn1".into(),
+                Decision::Allow,
+            ),
+            (
+                "watch own node by name",
+                &n1,
+                Method::GET,
+                "/api/v1/nodes?watch=true&fieldSelector=metadata.name=n1".into(),
+                Decision::Allow,
+            ),
+            (
+                "list another node by name",
+                &n1,
+                Method::GET,
+                "/api/v1/nodes?fieldSelector=metadata.name=n2".into(),
+                Decision::NoOpinion,
+            ),
+            ("get node status", &n1, Method::GET, "/api/v1/nodes/n1/status".into(), Decision::NoOpinion),
+            ("delete own node", &n1, Method::DELETE, "/api/v1/nodes/n1".into(), Decision::NoOpinion),
+            ("create a CSINode", &n1, Method::POST, "/apis/storage.k8s.io/v1/csinodes".into(), Decision::Allow),
+            ("get own CSINode", &n1, Method::GET, "/apis/storage.k8s.io/v1/csinodes/n1".into(), Decision::Allow),
+            ("update own CSINode", &n1, Method::PUT, "/apis/storage.k8s.io/v1/csinodes/n1".into(), Decision::Allow),
+            (
+                "another node's CSINode",
+                &n1,
+                Method::PUT,
+                "/apis/storage.k8s.io/v1/csinodes/n2".into(),
+                Decision::NoOpinion,
+            ),
+            ("list CSINodes", &n1, Method::GET, "/apis/storage.k8s.io/v1/csinodes".into(), Decision::NoOpinion),
         ];
         for (what, u, m, path, want) in cases {
-            let info = resolve(m, path, None);
+            let (path, query) = path.split_once('?').map_or((path.as_str(), None), |(p, q)| (p, Some(q)));
+            let info = resolve(m, path, query);
             let got = a.authorize(&Attributes { user: u, info: &info }).await;
             assert_eq!(&got.decision, want, "{what}: {got:?}");
         }

@@ -1,6 +1,7 @@
 //! core/v1 kinds, one file per kind: [`namespace`], [`configmap`], [`secret`],
 //! [`serviceaccount`] (with its `token` subresource, TokenRequest, in
-//! [`serviceaccount_token`]) and [`event`]; [`data`] holds what ConfigMaps and Secrets share.
+//! [`serviceaccount_token`]), [`event`], [`node`], [`pod`] (its validation in [`pod_validation`])
+//! and [`service`]; [`data`] holds what ConfigMaps and Secrets share.
 //!
 //! Each strategy mirrors upstream's `pkg/registry/core/<kind>/strategy.go`, the v1 defaulting and
 //! conversion that happen on decode (`pkg/apis/core/v1`), `pkg/apis/core/validation` and the
@@ -11,7 +12,11 @@ pub mod configmap;
 mod data;
 pub mod event;
 pub mod namespace;
+pub mod node;
+pub mod pod;
+pub mod pod_validation;
 pub mod secret;
+pub mod service;
 pub mod serviceaccount;
 pub mod serviceaccount_token;
 
@@ -22,7 +27,10 @@ use k8s_openapi::api::core::v1 as corev1;
 use configmap::ConfigMapStrategy;
 use event::EventStrategy;
 use namespace::NamespaceStrategy;
+use node::NodeStrategy;
+use pod::PodStrategy;
 use secret::SecretStrategy;
+use service::ServiceStrategy;
 use serviceaccount::ServiceAccountStrategy;
 
 use super::ResourceDef;
@@ -100,6 +108,48 @@ pub fn resources() -> Vec<ResourceDef> {
             strategy: Arc::new(EventStrategy),
             schema: |g| g.subschema_for::<corev1::Event>(),
         },
+        ResourceDef {
+            group: "",
+            version: "v1",
+            resource: "nodes",
+            singular: "node",
+            kind: "Node",
+            namespaced: false,
+            short_names: &["no"],
+            categories: &[],
+            subresources: &["status"],
+            create_only: false,
+            strategy: Arc::new(NodeStrategy),
+            schema: |g| g.subschema_for::<corev1::Node>(),
+        },
+        ResourceDef {
+            group: "",
+            version: "v1",
+            resource: "pods",
+            singular: "pod",
+            kind: "Pod",
+            namespaced: true,
+            short_names: &["po"],
+            categories: &["all"],
+            subresources: &["status"],
+            create_only: false,
+            strategy: Arc::new(PodStrategy),
+            schema: |g| g.subschema_for::<corev1::Pod>(),
+        },
+        ResourceDef {
+            group: "",
+            version: "v1",
+            resource: "services",
+            singular: "service",
+            kind: "Service",
+            namespaced: true,
+            short_names: &["svc"],
+            categories: &["all"],
+            subresources: &["status"],
+            create_only: false,
+            strategy: Arc::new(ServiceStrategy),
+            schema: |g| g.subschema_for::<corev1::Service>(),
+        },
     ]
 }
 
@@ -151,6 +201,9 @@ mod tests {
             &SecretStrategy,
             &ServiceAccountStrategy,
             &EventStrategy,
+            &NodeStrategy,
+            &PodStrategy,
+            &ServiceStrategy,
         ] {
             for o in &odd {
                 let mut a = o.clone();

@@ -321,7 +321,7 @@ mod tests {
         let token = b["status"]["token"].as_str().unwrap();
         let expires = DateTime::parse_from_rfc3339(b["status"]["expirationTimestamp"].as_str().unwrap()).unwrap();
 
-        let claims = BoundClaims::from_claims(&jwt::verify(token, e.tokens.verification_keys()).unwrap()).unwrap();
+        let claims = BoundClaims::from_claims(&jwt::verify(token, &e.tokens.verification_keys()).unwrap()).unwrap();
         assert_eq!(claims.issuer, DEFAULT_ISSUER);
         assert_eq!(claims.subject, "system:serviceaccount:team:builder");
         assert_eq!(claims.audiences, ["x"]);
