@@ -27,7 +27,7 @@
 # - the node's Lease in kube-node-lease is renewed;
 # - the node's CSINode exists;
 # - the kubelet's serving certificate was approved by the policy and issued;
-# - the kubelet is still running.
+# - the kubelet is still running, and no watch of its broke off with a server error.
 # It prints PASS/FAIL per check, `kubectl get nodes -o wide`, and on failure the tails of
 # the kubelet's and the server's logs; it exits non-zero on any failure. Every process it
 # started is stopped at exit (KEEP_WORKDIR=1 keeps the temporary directory).
@@ -326,6 +326,10 @@ while [ "$SECONDS" -lt "$deadline" ]; do
   sleep 2
 done
 kubelet_running=; kill -0 "$KUBELET_PID" 2>/dev/null && kubelet_running=1
+# A watch the kubelet cannot read ends and is listed again: it copes, but every event on it
+# costs a relist (client-go logs "watch of *v1.Node ended with: an error on the server").
+watch_errors=$(grep -c 'ended with: an error on the server' "$WORK/kubelet.log" || true)
+watches_ok=; [ "$watch_errors" = 0 ] && watches_ok=1
 
 failed=0
 check() {
@@ -346,9 +350,12 @@ check "$lease_renewed" "Lease kube-node-lease/$NODE renewed${first_renew:+ (firs
 check "$csinode_ok" "CSINode $NODE exists"
 check "$serving_ok" "serving certificate approved by the kubelet-serving policy and issued"
 check "$kubelet_running" "kubelet still running after $((SECONDS - deadline + RUN_SECONDS))s"
+check "$watches_ok" "kubelet's watch streams decode ($watch_errors broke off with a server error)"
 if [ "$failed" != 0 ]; then
   echo
   echo "--- kubelet log: the last 50 lines before any goroutine dump (all of it: KEEP_WORKDIR=1)"
+  echo "--- kubelet: watches that broke off"
+  grep 'ended with: an error on the server' "$WORK/kubelet.log" | tail -5 || true
   # (less the "node not found" lines it logs every 100 ms until its Node exists)
   awk '/^goroutine [0-9]+ \[/ {exit} !/kubelet.go:[0-9]+\] node ".*" not found$/ {print}' \
     "$WORK/kubelet.log" | tail -50
