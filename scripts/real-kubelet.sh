@@ -67,8 +67,9 @@ if [ -z "${KUSTOS_BIN:-}" ]; then
     if [ -x "$candidate" ]; then KUSTOS_BIN=$candidate; break; fi
   done
 fi
-[ -n "${KUSTOS_BIN:-}" ] && [ -x "$KUSTOS_BIN" ] ||
+if [ -z "${KUSTOS_BIN:-}" ] || [ ! -x "$KUSTOS_BIN" ]; then
   die "no kustos binary: build one (cargo build -p kustos --bin kustos) or set KUSTOS_BIN"
+fi
 
 mkdir -p "$CACHE/bin"
 GOROOT_DIR="$CACHE/go-$GO_VERSION/go"
