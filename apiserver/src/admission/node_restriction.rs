@@ -529,7 +529,16 @@ mod tests {
         let n1 = node("n1");
         let (o1, o2) = (named("n1"), named("n2"));
         fn csinode<'a>(op: Operation, url_name: &'a str, new: Option<&'a Value>) -> Write<'a> {
-            Write { group: STORAGE_GROUP, resource: CSINODES, subresource: "", op, namespace: "", url_name, new, old: None }
+            Write {
+                group: STORAGE_GROUP,
+                resource: CSINODES,
+                subresource: "",
+                op,
+                namespace: "",
+                url_name,
+                new,
+                old: None,
+            }
         }
         let refused = |name: &str| {
             format!(

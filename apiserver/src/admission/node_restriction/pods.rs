@@ -109,11 +109,27 @@ mod tests {
         let bound_elsewhere = json!({"spec": {"nodeName": "n2"}});
         let cases: Vec<(&str, Write<'_>, Option<&str>)> = vec![
             ("its own mirror pod", write("", Operation::Create, Some(&ok), None), None),
-            ("not a mirror pod", write("", Operation::Create, Some(&not_mirror), None), Some("can only create mirror pods")),
-            ("bound to another node", write("", Operation::Create, Some(&elsewhere), None), Some("spec.nodeName set to itself")),
-            ("owned by another node", write("", Operation::Create, Some(&owned_by_other), None), Some("owner reference set to itself")),
+            (
+                "not a mirror pod",
+                write("", Operation::Create, Some(&not_mirror), None),
+                Some("can only create mirror pods"),
+            ),
+            (
+                "bound to another node",
+                write("", Operation::Create, Some(&elsewhere), None),
+                Some("spec.nodeName set to itself"),
+            ),
+            (
+                "owned by another node",
+                write("", Operation::Create, Some(&owned_by_other), None),
+                Some("owner reference set to itself"),
+            ),
             ("two owners", write("", Operation::Create, Some(&two_owners), None), Some("single owner reference")),
-            ("a service account", write("", Operation::Create, Some(&with_sa), None), Some("reference a service account")),
+            (
+                "a service account",
+                write("", Operation::Create, Some(&with_sa), None),
+                Some("reference a service account"),
+            ),
             ("a secret volume", write("", Operation::Create, Some(&with_secret), None), Some("reference secrets")),
             ("a spec update", write("", Operation::Update, Some(&ok), Some(&ok)), Some("can only update pod status")),
             ("status of its own pod", write("status", Operation::Update, Some(&ok), Some(&ok)), None),

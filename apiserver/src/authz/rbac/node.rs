@@ -297,7 +297,13 @@ mod tests {
                 "/api/v1/pods?fieldSelector=spec.nodeName!=n2".into(),
                 Decision::NoOpinion,
             ),
-            ("update a pod's status (admission checks which)", &n1, Method::PATCH, "/api/v1/namespaces/a/pods/p/status".into(), Decision::Allow),
+            (
+                "update a pod's status (admission checks which)",
+                &n1,
+                Method::PATCH,
+                "/api/v1/namespaces/a/pods/p/status".into(),
+                Decision::Allow,
+            ),
         ];
         for (what, u, m, path, want) in cases {
             let (path, query) = path.split_once('?').map_or((path.as_str(), None), |(p, q)| (p, Some(q)));
