@@ -63,6 +63,30 @@ pub fn to_chrono(t: &Time) -> Option<DateTime<Utc>> {
     DateTime::from_timestamp(t.0.as_second(), u32::try_from(t.0.subsec_nanosecond()).unwrap_or(0))
 }
 
+/// Put condition `type_` into `conditions` (replacing the one there), its
+/// `lastTransitionTime` kept when its status did not change, else `now`.
+pub fn set_condition(
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    type_: &str,
+    (status, reason, message): (&str, &str, String),
+    generation: Option<i64>,
+    now: DateTime<Utc>,
+) {
+    let transition = match conditions.iter().find(|c| c.type_ == type_) {
+        Some(c) if c.status == status => c.last_transition_time.clone(),
+        _ => to_time(now),
+    };
+    conditions.retain(|c| c.type_ != type_);
+    conditions.push(k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: transition,
+        observed_generation: generation,
+    });
+}
+
 /// A chrono time as a `metav1.Time` (whole seconds, as the API serializes it).
 pub fn to_time(t: DateTime<Utc>) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(t.timestamp()).unwrap_or_default())

@@ -38,7 +38,6 @@ use std::sync::Arc;
 use futures::StreamExt as _;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::{self, Store};
@@ -472,21 +471,9 @@ pub fn status_for_spec(
     {
         return None;
     }
-    let transition = match existing {
-        Some(c) if c.status == status => c.last_transition_time.clone(),
-        _ => csr::to_time(now),
-    };
     let mut next = current.clone();
     next.observed_generation = generation;
-    next.conditions.retain(|c| c.type_ != CONDITION_VALID);
-    next.conditions.push(Condition {
-        type_: CONDITION_VALID.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time: transition,
-        observed_generation: generation,
-    });
+    csr::set_condition(&mut next.conditions, CONDITION_VALID, (status, reason, message), generation, now);
     Some(next)
 }
 

@@ -29,7 +29,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use k8s_openapi::ByteString;
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
@@ -155,23 +154,11 @@ pub fn next_status(
     {
         return None;
     }
-    let transition = match existing {
-        Some(c) if c.status == status => c.last_transition_time.clone(),
-        _ => csr::to_time(now),
-    };
     let mut next = current.clone();
     next.observed_generation = generation;
     next.trust_bundle = trust_bundle;
     next.ca_secret = ca_secret;
-    next.conditions.retain(|c| c.type_ != CONDITION_READY);
-    next.conditions.push(Condition {
-        type_: CONDITION_READY.into(),
-        status: status.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time: transition,
-        observed_generation: generation,
-    });
+    csr::set_condition(&mut next.conditions, CONDITION_READY, (status, reason, message), generation, now);
     Some(next)
 }
 
