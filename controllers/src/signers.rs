@@ -3,7 +3,8 @@
 //! ClusterTrustBundle linked to the signer name.
 //!
 //! Two loops in one registration:
-//! - **Signers** (whole-world, on any Signer change and every 30 s): for each Signer, check the
+//! - **Signers** (whole-world, when a Signer is created, deleted, or its spec or annotations
+//!   change, and every 30 s; not on its status, which the counts below write): for each Signer, check the
 //!   spec ([`SignerSpec::problems`]: never a `kubernetes.io`/`k8s.io` name), find its CA
 //!   Secret (`spec.caSecretRef`, else `kube-system/kustos-signer-<name>`, generated on first
 //!   sight: a P-256 CA named after the signer, valid ten years), load it ([`load_ca`]),
@@ -27,12 +28,13 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures::StreamExt as _;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kube::api::{DynamicObject, ListParams, PostParams};
 use kube::runtime::controller::Action;
-use kube::runtime::watcher;
+use kube::runtime::{predicates, watcher, Predicate as _, PredicateConfig, WatchStreamExt as _};
 use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::{CertificateRequest, CsrError};
 use kustos_ca::Ca;
@@ -42,7 +44,7 @@ use kustos_crds::{CertificateApprovalPolicySpec, Signer, SignerSpec, SignerStatu
 
 use crate::clustertrustbundle_publisher as ctb;
 use crate::csr;
-use crate::runtime::{self, changes, whole_world_until, Backoff};
+use crate::runtime::{self, whole_world_until, Backoff};
 
 pub mod rotation;
 
@@ -439,7 +441,16 @@ pub async fn run(
     let loop_signers = {
         let (signers, ready, client) = (signers.clone(), ready.clone(), client.clone());
         let bundles = Arc::new(bundles);
-        let triggers = vec![changes(signers.clone(), watcher::Config::default())];
+        // A new, edited, annotated (a rotation step) or deleted Signer; not its status, which
+        // this controller writes itself (on every certificate it counts).
+        let edits = watcher(signers.clone(), watcher::Config::default())
+            .default_backoff()
+            .applied_objects()
+            .predicate_filter(predicates::generation.combine(predicates::annotations), PredicateConfig::default())
+            .map(|_| ())
+            .boxed();
+        let removals = runtime::deletions(signers.clone(), watcher::Config::default()).map(|_| ()).boxed();
+        let triggers = vec![edits, removals];
         whole_world_until(NAME, triggers, RESYNC, cfg.metrics.clone(), move || {
             let (signers, ready, client, bundles, mut trigger) =
                 (signers.clone(), ready.clone(), client.clone(), bundles.clone(), trigger.clone());
