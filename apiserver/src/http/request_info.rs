@@ -156,27 +156,19 @@ pub fn resolve(method: &Method, path: &str, query: Option<&str>) -> RequestInfo 
         _ => method.as_str().to_lowercase(),
     };
     // As upstream: a list or watch pinned to one name by a `metadata.name=<name>` field
-    // selector is about that object (authorizers see its name: a node reads its own Node so).
+    // selector is about that object (authorizers see its name: a node reads its own Node so),
+    // and one pinned to a node by `spec.nodeName=<node>` carries that node.
     if matches!(info.verb.as_str(), "list" | "watch") {
-        if let Some(name) = selected_name(query) {
-            info.name = name;
+        let selector = query_param(query, "fieldSelector");
+        if let Some(parsed) = selector.as_deref().and_then(|s| crate::api::selectors::FieldSelector::parse(s).ok()) {
+            let name = parsed.requires_exact_match("metadata.name");
+            if let Some(name) = name.filter(|n| crate::validation::validate_path_segment_name(n).is_empty()) {
+                info.name = name.to_string();
+            }
+            info.selected_node = parsed.requires_exact_match("spec.nodeName").unwrap_or_default().to_string();
         }
-        info.selected_node = selected(query, "spec.nodeName").unwrap_or_default();
     }
     info
-}
-
-/// The name a `fieldSelector` pins with `metadata.name=<name>`, when it is a valid path segment.
-fn selected_name(query: Option<&str>) -> Option<String> {
-    let name = selected(query, "metadata.name")?;
-    crate::validation::validate_path_segment_name(&name).is_empty().then_some(name)
-}
-
-/// The value a `fieldSelector` requires `field` to equal exactly, if it does.
-fn selected(query: Option<&str>, field: &str) -> Option<String> {
-    let selector = query_param(query, "fieldSelector")?;
-    let parsed = crate::api::selectors::FieldSelector::parse(&selector).ok()?;
-    parsed.requires_exact_match(field).map(str::to_string)
 }
 
 #[cfg(test)]
