@@ -244,6 +244,9 @@ impl ServiceAccountTokens {
 pub fn spawn_follower(tokens: Weak<ServiceAccountTokens>, pki: PathBuf, every: std::time::Duration) {
     tokio::spawn(async move {
         let mut reported: Option<String> = None;
+        // What was last applied (the signing key's PEM, the retired keys' ids): unchanged
+        // files are not parsed again.
+        let mut applied_from: Option<(String, Vec<String>)> = None;
         loop {
             tokio::time::sleep(every).await;
             let Some(tokens) = tokens.upgrade() else { return };
@@ -252,7 +255,15 @@ pub fn spawn_follower(tokens: Weak<ServiceAccountTokens>, pki: PathBuf, every: s
                 .await
                 .map_err(anyhow::Error::from)
                 .and_then(|r| r);
-            let applied = loaded.and_then(|l| tokens.set_keys(&l.signing_pem, &l.retired));
+            let applied = loaded.and_then(|l| {
+                let from = (l.signing_pem.clone(), l.retired.iter().map(|k| k.key_id().to_string()).collect());
+                if applied_from.as_ref() == Some(&from) {
+                    return Ok(false);
+                }
+                let changed = tokens.set_keys(&l.signing_pem, &l.retired)?;
+                applied_from = Some(from);
+                Ok(changed)
+            });
             match applied {
                 Ok(changed) => {
                     if reported.take().is_some() {
