@@ -6,7 +6,10 @@
 //!   through both lose nothing); a kubelet-client CSR created through one is approved and
 //!   signed by a `kustos controller-manager` talking to the other;
 //! - two `kustos server`: exactly one holds the Lease kube-system/kustos-controller-manager
-//!   and runs the controllers, and every CSR is signed once.
+//!   and runs the controllers, and every CSR is signed once;
+//! - a CA rotation and a service-account key rotation run on the first apiserver's directory
+//!   are followed by the second (the shared PKI in etcd), while a client of the second keeps
+//!   working: its trust bundle, its own serving certificate and admin kubeconfig, its tokens.
 //!
 //! Every wait is bounded; nothing asserts on how long anything took.
 
@@ -20,7 +23,7 @@ use common::etcd::Etcd;
 use common::kubelet::{
     bootstrap_token, client_for, replica_args, request_node_certificate, watch_certificates, Seen, KUBELET_CLIENT,
 };
-use common::{assert_status, configmap, send, token_user, unique, ControllerManager, Server, WatchLines};
+use common::{assert_status, configmap, kustos_ok, send, token_user, unique, ControllerManager, Server, WatchLines};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -313,4 +316,167 @@ async fn of_two_servers_on_one_etcd_one_runs_the_controllers_and_each_csr_is_sig
     assert_eq!(lease.holder_identity.as_deref(), Some(holder.as_str()), "the Lease's holder");
     assert_eq!(lease.lease_transitions.unwrap_or(0), 0, "the Lease never changed hands");
     watch.abort();
+}
+
+fn pki_file(s: &Server, name: &str) -> String {
+    std::fs::read_to_string(s.data_dir.join("pki").join(name)).unwrap_or_default()
+}
+
+fn fingerprints(pem: &str) -> Vec<String> {
+    kustos_ca::certificates_from_pem(pem).unwrap_or_default().iter().map(|d| kustos_ca::fingerprint(d)).collect()
+}
+
+/// Wait (bounded) until `done` holds of the second apiserver's state.
+async fn wait_until(what: &str, s: &Server, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < WAIT, "{what}: not within {WAIT:?}\nlog:\n{}", s.stderr_tail());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn token_through(s: &Server, ns: &str) -> String {
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}});
+    let r =
+        send(s.http().post(format!("{}/api/v1/namespaces/{ns}/serviceaccounts/robot/token", s.url)).json(&body)).await;
+    r.expect_code(201, "TokenRequest");
+    r.body["status"]["token"].as_str().expect("a token").to_string()
+}
+
+/// Who `token` is on `s` (SelfSubjectReview), or the HTTP code when it is refused.
+async fn whoami(s: &Server, token: &str) -> Result<String, u16> {
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    let r = send(
+        s.anonymous()
+            .post(format!("{}/apis/authentication.k8s.io/v1/selfsubjectreviews", s.url))
+            .bearer_auth(token)
+            .json(&body),
+    )
+    .await;
+    match r.code {
+        201 => Ok(r.body["status"]["userInfo"]["username"].as_str().unwrap_or_default().to_string()),
+        code => Err(code),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotations_run_on_one_apiservers_directory_are_followed_by_the_other() {
+    let etcd = Etcd::start();
+    let (a, b) = two_on(&etcd, "apiserver", &[]);
+    let dir_a = a.data_dir.to_str().expect("UTF-8 path").to_string();
+    let ns = a.create_namespace("pki").await;
+    send(
+        b.http()
+            .post(format!("{}/api/v1/namespaces/{ns}/serviceaccounts", b.url))
+            .json(&json!({"metadata": {"name": "robot"}})),
+    )
+    .await
+    .expect_code(201, "service account");
+    let token_before = token_through(&b, &ns).await;
+    let robot = format!("system:serviceaccount:{ns}:robot");
+
+    // A client of the second apiserver that reads its admin kubeconfig before every request.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let b = std::sync::Arc::new(b);
+    let load = {
+        let (b, stop) = (b.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut ok, mut failures) = (0u64, Vec::new());
+            for _ in 0..100_000 {
+                if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                match b.http().get(format!("{}/api/v1/namespaces/kube-system", b.url)).send().await {
+                    Ok(r) if r.status().is_success() => ok += 1,
+                    Ok(r) => failures.push(format!("HTTP {}", r.status())),
+                    Err(e) => failures.push(format!("{e:?}")),
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            (ok, failures)
+        })
+    };
+
+    let old = fingerprints(&pki_file(&a, "ca.crt"));
+    assert_eq!(old.len(), 1);
+    assert_eq!(fingerprints(&pki_file(&b, "ca.crt")), old, "one cluster CA");
+
+    // begin: the second apiserver trusts both CAs, and so does its admin kubeconfig.
+    kustos_ok(&["ca", "rotate", "begin", "--data-dir", &dir_a]);
+    let both = fingerprints(&pki_file(&a, "ca.crt"));
+    assert_eq!(both.len(), 2);
+    wait_until("b trusts both CAs", &b, || fingerprints(&pki_file(&b, "ca.crt")) == both).await;
+    wait_until("b's admin kubeconfig trusts both CAs", &b, || {
+        fingerprints(&String::from_utf8_lossy(&b.ca_pem())) == both
+    })
+    .await;
+
+    // switch: the second apiserver's serving certificate comes from the new CA, with its own
+    // names, chained with the cross-signed CA; its admin certificate too.
+    kustos_ok(&["ca", "rotate", "switch", "--data-dir", &dir_a]);
+    let new_ca_der = kustos_ca::certificates_from_pem(&pki_file(&a, "ca.crt")).expect("bundle")[1].clone();
+    let chain_of_b = || kustos_ca::certificates_from_pem(&pki_file(&b, "apiserver.crt")).unwrap_or_default();
+    wait_until("b serves a certificate from the new CA", &b, || {
+        let chain = chain_of_b();
+        chain.len() == 2 && kustos_ca::signed_by(&chain[0], &new_ca_der)
+    })
+    .await;
+    wait_until("b's admin certificate comes from the new CA", &b, || {
+        let cert =
+            kustos_ca::certificates_from_pem(&String::from_utf8_lossy(&b.admin_identity_pem().0)).unwrap_or_default();
+        cert.first().is_some_and(|c| kustos_ca::signed_by(c, &new_ca_der))
+    })
+    .await;
+    let new_only = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_der(&new_ca_der).expect("new CA"))
+        .timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .expect("client");
+    let start = Instant::now();
+    while new_only.get(format!("{}/readyz", b.url)).send().await.is_err() {
+        assert!(start.elapsed() < WAIT, "b does not serve the new chain\n{}", b.stderr_tail());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The first apiserver's new admin certificate authenticates on the second.
+    let (cert, key) = a.admin_identity_pem();
+    let identity = [key, b"\n".to_vec(), cert].concat();
+    send(b.http_with_identity(&identity).get(format!("{}/api/v1/namespaces/{ns}", b.url)))
+        .await
+        .expect_code(200, "a's new admin certificate on b");
+
+    // finish: the old CA is gone from the second apiserver's bundle and chain.
+    kustos_ok(&["ca", "rotate", "finish", "--data-dir", &dir_a]);
+    let new = vec![kustos_ca::fingerprint(&new_ca_der)];
+    wait_until("b trusts only the new CA", &b, || fingerprints(&pki_file(&b, "ca.crt")) == new).await;
+    wait_until("b's chain is the leaf alone", &b, || chain_of_b().len() == 1).await;
+    wait_until("b's admin kubeconfig trusts only the new CA", &b, || {
+        fingerprints(&String::from_utf8_lossy(&b.ca_pem())) == new
+    })
+    .await;
+
+    // A service-account key rotation on the first directory: tokens of the new key verify on
+    // the second, and the token issued before still does on both.
+    let kid_before = pki_file(&a, "sa.pub");
+    kustos_ok(&["sa-key", "rotate", "--data-dir", &dir_a]);
+    wait_until("b signs with the new service-account key", &b, || pki_file(&b, "sa.pub") != kid_before).await;
+    let start = Instant::now();
+    loop {
+        let token_after = token_through(&a, &ns).await;
+        match (whoami(&b, &token_after).await, whoami(&a, &token_through(&b, &ns).await).await) {
+            (Ok(u1), Ok(u2)) if u1 == robot && u2 == robot => break,
+            other => assert!(start.elapsed() < WAIT, "tokens of the new key: {other:?}\n{}", b.stderr_tail()),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for s in [&a, &*b] {
+        assert_eq!(whoami(s, &token_before).await, Ok(robot.clone()), "the token from before the rotation");
+    }
+
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (ok, failures) = load.await.expect("load task");
+    assert!(failures.is_empty(), "{} failed requests of b's client: {failures:?}\n{}", failures.len(), b.stderr_tail());
+    assert!(ok > 0, "the load ran");
 }

@@ -610,12 +610,24 @@ async fn open_storage(cfg: &Config) -> anyhow::Result<Arc<dyn Storage>> {
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     pki::data_dir::secure(&cfg.data_dir)?;
     let now = chrono::Utc::now();
-    let pki = pki::ensure(&cfg.data_dir, &cfg.tls_sans, now)?;
+    let store = open_storage(&cfg).await?;
+    // On etcd the CA and the service-account keys are shared with the cluster's other
+    // apiservers: take the cluster's before loading them.
+    let pki_sync = match cfg.storage {
+        StorageConfig::Etcd(_) => Some(pki::sync::PkiSync::start(store.clone(), &cfg.data_dir).await?),
+        StorageConfig::Sqlite => None,
+    };
+    let mut pki = pki::ensure(&cfg.data_dir, &cfg.tls_sans, now)?;
+    if let Some(sync) = &pki_sync {
+        sync.round().await.map_err(|e| e.context("sharing the PKI through etcd"))?;
+        if !sync.follow()?.is_empty() {
+            pki = pki::ensure(&cfg.data_dir, &cfg.tls_sans, now)?;
+        }
+    }
     let listener = listen(SocketAddr::new(cfg.bind_address, cfg.secure_port))?;
     let addr = listener.local_addr()?;
     let host = if cfg.bind_address.is_unspecified() { IpAddr::from([127, 0, 0, 1]) } else { cfg.bind_address };
     let server_address = SocketAddr::new(host, addr.port()).to_string();
-    let store = open_storage(&cfg).await?;
     // Every writer uses the wrapped store, so RBAC writes are seen by the next request.
     let (store, rbac_cache) = authz::rbac::cache::install(store);
     if matches!(cfg.storage, StorageConfig::Etcd(_)) {
@@ -671,6 +683,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let task = tokio::spawn(http::serve::serve_dynamic(listener, tls_rx, app, async move {
         let _ = rx.await;
     }));
+    if let Some(sync) = pki_sync {
+        sync.spawn(Arc::downgrade(&state), cfg.client_ca_reload_interval);
+    }
     state.health.started.store(true, Ordering::SeqCst);
     Ok(Running { addr, kubeconfig, state, pki, shutdown: Some(tx), task })
 }

@@ -24,7 +24,8 @@
 //! days, and trusts the CA bundle (every unexpired CA of `ca.crt`).
 //!
 //! [`rotation`] replaces the CA while the server runs (`kustos ca rotate`); [`sa_keys`] the
-//! service-account signing key (`kustos sa-key rotate`).
+//! service-account signing key (`kustos sa-key rotate`); [`sync`] shares the CA and the
+//! service-account keys between several apiservers on one etcd.
 //!
 //! In this folder: files in, keys and certificates out. [`data_dir`] keeps the data
 //! directory private, [`cluster_info`] writes `kube-public/cluster-info`.
@@ -34,6 +35,7 @@ pub mod data_dir;
 pub mod rotation;
 pub mod sa_keys;
 pub mod service_account;
+pub mod sync;
 
 use std::collections::BTreeSet;
 use std::fmt;

@@ -120,6 +120,11 @@ pub enum Goal {
     Switch { signer_max_duration_seconds: Option<i64> },
     /// `finish`; `allowed`: the caller found it safe or was told `--force`.
     Finish { allowed: bool },
+    /// This directory's own files follow the shared ones another apiserver changed
+    /// ([`super::sync`]): the serving certificate issued by the signing CA and chained while
+    /// a switched rotation lasts, the admin certificate issued by the signing CA, the admin
+    /// CA data the trust bundle. Never changes a shared file.
+    Follow,
 }
 
 /// One durable change.
@@ -161,9 +166,9 @@ impl std::fmt::Display for Step {
             Step::WriteState(s) => write!(f, "recorded the rotation as {:?} ({STATE_FILE})", s.phase),
             Step::AdminCaData => write!(f, "set the admin kubeconfig's CA data to the trust bundle"),
             Step::InstallNextKey => write!(f, "the signers issue from the new CA (ca.key)"),
-            Step::IssueServing => write!(f, "issued the serving certificate from the new CA (apiserver.crt)"),
+            Step::IssueServing => write!(f, "issued the serving certificate from the signing CA (apiserver.crt)"),
             Step::UnchainServing => write!(f, "took the cross-signed certificate off the serving chain"),
-            Step::IssueAdmin => write!(f, "issued the admin client certificate from the new CA"),
+            Step::IssueAdmin => write!(f, "issued the admin client certificate from the signing CA"),
             Step::DropOld(fp) => write!(f, "dropped the old CA {} from the trust bundle (ca.crt)", short(fp)),
             Step::RemoveRotationFiles => write!(f, "removed {NEXT_CERT}, {NEXT_KEY} and {CROSS_CERT}"),
             Step::RemoveState => write!(f, "the rotation is finished"),
@@ -258,6 +263,22 @@ pub fn next_step(goal: &Goal, obs: &Observed) -> Result<Option<Step>, Refusal> {
             }
             Ok(None)
         }
+        Goal::Follow => {
+            let chained = serving_chained_wanted(obs.state.as_ref(), &obs.signer);
+            if obs.serving_issuer.as_ref() != Some(&obs.signer) {
+                return Ok(Some(Step::IssueServing));
+            }
+            if obs.serving_chained != chained {
+                return Ok(Some(if chained { Step::IssueServing } else { Step::UnchainServing }));
+            }
+            if obs.admin.as_ref().is_some_and(|a| a.issuer.as_ref() != Some(&obs.signer)) {
+                return Ok(Some(Step::IssueAdmin));
+            }
+            if admin_ca_stale {
+                return Ok(Some(Step::AdminCaData));
+            }
+            Ok(None)
+        }
         Goal::Finish { allowed } => {
             let Some(s) = &obs.state else { return Ok(None) };
             if s.phase != Phase::Switched {
@@ -284,6 +305,12 @@ pub fn next_step(goal: &Goal, obs: &Observed) -> Result<Option<Step>, Refusal> {
             Ok(Some(Step::RemoveState))
         }
     }
+}
+
+/// Whether the serving certificate carries the cross-signed CA: while a rotation has the new
+/// CA signing (clients that trust only the old CA still verify the chain).
+pub fn serving_chained_wanted(state: Option<&RotationState>, signer: &str) -> bool {
+    state.is_some_and(|s| s.new == signer)
 }
 
 /// Where the files are: `DIR` and `DIR/pki`.
@@ -454,8 +481,11 @@ pub fn apply(paths: &Paths, step: &Step, new_ca: &NewCa, now: DateTime<Utc>) -> 
                 .issue(IssueParams::server(SERVING_COMMON_NAME, leaf.dns_names, leaf.ip_addresses, CERT_VALIDITY), now)
                 .context("issuing the serving certificate")?;
             let mut chain = issued.cert_pem.clone();
-            if let Some(cross) = read_optional(&paths.at(CROSS_CERT))? {
-                chain.push_str(&cross);
+            let signer = fingerprint(bundle.signer().cert_der());
+            if serving_chained_wanted(read_state(&paths.pki)?.as_ref(), &signer) {
+                if let Some(cross) = read_optional(&paths.at(CROSS_CERT))? {
+                    chain.push_str(&cross);
+                }
             }
             write_private(&paths.at("apiserver.key"), &issued.key_pem.unwrap_or_default())?;
             write_public(&paths.at("apiserver.crt"), &chain)?;

@@ -222,6 +222,17 @@ fn write_state(pki: &Path, state: &KeyState) -> anyhow::Result<()> {
 /// Change `sa-keys.json` under its lock (the rotation and the server's pruning both write
 /// it); `change` says whether it changed anything. Returns the state as left.
 pub fn update_state(pki: &Path, change: impl FnOnce(&mut KeyState) -> bool) -> anyhow::Result<KeyState> {
+    with_lock(pki, || {
+        let mut state = read_state(pki)?;
+        if change(&mut state) {
+            write_state(pki, &state)?;
+        }
+        Ok(state)
+    })
+}
+
+/// Run `f` holding `sa-keys.lock`: whoever rewrites `sa-keys.json` does it under the lock.
+pub fn with_lock<T>(pki: &Path, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     let lock_path = at(pki, LOCK_FILE);
     let lock = fs::OpenOptions::new()
         .create(true)
@@ -230,12 +241,9 @@ pub fn update_state(pki: &Path, change: impl FnOnce(&mut KeyState) -> bool) -> a
         .open(&lock_path)
         .with_context(|| format!("opening {}", lock_path.display()))?;
     lock.lock().with_context(|| format!("locking {}", lock_path.display()))?;
-    let mut state = read_state(pki)?;
-    if change(&mut state) {
-        write_state(pki, &state)?;
-    }
+    let result = f();
     drop(lock);
-    Ok(state)
+    result
 }
 
 /// What the server signs and verifies with: `sa.key` (read first), then the retired keys.

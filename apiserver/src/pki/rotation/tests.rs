@@ -219,6 +219,76 @@ fn cases() -> Vec<Case> {
             },
             Ok(Some(Step::RemoveState)),
         ),
+        // Another apiserver's directory following the shared files (sync.rs).
+        ("follow: nothing to do before a rotation", Goal::Follow, idle, Ok(None)),
+        (
+            "follow: begun elsewhere: the admin kubeconfig trusts both",
+            Goal::Follow,
+            || Observed { admin: Some(AdminView { issuer: Some(OLD.into()), ca: v(&[OLD]) }), ..begun() },
+            Ok(Some(Step::AdminCaData)),
+        ),
+        ("follow: begun and followed", Goal::Follow, begun, Ok(None)),
+        (
+            "follow: switched elsewhere: the serving certificate from the new CA, chained",
+            Goal::Follow,
+            || Observed {
+                serving_issuer: Some(OLD.into()),
+                serving_chained: false,
+                admin: Some(AdminView { issuer: Some(OLD.into()), ca: v(&[OLD, NEW]) }),
+                ..switched()
+            },
+            Ok(Some(Step::IssueServing)),
+        ),
+        (
+            "follow: switched elsewhere: then the admin certificate",
+            Goal::Follow,
+            || Observed { admin: Some(AdminView { issuer: Some(OLD.into()), ca: v(&[OLD, NEW]) }), ..switched() },
+            Ok(Some(Step::IssueAdmin)),
+        ),
+        (
+            "follow: switched while the state file still says begun (pulled mid-switch): chained already",
+            Goal::Follow,
+            || Observed { state: state(Phase::Begun, None), serving_chained: false, ..switched() },
+            Ok(Some(Step::IssueServing)),
+        ),
+        ("follow: switched and followed", Goal::Follow, switched, Ok(None)),
+        (
+            "follow: finished elsewhere: the chain comes off",
+            Goal::Follow,
+            || Observed {
+                state: None,
+                bundle: v(&[NEW]),
+                trust: v(&[NEW]),
+                next: None,
+                cross_ok: false,
+                rotation_files: false,
+                ..switched()
+            },
+            Ok(Some(Step::UnchainServing)),
+        ),
+        (
+            "follow: finished while this apiserver was down: a serving certificate of the dropped CA is re-issued",
+            Goal::Follow,
+            || Observed {
+                state: None,
+                bundle: v(&[NEW]),
+                trust: v(&[NEW]),
+                signer: NEW.into(),
+                next: None,
+                rotation_files: false,
+                serving_issuer: None,
+                serving_chained: false,
+                admin: Some(AdminView { issuer: None, ca: v(&[OLD]) }),
+                ..idle()
+            },
+            Ok(Some(Step::IssueServing)),
+        ),
+        (
+            "follow: never touches the shared files (a begun rotation's key stays where it is)",
+            Goal::Follow,
+            || Observed { signer: OLD.into(), ..begun() },
+            Ok(None),
+        ),
     ]
 }
 
