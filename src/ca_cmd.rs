@@ -163,7 +163,7 @@ pub async fn run(cmd: CaCommand) -> anyhow::Result<()> {
                 }
                 let new_ca = NewCa { import };
                 let fp = new_ca.imported()?.map(|ca| kustos_ca::fingerprint(ca.cert_der()));
-                rotate(&a.dir.data_dir, &Goal::Begin { import: fp }, &new_ca)?;
+                rotate(&a.dir.data_dir, &Goal::Begin { import: fp }, &new_ca).await?;
                 println!("next: the new CA is trusted everywhere; run `kustos ca rotate switch` to issue from it");
                 Ok(())
             }
@@ -182,7 +182,7 @@ pub async fn run(cmd: CaCommand) -> anyhow::Result<()> {
                 if cap == Some(0) {
                     anyhow::bail!("--force-renewal-before must be positive");
                 }
-                rotate(&a.dir.data_dir, &Goal::Switch { signer_max_duration_seconds: cap }, &NewCa::default())?;
+                rotate(&a.dir.data_dir, &Goal::Switch { signer_max_duration_seconds: cap }, &NewCa::default()).await?;
                 println!(
                     "next: clients move to the new CA as they renew; `kustos ca status` says when finishing is safe"
                 );
@@ -198,7 +198,7 @@ fn read_text(path: &Path) -> anyhow::Result<String> {
 }
 
 /// Run `goal` on the files of `data_dir`, printing each step.
-fn rotate(data_dir: &Path, goal: &Goal, new_ca: &NewCa) -> anyhow::Result<()> {
+async fn rotate(data_dir: &Path, goal: &Goal, new_ca: &NewCa) -> anyhow::Result<()> {
     let paths = Paths::new(data_dir);
     let abort_after: Option<usize> = std::env::var(ABORT_AFTER_ENV).ok().and_then(|v| v.parse().ok());
     let mut n = 0usize;
@@ -213,7 +213,7 @@ fn rotate(data_dir: &Path, goal: &Goal, new_ca: &NewCa) -> anyhow::Result<()> {
     if steps.is_empty() {
         println!("nothing to do: already done");
     }
-    Ok(())
+    crate::pki_followers::wait(data_dir).await
 }
 
 async fn finish(a: FinishArgs) -> anyhow::Result<()> {
@@ -256,7 +256,7 @@ async fn finish(a: FinishArgs) -> anyhow::Result<()> {
              only the old CA (kubeconfigs, kubelets' CA files) no longer verify the serving certificate"
         );
     }
-    rotate(&a.dir.data_dir, &Goal::Finish { allowed }, &NewCa::default())
+    rotate(&a.dir.data_dir, &Goal::Finish { allowed }, &NewCa::default()).await
 }
 
 /// The leaf certificates of every CSR's `status.certificate`, through the API.

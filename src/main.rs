@@ -10,6 +10,7 @@ mod ca_cmd;
 mod ca_signer_cmd;
 mod controller_manager;
 mod kubeconfig_cmd;
+mod pki_followers;
 mod sa_key_cmd;
 mod storage_cmd;
 mod token;

@@ -69,7 +69,10 @@ struct StatusArgs {
 
 pub async fn run(cmd: SaKeyCommand) -> anyhow::Result<()> {
     match cmd.action {
-        SaKeyAction::Rotate(a) => rotate(&a),
+        SaKeyAction::Rotate(a) => {
+            rotate(&a)?;
+            crate::pki_followers::wait(&a.data_dir).await
+        }
         SaKeyAction::Status(a) => status(&a).await,
     }
 }

@@ -326,15 +326,6 @@ fn fingerprints(pem: &str) -> Vec<String> {
     kustos_ca::certificates_from_pem(pem).unwrap_or_default().iter().map(|d| kustos_ca::fingerprint(d)).collect()
 }
 
-/// Wait (bounded) until `done` holds of the second apiserver's state.
-async fn wait_until(what: &str, s: &Server, done: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < WAIT, "{what}: not within {WAIT:?}\nlog:\n{}", s.stderr_tail());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 async fn token_through(s: &Server, ns: &str) -> String {
     let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}});
     let r =
@@ -402,31 +393,29 @@ async fn rotations_run_on_one_apiservers_directory_are_followed_by_the_other() {
     assert_eq!(fingerprints(&pki_file(&b, "ca.crt")), old, "one cluster CA");
 
     // begin: the second apiserver trusts both CAs, and so does its admin kubeconfig.
-    kustos_ok(&["ca", "rotate", "begin", "--data-dir", &dir_a]);
+    // Each command returns once every apiserver follows.
+    let out = kustos_ok(&["ca", "rotate", "begin", "--data-dir", &dir_a]);
+    assert!(out.contains("every apiserver follows the shared PKI (2 of 2)"), "{out}");
     let both = fingerprints(&pki_file(&a, "ca.crt"));
     assert_eq!(both.len(), 2);
-    wait_until("b trusts both CAs", &b, || fingerprints(&pki_file(&b, "ca.crt")) == both).await;
-    wait_until("b's admin kubeconfig trusts both CAs", &b, || {
-        fingerprints(&String::from_utf8_lossy(&b.ca_pem())) == both
-    })
-    .await;
+    assert_eq!(fingerprints(&pki_file(&b, "ca.crt")), both, "b trusts both CAs");
+    assert_eq!(fingerprints(&String::from_utf8_lossy(&b.ca_pem())), both, "b's admin kubeconfig trusts both CAs");
 
     // switch: the second apiserver's serving certificate comes from the new CA, with its own
     // names, chained with the cross-signed CA; its admin certificate too.
-    kustos_ok(&["ca", "rotate", "switch", "--data-dir", &dir_a]);
+    let (cert, key) = b.admin_identity_pem();
+    let b_old_admin = b.http_with_identity(&[key, b"\n".to_vec(), cert].concat());
+    let out = kustos_ok(&["ca", "rotate", "switch", "--data-dir", &dir_a]);
+    assert!(out.contains("every apiserver follows the shared PKI (2 of 2)"), "{out}");
     let new_ca_der = kustos_ca::certificates_from_pem(&pki_file(&a, "ca.crt")).expect("bundle")[1].clone();
     let chain_of_b = || kustos_ca::certificates_from_pem(&pki_file(&b, "apiserver.crt")).unwrap_or_default();
-    wait_until("b serves a certificate from the new CA", &b, || {
-        let chain = chain_of_b();
-        chain.len() == 2 && kustos_ca::signed_by(&chain[0], &new_ca_der)
-    })
-    .await;
-    wait_until("b's admin certificate comes from the new CA", &b, || {
-        let cert =
-            kustos_ca::certificates_from_pem(&String::from_utf8_lossy(&b.admin_identity_pem().0)).unwrap_or_default();
-        cert.first().is_some_and(|c| kustos_ca::signed_by(c, &new_ca_der))
-    })
-    .await;
+    let chain = chain_of_b();
+    assert!(
+        chain.len() == 2 && kustos_ca::signed_by(&chain[0], &new_ca_der),
+        "b's certificate from the new CA, chained"
+    );
+    let cert = kustos_ca::certificates_from_pem(&String::from_utf8_lossy(&b.admin_identity_pem().0)).expect("cert");
+    assert!(kustos_ca::signed_by(&cert[0], &new_ca_der), "b's admin certificate from the new CA");
     let new_only = reqwest::Client::builder()
         .use_rustls_tls()
         .tls_built_in_root_certs(false)
@@ -448,20 +437,25 @@ async fn rotations_run_on_one_apiservers_directory_are_followed_by_the_other() {
         .expect_code(200, "a's new admin certificate on b");
 
     // finish: the old CA is gone from the second apiserver's bundle and chain.
-    kustos_ok(&["ca", "rotate", "finish", "--data-dir", &dir_a]);
+    let out = kustos_ok(&["ca", "rotate", "finish", "--data-dir", &dir_a]);
+    assert!(out.contains("every apiserver follows the shared PKI (2 of 2)"), "{out}");
     let new = vec![kustos_ca::fingerprint(&new_ca_der)];
-    wait_until("b trusts only the new CA", &b, || fingerprints(&pki_file(&b, "ca.crt")) == new).await;
-    wait_until("b's chain is the leaf alone", &b, || chain_of_b().len() == 1).await;
-    wait_until("b's admin kubeconfig trusts only the new CA", &b, || {
-        fingerprints(&String::from_utf8_lossy(&b.ca_pem())) == new
-    })
-    .await;
+    assert_eq!(fingerprints(&pki_file(&b, "ca.crt")), new, "b trusts only the new CA");
+    assert_eq!(chain_of_b().len(), 1, "b's chain is the leaf alone");
+    assert_eq!(fingerprints(&String::from_utf8_lossy(&b.ca_pem())), new, "b's admin kubeconfig");
+    // b's admin certificate from before the switch (old CA) no longer authenticates on b.
+    let start = Instant::now();
+    while send(b_old_admin.get(format!("{}/api/v1/namespaces/{ns}", b.url))).await.code != 401 {
+        assert!(start.elapsed() < WAIT, "b still trusts the old CA\n{}", b.stderr_tail());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 
     // A service-account key rotation on the first directory: tokens of the new key verify on
     // the second, and the token issued before still does on both.
     let kid_before = pki_file(&a, "sa.pub");
-    kustos_ok(&["sa-key", "rotate", "--data-dir", &dir_a]);
-    wait_until("b signs with the new service-account key", &b, || pki_file(&b, "sa.pub") != kid_before).await;
+    let out = kustos_ok(&["sa-key", "rotate", "--data-dir", &dir_a]);
+    assert!(out.contains("every apiserver follows the shared PKI (2 of 2)"), "{out}");
+    assert_ne!(pki_file(&b, "sa.pub"), kid_before, "b signs with the new service-account key");
     let start = Instant::now();
     loop {
         let token_after = token_through(&a, &ns).await;

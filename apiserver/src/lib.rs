@@ -27,6 +27,7 @@ pub mod authz;
 pub mod error;
 pub mod flowcontrol;
 pub mod http;
+pub mod identity;
 pub mod meta;
 pub mod pki;
 pub mod registry;
@@ -619,10 +620,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     };
     let mut pki = pki::ensure(&cfg.data_dir, &cfg.tls_sans, now)?;
     if let Some(sync) = &pki_sync {
-        sync.round().await.map_err(|e| e.context("sharing the PKI through etcd"))?;
+        let round = sync.round().await.map_err(|e| e.context("sharing the PKI through etcd"))?;
         if !sync.follow()?.is_empty() {
             pki = pki::ensure(&cfg.data_dir, &cfg.tls_sans, now)?;
         }
+        sync.set_followed(round.revision);
     }
     let listener = listen(SocketAddr::new(cfg.bind_address, cfg.secure_port))?;
     let addr = listener.local_addr()?;
@@ -684,6 +686,12 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         let _ = rx.await;
     }));
     if let Some(sync) = pki_sync {
+        // On etcd, as kube-apiserver: an identity Lease per apiserver, here also saying which
+        // shared PKI it follows.
+        let hostname = gethostname::gethostname().to_string_lossy().trim().to_ascii_lowercase();
+        let instance = std::fs::canonicalize(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
+        let id = identity::Identity::new(&hostname, &instance.to_string_lossy());
+        identity::spawn(Arc::downgrade(&state), id, sync.followed());
         sync.spawn(Arc::downgrade(&state), cfg.client_ca_reload_interval);
     }
     state.health.started.store(true, Ordering::SeqCst);

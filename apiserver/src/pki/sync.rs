@@ -307,25 +307,27 @@ pub fn write_local(pki: &Path, changes: &[(&'static str, Option<Vec<u8>>)]) -> a
     Ok(())
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Base {
-    files: Hashes,
+/// `sync.json`: what this directory and the record last agreed on.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Base {
+    pub files: Hashes,
+    /// The record's revision (its etcd `mod_revision`) they agreed at.
+    #[serde(default)]
+    pub revision: u64,
 }
 
-pub fn read_base(pki: &Path) -> anyhow::Result<Option<Hashes>> {
+pub fn read_base(pki: &Path) -> anyhow::Result<Option<Base>> {
     let path = pki.join(BASE_FILE);
     match read_optional(&path)? {
         None => Ok(None),
         Some(text) => {
-            let base: Base =
-                serde_json::from_str(&text).with_context(|| format!("{} does not parse", path.display()))?;
-            Ok(Some(base.files))
+            serde_json::from_str(&text).map(Some).with_context(|| format!("{} does not parse", path.display()))
         }
     }
 }
 
-fn write_base(pki: &Path, files: &Hashes) -> anyhow::Result<()> {
-    let text = serde_json::to_string_pretty(&Base { files: files.clone() }).context("encoding the base")?;
+fn write_base(pki: &Path, base: &Base) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(base).context("encoding the base")?;
     write_public(&pki.join(BASE_FILE), &(text + "\n"))
 }
 
@@ -336,6 +338,8 @@ pub struct PkiSync {
     store: Arc<dyn Storage>,
     paths: Paths,
     key: SealKey,
+    /// The record revision whose files this apiserver holds and follows (0: none yet).
+    followed: tokio::sync::watch::Sender<u64>,
 }
 
 /// What a round did.
@@ -344,6 +348,8 @@ pub struct Round {
     pub pulled: Vec<&'static str>,
     pub pushed: bool,
     pub conflicts: Vec<&'static str>,
+    /// The record's revision this directory agrees with now (0: no record).
+    pub revision: u64,
 }
 
 impl PkiSync {
@@ -362,20 +368,20 @@ impl PkiSync {
             );
         }
         let key = ensure_seal_key(&paths.pki)?;
-        let sync = PkiSync { store, paths, key };
+        let sync = PkiSync { store, paths, key, followed: tokio::sync::watch::Sender::new(0) };
         let remote = sync.remote().await?;
-        if let Some((_, files)) = &remote {
+        if let Some((revision, files)) = &remote {
             let pki = sync.paths.pki.clone();
             let local = read_local(&pki)?;
             let base = read_base(&pki)?;
-            let plan = plan(&local, base.as_ref(), Some(files));
+            let plan = plan(&local, base.as_ref().map(|b| &b.files), Some(files));
             if !plan.local.is_empty() {
                 write_local(&pki, &plan.local)?;
                 let names: Vec<&str> = plan.local.iter().map(|(n, _)| *n).collect();
                 tracing::info!(files = %names.join(","), "took the cluster's shared PKI from etcd");
             }
             if plan.push.is_none() {
-                write_base(&pki, &plan.agreed)?;
+                write_base(&pki, &Base { files: plan.agreed, revision: *revision })?;
             }
         }
         Ok(sync)
@@ -402,7 +408,8 @@ impl PkiSync {
             tokio::task::spawn_blocking(move || Ok::<_, anyhow::Error>((read_local(&pki)?, read_base(&pki)?)))
                 .await
                 .context("reading the shared files")??;
-        let plan = plan(&local, base.as_ref(), remote.as_ref().map(|(_, f)| f));
+        let plan = plan(&local, base.as_ref().map(|b| &b.files), remote.as_ref().map(|(_, f)| f));
+        let mut revision = remote.as_ref().map_or(0, |(rev, _)| *rev);
         if let Some(files) = &plan.push {
             let value = self.key.seal(files)?;
             let written = match &remote {
@@ -410,7 +417,7 @@ impl PkiSync {
                 Some((rev, _)) => self.store.update(RECORD_KEY, value, *rev).await,
             };
             match written {
-                Ok(_) => {}
+                Ok(rev) => revision = rev,
                 // Another apiserver wrote first: merge with what it wrote next round.
                 Err(storage::Error::AlreadyExists(_) | storage::Error::Conflict { .. }) => return Ok(Round::default()),
                 Err(e) => return Err(e).context("writing the shared PKI"),
@@ -418,7 +425,7 @@ impl PkiSync {
         }
         let pki = self.paths.pki.clone();
         let changes = plan.local.clone();
-        let agreed = plan.agreed.clone();
+        let agreed = Base { files: plan.agreed.clone(), revision };
         let unchanged_base = base.as_ref() == Some(&agreed);
         tokio::task::spawn_blocking(move || {
             write_local(&pki, &changes)?;
@@ -433,7 +440,21 @@ impl PkiSync {
             pulled: plan.local.iter().map(|(n, _)| *n).collect(),
             pushed: plan.push.is_some(),
             conflicts: plan.conflicts,
+            revision,
         })
+    }
+
+    /// The record revision whose files this apiserver holds and follows, as it changes.
+    pub fn followed(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.followed.subscribe()
+    }
+
+    /// Record that this apiserver follows the record at `revision` (after a round and a
+    /// [`PkiSync::follow`] that succeeded).
+    pub fn set_followed(&self, revision: u64) {
+        if revision > 0 {
+            self.followed.send_if_modified(|r| std::mem::replace(r, revision) != revision);
+        }
     }
 
     /// Bring this directory's own files (serving certificate, admin kubeconfig) in line with
@@ -465,7 +486,7 @@ impl PkiSync {
                             tracing::info!(files = %round.pulled.join(","), "followed the cluster's shared PKI");
                             follow_pending = true;
                         }
-                        if follow_pending {
+                        let followed = if follow_pending {
                             self.follow().map(|steps| {
                                 for step in &steps {
                                     tracing::info!(step = %step, "this apiserver followed the shared PKI");
@@ -474,7 +495,13 @@ impl PkiSync {
                             })
                         } else {
                             Ok(())
+                        };
+                        // Published once a whole interval passed without a change here,
+                        // so that the server's file followers (same interval) have it too.
+                        if followed.is_ok() && round.pulled.is_empty() && !round.pushed {
+                            self.set_followed(round.revision);
                         }
+                        followed
                     }
                     Err(e) => Err(e),
                 };
