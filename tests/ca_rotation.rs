@@ -1,7 +1,9 @@
 //! `kustos ca rotate begin|switch|finish` against a running `kustos server`: clients keep
-//! working throughout, node certificates issued before and after the switch verify, the old
-//! CA is gone from every published bundle at the end, and a command or server killed between
-//! steps resumes. Every wait is bounded.
+//! working throughout (the admin's certificate, a service-account token, a watch), a node's
+//! certificate renewed across the switch verifies before and after, every published bundle
+//! (`kube-root-ca.crt`, `cluster-info`, the signers' ClusterTrustBundles) holds the right CAs
+//! at each step and the old CA is gone from all of them at the end, and a command or server
+//! killed between steps resumes. Every wait is bounded.
 
 mod common;
 
@@ -31,9 +33,9 @@ fn ca_file(s: &Server) -> String {
     std::fs::read_to_string(s.data_dir.join("pki/ca.crt")).expect("reading ca.crt")
 }
 
-/// A kubelet client CSR for `node`, approved by the admin; returns the issued certificate
-/// (DER) and the identity (key + certificate PEM).
-async fn node_certificate(s: &Server, node: &str) -> (Vec<u8>, Vec<u8>) {
+/// A kubelet client CSR `name` for `node`, approved by the admin; returns the issued
+/// certificate (DER) and the identity (key + certificate PEM).
+async fn node_certificate_as(s: &Server, name: &str, node: &str) -> (Vec<u8>, Vec<u8>) {
     let key = rcgen::KeyPair::generate().expect("key");
     let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
     params.distinguished_name = rcgen::DistinguishedName::new();
@@ -41,27 +43,27 @@ async fn node_certificate(s: &Server, node: &str) -> (Vec<u8>, Vec<u8>) {
     params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
     let request = params.serialize_request(&key).expect("CSR").pem().expect("CSR PEM");
     let csr = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
-        "metadata": {"name": node},
+        "metadata": {"name": name},
         "spec": {"request": b64(request.as_bytes()), "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
                  "usages": ["digital signature", "client auth"]}});
     send(s.http().post(format!("{}{CSRS}", s.url)).json(&csr)).await.expect_code(201, "creating the CSR");
     // Approve; a write racing with a controller's (409) is retried on a fresh read.
     for attempt in 0..20 {
-        let mut got = send(s.http().get(format!("{}{CSRS}/{node}", s.url))).await.body;
+        let mut got = send(s.http().get(format!("{}{CSRS}/{name}", s.url))).await.body;
         if got["status"]["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Approved")) {
             break;
         }
         got["status"]["conditions"] =
             json!([{"type": "Approved", "status": "True", "reason": "E2E", "message": "test"}]);
-        let r = send(s.http().put(format!("{}{CSRS}/{node}/approval", s.url)).json(&got)).await;
+        let r = send(s.http().put(format!("{}{CSRS}/{name}/approval", s.url)).json(&got)).await;
         if r.code == 200 {
             break;
         }
-        assert!(r.code == 409 && attempt < 19, "approving {node}: {} {}", r.code, r.text);
+        assert!(r.code == 409 && attempt < 19, "approving {name}: {} {}", r.code, r.text);
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let done = s
-        .wait_for_object(&format!("{CSRS}/{node}"), "a certificate", WAIT, |c| {
+        .wait_for_object(&format!("{CSRS}/{name}"), "a certificate", WAIT, |c| {
             c["status"]["certificate"].as_str().is_some_and(|c| !c.is_empty())
         })
         .await;
@@ -72,6 +74,11 @@ async fn node_certificate(s: &Server, node: &str) -> (Vec<u8>, Vec<u8>) {
     let mut identity = key.serialize_pem().into_bytes();
     identity.extend_from_slice(&pem);
     (der, identity)
+}
+
+/// [`node_certificate_as`] with the CSR named after the node.
+async fn node_certificate(s: &Server, node: &str) -> (Vec<u8>, Vec<u8>) {
+    node_certificate_as(s, node, node).await
 }
 
 fn signed_by_one_of(der: &[u8], bundle_pem: &str) -> bool {
@@ -91,8 +98,46 @@ fn cluster_info_cas(kubeconfig: &str) -> Vec<String> {
     fingerprints(&String::from_utf8_lossy(&pem))
 }
 
+/// Wait until every bundle kustos publishes holds exactly the CAs `want`: `kube-root-ca.crt`,
+/// `cluster-info` and the ClusterTrustBundle of each kubernetes.io signer.
+async fn published(s: &Server, want: &[String], what: &str) {
+    wait_configmap(s, "/api/v1/namespaces/kube-system/configmaps/kube-root-ca.crt", "ca.crt", what, |c| {
+        fingerprints(c) == want
+    })
+    .await;
+    wait_configmap(s, "/api/v1/namespaces/kube-public/configmaps/cluster-info", "kubeconfig", what, |k| {
+        cluster_info_cas(k) == want
+    })
+    .await;
+    for signer in [
+        "kubernetes.io/kube-apiserver-serving",
+        "kubernetes.io/kube-apiserver-client",
+        "kubernetes.io/kube-apiserver-client-kubelet",
+        "kubernetes.io/kubelet-serving",
+    ] {
+        let path =
+            format!("/apis/certificates.k8s.io/v1beta1/clustertrustbundles?fieldSelector=spec.signerName%3D{signer}");
+        let start = Instant::now();
+        loop {
+            let items = send(s.http().get(format!("{}{path}", s.url))).await.body["items"].clone();
+            let bundles: Vec<Vec<String>> = items
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|b| fingerprints(b["spec"]["trustBundle"].as_str().unwrap_or_default()))
+                .collect();
+            if bundles.len() == 1 && bundles[0] == want {
+                break;
+            }
+            assert!(start.elapsed() < WAIT, "{what}: the ClusterTrustBundle of {signer}: {bundles:?}");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 /// A client that reads the admin kubeconfig before every request (as a client that follows
-/// its kubeconfig does), and counts what failed.
+/// its kubeconfig does), presenting the admin certificate and a service-account token in turn,
+/// and counts what failed.
 struct Load {
     stop: Arc<AtomicBool>,
     ok: Arc<AtomicU64>,
@@ -100,7 +145,7 @@ struct Load {
     task: tokio::task::JoinHandle<()>,
 }
 
-fn start_load(s: Arc<Server>) -> Load {
+fn start_load(s: Arc<Server>, token: String) -> Load {
     let stop = Arc::new(AtomicBool::new(false));
     let ok = Arc::new(AtomicU64::new(0));
     let failures = Arc::new(Mutex::new(Vec::new()));
@@ -111,7 +156,18 @@ fn start_load(s: Arc<Server>) -> Load {
             if st.load(Ordering::SeqCst) {
                 return;
             }
-            let r = s.http().get(format!("{}/api/v1/namespaces/kube-system", s.url)).send().await;
+            // The admin's certificate, then a service-account token, in turn.
+            let r = if o.load(Ordering::SeqCst) % 2 == 0 {
+                s.http().get(format!("{}/api/v1/namespaces/kube-system", s.url)).send().await
+            } else {
+                let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+                s.anonymous()
+                    .post(format!("{}/apis/authentication.k8s.io/v1/selfsubjectreviews", s.url))
+                    .bearer_auth(&token)
+                    .json(&review)
+                    .send()
+                    .await
+            };
             match r {
                 Ok(r) if r.status().is_success() => {
                     o.fetch_add(1, Ordering::SeqCst);
@@ -143,9 +199,26 @@ async fn the_cluster_ca_rotates_under_load_with_zero_failed_requests() {
     )
     .await;
     assert_eq!(watch.code, 200);
-    let (node_before, _) = node_certificate(&s, &unique("node-before")).await;
+    // A node whose certificate is renewed across the switch (CSRs <node>-1, <node>-2).
+    let node = unique("node-a");
+    let (node_before, node_before_identity) = node_certificate_as(&s, &format!("{node}-1"), &node).await;
     assert!(signed_by_one_of(&node_before, &old_pem));
-    let load = start_load(s.clone());
+    send(
+        s.http()
+            .post(format!("{}/api/v1/namespaces/{ns}/serviceaccounts", s.url))
+            .json(&json!({"metadata": {"name": "robot"}})),
+    )
+    .await
+    .expect_code(201, "service account");
+    let review = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}});
+    let token =
+        send(s.http().post(format!("{}/api/v1/namespaces/{ns}/serviceaccounts/robot/token", s.url)).json(&review))
+            .await
+            .body["status"]["token"]
+            .as_str()
+            .expect("a service-account token")
+            .to_string();
+    let load = start_load(s.clone(), token);
 
     // begin, killed after its second step, then run again.
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kustos"));
@@ -158,22 +231,7 @@ async fn the_cluster_ca_rotates_under_load_with_zero_failed_requests() {
     assert_eq!(both_fps.len(), 2, "old + new trusted");
     assert_eq!(both_fps[0], old[0]);
     let new = both_fps[1].clone();
-    wait_configmap(
-        &s,
-        "/api/v1/namespaces/kube-system/configmaps/kube-root-ca.crt",
-        "ca.crt",
-        "both CAs published",
-        |c| fingerprints(c) == both_fps,
-    )
-    .await;
-    wait_configmap(
-        &s,
-        "/api/v1/namespaces/kube-public/configmaps/cluster-info",
-        "kubeconfig",
-        "both CAs in cluster-info",
-        |k| cluster_info_cas(k) == both_fps,
-    )
-    .await;
+    published(&s, &both_fps, "after begin: both CAs published").await;
     let status = kustos_ok(&["ca", "status", "--data-dir", &dir]);
     assert!(status.contains("rotation: Begun") && status.contains("finish: not yet"), "{status}");
 
@@ -211,7 +269,13 @@ async fn the_cluster_ca_rotates_under_load_with_zero_failed_requests() {
     }
     // Once more with the old-only client, now that the new chain is served.
     send(old_only.get(format!("{}/api/v1/namespaces/default", s.url))).await.expect_code(200, "old-only client");
-    let (node_after, node_after_identity) = node_certificate(&s, &unique("node-after")).await;
+    published(&s, &both_fps, "after switch: both CAs still published").await;
+    // The node renews: its new certificate comes from the new CA, and both authenticate.
+    let (node_after, node_after_identity) = node_certificate_as(&s, &format!("{node}-2"), &node).await;
+    for (what, id) in [("before", &node_before_identity), ("after", &node_after_identity)] {
+        let r = send(s.http_with_identity(id).get(format!("{}/api/v1/nodes/{node}", s.url))).await;
+        assert_ne!(r.code, 401, "the node's certificate from {what} the switch: {}", r.text);
+    }
     assert!(kustos_ca::signed_by(&node_after, &new_ca_der), "issued from the new CA after switch");
     let lifetime = kustos_ca::parse_certificate_der(&node_after).expect("cert");
     assert!(lifetime.not_after - lifetime.not_before <= chrono::Duration::hours(2) + kustos_ca::BACKDATE);
@@ -224,38 +288,14 @@ async fn the_cluster_ca_rotates_under_load_with_zero_failed_requests() {
     assert!(!refused.status.success(), "finish must refuse");
     assert!(String::from_utf8_lossy(&refused.stderr).contains("still valid"), "{refused:?}");
     // The node moved to the new CA; its old CSR goes, as the CSR cleaner removes it.
-    let before_name = send(s.http().get(format!("{}{CSRS}", s.url))).await.body["items"]
-        .as_array()
-        .expect("CSR list")
-        .iter()
-        .filter(|c| c["metadata"]["name"].as_str().is_some_and(|n| n.starts_with("node-before")))
-        .map(|c| c["metadata"]["name"].as_str().unwrap_or_default().to_string())
-        .collect::<Vec<_>>();
-    for name in before_name {
-        send(s.http().delete(format!("{}{CSRS}/{name}", s.url))).await.expect_code(200, "deleting the old CSR");
-    }
+    send(s.http().delete(format!("{}{CSRS}/{node}-1", s.url))).await.expect_code(200, "deleting the old CSR");
     let status = kustos_ok(&["ca", "status", "--data-dir", &dir]);
     assert!(status.contains("finish: safe"), "{status}");
     kustos_ok(&["ca", "rotate", "finish", "--data-dir", &dir]);
 
     // The old CA is gone everywhere.
     assert_eq!(fingerprints(&ca_file(&s)), vec![new.clone()]);
-    wait_configmap(
-        &s,
-        "/api/v1/namespaces/kube-system/configmaps/kube-root-ca.crt",
-        "ca.crt",
-        "only the new CA",
-        |c| fingerprints(c) == [new.clone()],
-    )
-    .await;
-    wait_configmap(
-        &s,
-        "/api/v1/namespaces/kube-public/configmaps/cluster-info",
-        "kubeconfig",
-        "only the new CA",
-        |k| cluster_info_cas(k) == [new.clone()],
-    )
-    .await;
+    published(&s, std::slice::from_ref(&new), "after finish: only the new CA").await;
     assert_eq!(fingerprints(&String::from_utf8_lossy(&s.ca_pem())), vec![new.clone()], "admin kubeconfig CA data");
     // The old admin certificate no longer authenticates (within the reload interval); the
     // node's new one does.
@@ -264,9 +304,10 @@ async fn the_cluster_ca_rotates_under_load_with_zero_failed_requests() {
         assert!(start.elapsed() < WAIT, "the old CA is still trusted");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let node = s.http_with_identity(&node_after_identity);
-    let r = send(node.get(format!("{}/api/v1/nodes", s.url))).await;
-    assert_ne!(r.code, 401, "the node's new certificate authenticates: {}", r.text);
+    let r = send(s.http_with_identity(&node_after_identity).get(format!("{}/api/v1/nodes/{node}", s.url))).await;
+    assert_ne!(r.code, 401, "the node's renewed certificate authenticates: {}", r.text);
+    let r = send(s.http_with_identity(&node_before_identity).get(format!("{}/api/v1/nodes/{node}", s.url))).await;
+    assert_eq!(r.code, 401, "the node's certificate from the old CA: {}", r.text);
     // The controllers still work: a CSR is issued after finish.
     let (node_last, _) = node_certificate(&s, &unique("node-last")).await;
     assert!(signed_by_one_of(&node_last, &ca_file(&s)));
