@@ -246,14 +246,7 @@ async fn the_cluster_ca_rotates_under_load_with_zero_failed_requests() {
     // old CA still verifies it (through the cross-signed certificate).
     let admin = kustos_ca::certificates_from_pem(&String::from_utf8_lossy(&s.admin_identity_pem().0)).expect("admin");
     assert!(kustos_ca::signed_by(&admin[0], &new_ca_der), "the admin kubeconfig is re-issued");
-    let new_only = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_der(&new_ca_der).expect("new CA"))
-        .timeout(Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .expect("client");
+    let new_only = common::client_trusting_only(&new_ca_der);
     let start = Instant::now();
     loop {
         let r = send(old_only.get(format!("{}/api/v1/namespaces/default", s.url))).await;

@@ -416,14 +416,7 @@ async fn rotations_run_on_one_apiservers_directory_are_followed_by_the_other() {
     );
     let cert = kustos_ca::certificates_from_pem(&String::from_utf8_lossy(&b.admin_identity_pem().0)).expect("cert");
     assert!(kustos_ca::signed_by(&cert[0], &new_ca_der), "b's admin certificate from the new CA");
-    let new_only = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .add_root_certificate(reqwest::Certificate::from_der(&new_ca_der).expect("new CA"))
-        .timeout(Duration::from_secs(10))
-        .no_proxy()
-        .build()
-        .expect("client");
+    let new_only = common::client_trusting_only(&new_ca_der);
     let start = Instant::now();
     while new_only.get(format!("{}/readyz", b.url)).send().await.is_err() {
         assert!(start.elapsed() < WAIT, "b does not serve the new chain\n{}", b.stderr_tail());

@@ -175,6 +175,18 @@ fn unique_etcd_prefix() -> String {
     format!("/kustos-e2e/{}-{nanos}-{n}", std::process::id())
 }
 
+/// A reqwest client that trusts only the CA `ca_der` and presents no client certificate.
+pub fn client_trusting_only(ca_der: &[u8]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_der(ca_der).expect("a CA certificate"))
+        .timeout(Duration::from_secs(10))
+        .no_proxy()
+        .build()
+        .expect("building a client")
+}
+
 impl Server {
     /// `kustos server --data-dir D --secure-port 0` in a fresh temporary directory.
     pub fn start() -> Server {
