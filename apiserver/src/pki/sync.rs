@@ -130,6 +130,10 @@ pub fn plan(local: &Files, base: Option<&Hashes>, remote: Option<&Files>) -> Pla
                         false
                     } else {
                         conflicts.push(file.name);
+                        if let Some(merged_state) = merge_conflict(file.name, local, remote) {
+                            merged.insert(file.name.to_string(), merged_state);
+                            continue;
+                        }
                         true
                     }
                 }
@@ -156,6 +160,26 @@ pub fn plan(local: &Files, base: Option<&Hashes>, remote: Option<&Files>) -> Pla
         .map(|(n, b)| (n.clone(), b.clone()))
         .collect();
     Plan { local: writes, push: (merged != remote_shared).then(|| merged.clone()), conflicts, agreed: hashes(&merged) }
+}
+
+/// A conflict on a file whose contents can be joined: `sa-keys.json` changed here and in
+/// the record (a rotation on one directory while another apiserver recorded a token window
+/// or pruned) keeps every retired key of both, so none that still verifies tokens is lost (a
+/// pruned key that comes back is pruned again). `None`: the record's version is kept.
+fn merge_conflict(name: &str, local: &Files, remote: &Files) -> Option<Vec<u8>> {
+    if name != sa_keys::STATE_FILE {
+        return None;
+    }
+    let parse = |f: &Files| f.get(name).and_then(|b| serde_json::from_slice::<sa_keys::KeyState>(b).ok());
+    let (mut joined, theirs) = (parse(remote)?, parse(local)?);
+    for key in theirs.retired {
+        match joined.retired.iter_mut().find(|k| k.kid == key.kid) {
+            Some(k) => k.tokens_expire_by = k.tokens_expire_by.max(key.tokens_expire_by),
+            None => joined.retired.push(key),
+        }
+    }
+    let text = serde_json::to_string_pretty(&joined).ok()?;
+    Some((text + "\n").into_bytes())
 }
 
 // ---- sealing ----

@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::json;
 use std::os::unix::fs::PermissionsExt as _;
 
 fn files(items: &[(&str, &str)]) -> Files {
@@ -149,6 +150,40 @@ fn plan_table() {
 }
 
 #[test]
+fn retired_service_account_keys_of_both_sides_survive_a_conflict() {
+    let key = |kid: &str, expire: Option<&str>| json!({"kid": kid, "publicKey": "PEM", "retiredAt": "2026-01-01T00:00:00Z", "tokensExpireBy": expire});
+    let state = |keys: Vec<serde_json::Value>| {
+        let keys: Vec<serde_json::Value> = keys
+            .into_iter()
+            .map(|mut k| {
+                if k["tokensExpireBy"].is_null() {
+                    k.as_object_mut().unwrap().remove("tokensExpireBy");
+                }
+                k
+            })
+            .collect();
+        serde_json::to_vec(&json!({ "retired": keys })).unwrap()
+    };
+    let with = |json: Vec<u8>| -> Files { [("sa-keys.json".to_string(), json)].into_iter().collect() };
+    let base = with(state(vec![key("k1", None)]));
+    // Here: a rotation retired k2. There: another apiserver recorded k1's token window.
+    let local = with(state(vec![key("k1", None), key("k2", None)]));
+    let remote = with(state(vec![key("k1", Some("2026-02-01T00:00:00Z"))]));
+    let p = plan(&local, Some(&hashes(&base)), Some(&remote));
+    assert_eq!(p.conflicts, ["sa-keys.json"]);
+    let merged = p.push.expect("the joined state is pushed");
+    let joined: sa_keys::KeyState = serde_json::from_slice(&merged["sa-keys.json"]).unwrap();
+    assert_eq!(joined.retired_kids(), ["k1", "k2"]);
+    assert!(joined.retired[0].tokens_expire_by.is_some(), "k1's window kept");
+    assert_eq!(p.local, vec![("sa-keys.json", Some(merged["sa-keys.json"].clone()))], "and written here");
+    // A side that does not parse: the record's version is kept.
+    let garbled = with(b"{".to_vec());
+    let p = plan(&garbled, Some(&hashes(&base)), Some(&remote));
+    assert_eq!(p.push, None);
+    assert_eq!(p.local, vec![("sa-keys.json", Some(remote["sa-keys.json"].clone()))]);
+}
+
+#[test]
 fn sealed_records_open_only_with_their_key_and_untouched() {
     let (key, text) = SealKey::generate().unwrap();
     let (other, _) = SealKey::generate().unwrap();
@@ -231,7 +266,9 @@ async fn a_second_directory_follows_rotations_made_in_the_first() {
     }
     let pki_b = super::super::ensure(&b, &["b.example".to_string()], now).unwrap();
     super::super::write_admin_kubeconfig(&b, &pki_b, "https://127.0.0.1:2", now).unwrap();
-    assert_eq!(sync_b.round().await.unwrap(), Round::default(), "nothing of b's own is shared");
+    let round = sync_b.round().await.unwrap();
+    assert!(round.pulled.is_empty() && !round.pushed && round.conflicts.is_empty(), "nothing of b's own is shared");
+    assert!(round.revision > 0, "b agrees with the record at its revision");
     assert_eq!(sync_b.follow().unwrap(), vec![]);
 
     let paths_a = Paths::new(&a);
