@@ -13,7 +13,7 @@
 //! (a `kustos ca rotate` or `kustos sa-key rotate` run on this directory, the server's own
 //! pruning), one changed only in the record is pulled, one changed on both sides takes the
 //! record's content and the local change is reported (two commands at once on two
-//! directories). The push is a compare-and-swap on the record's revision and comes first;
+//! directories), except `sa-keys.json`, which keeps the retired keys of both. The push is a compare-and-swap on the record's revision and comes first;
 //! only once it holds are pulled files written, so a lost race changes nothing here.
 //!
 //! Pulled files are written in the order a rotation writes them ([`SHARED`]), removals after
