@@ -46,6 +46,7 @@ pub async fn wait(data_dir: &Path) -> anyhow::Result<()> {
     let kubeconfig = data_dir.join("admin.kubeconfig");
     let leases: Api<Lease> = Api::namespaced(crate::kubeconfig_cmd::client(&kubeconfig).await?, identity::NAMESPACE);
     let selector = format!("{}={}", identity::IDENTITY_LABEL, identity::IDENTITY_VALUE);
+    let mut told = false;
     loop {
         let outcome = match leases.list(&ListParams::default().labels(&selector)).await {
             Ok(list) => {
@@ -59,6 +60,14 @@ pub async fn wait(data_dir: &Path) -> anyhow::Result<()> {
                 if lagging.is_empty() && !following.is_empty() {
                     println!("every apiserver follows the shared PKI ({} of {})", following.len(), following.len());
                     return Ok(());
+                }
+                if !told && !lagging.is_empty() {
+                    println!(
+                        "waiting for {} to follow the shared PKI (an apiserver that stopped drops out {}s after its last renewal)",
+                        lagging.join(", "),
+                        identity::LIVE_WITHIN.num_seconds()
+                    );
+                    told = true;
                 }
                 format!(
                     "not yet following: {}",
