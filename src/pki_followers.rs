@@ -46,7 +46,8 @@ pub async fn wait(data_dir: &Path) -> anyhow::Result<()> {
     let kubeconfig = data_dir.join("admin.kubeconfig");
     let leases: Api<Lease> = Api::namespaced(crate::kubeconfig_cmd::client(&kubeconfig).await?, identity::NAMESPACE);
     let selector = format!("{}={}", identity::IDENTITY_LABEL, identity::IDENTITY_VALUE);
-    let mut told = false;
+    // Said once, when the others take longer than they usually do (a second or two).
+    let (mut told, asked) = (false, Instant::now());
     loop {
         let outcome = match leases.list(&ListParams::default().labels(&selector)).await {
             Ok(list) => {
@@ -61,7 +62,7 @@ pub async fn wait(data_dir: &Path) -> anyhow::Result<()> {
                     println!("every apiserver follows the shared PKI ({} of {})", following.len(), following.len());
                     return Ok(());
                 }
-                if !told && !lagging.is_empty() {
+                if !told && !lagging.is_empty() && asked.elapsed() > Duration::from_secs(5) {
                     println!(
                         "waiting for {} to follow the shared PKI (an apiserver that stopped drops out {}s after its last renewal)",
                         lagging.join(", "),
