@@ -47,6 +47,18 @@ async fn a_kubelet_with_a_bootstrap_token_gets_a_certificate_and_renews_it_with_
     assert_eq!(reason, "AutoApproved");
     assert!(message.contains("kubelet client certificate"), "{message}");
     assert_eq!(csr.spec.username.as_deref(), Some(format!("system:bootstrap:{id}").as_str()), "requester recorded");
+    // The controllers approve and sign from their informer's copies, which carry no
+    // managedFields: the stored object still has the kubelet's entry and gains theirs.
+    let managed: Vec<(&str, &str)> = csr
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|e| (e.operation.as_deref().unwrap_or_default(), e.subresource.as_deref().unwrap_or_default()))
+        .collect();
+    for want in [("Update", ""), ("Update", "approval"), ("Update", "status")] {
+        assert!(managed.contains(&want), "{want:?} in {managed:?}");
+    }
     let cert_pem = csr.status.and_then(|s| s.certificate).expect("certificate").0;
 
     // The certificate is the node's client identity, issued by the cluster CA.

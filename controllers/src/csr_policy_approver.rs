@@ -608,7 +608,10 @@ async fn watch_policies(
     let mut specs: HashMap<String, CertificateApprovalPolicySpec> = HashMap::new();
     let mut relisted: HashMap<String, CertificateApprovalPolicySpec> = HashMap::new();
     let mut waiting_logged = false;
-    let stream = watcher(api.clone(), watcher::Config::default()).default_backoff().reflect(writer);
+    let stream = watcher(api.clone(), watcher::Config::default())
+        .default_backoff()
+        .modify(crate::runtime::trim_managed_fields)
+        .reflect(writer);
     futures::pin_mut!(stream);
     while let Some(ev) = stream.next().await {
         let changed: Vec<CertificateApprovalPolicy> = match ev {

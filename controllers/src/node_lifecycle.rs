@@ -192,8 +192,14 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(client, NODE_LEASE_NAMESPACE);
     let (node_store, node_writer) = reflector::store();
     let (lease_store, lease_writer) = reflector::store();
-    let node_feed = watcher(nodes.clone(), watcher::Config::default()).default_backoff().reflect(node_writer);
-    let lease_feed = watcher(leases, watcher::Config::default()).default_backoff().reflect(lease_writer);
+    let node_feed = watcher(nodes.clone(), watcher::Config::default())
+        .default_backoff()
+        .modify(crate::runtime::trim_managed_fields)
+        .reflect(node_writer);
+    let lease_feed = watcher(leases, watcher::Config::default())
+        .default_backoff()
+        .modify(crate::runtime::trim_managed_fields)
+        .reflect(lease_writer);
     let feeds = async move {
         let nodes = node_feed.for_each(|_| std::future::ready(()));
         let leases = lease_feed.for_each(|_| std::future::ready(()));
