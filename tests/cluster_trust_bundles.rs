@@ -1,7 +1,8 @@
 //! ClusterTrustBundles (certificates.k8s.io/v1beta1) end to end against `kustos server`:
 //! kubectl create and get, 422 for a bundle that is not a CA or is misnamed, the `attest`
 //! check for signer-linked bundles, and the bundles the publisher keeps from
-//! `DATA_DIR/pki/ca.crt`, followed when that file gains a second CA. Every wait is bounded.
+//! `DATA_DIR/pki/ca.crt`, followed when that file gains a second CA; and the publisher run by
+//! `kustos controller-manager` with only the shipped ClusterRole. Every wait is bounded.
 
 mod common;
 
@@ -163,4 +164,75 @@ async fn clustertrustbundles_end_to_end() {
     let mut both = want.clone();
     both.push(second.cert_der().to_vec());
     s.wait_for_object(CTBS, "the bundles following ca.crt", WAIT, published(both)).await;
+}
+
+/// `kustos controller-manager` as the shipped Deployment runs it: the publisher against an
+/// apiserver it does not run in, holding only `manifests/`' ClusterRole for it, publishes the
+/// signing CA for the kubernetes.io signers and the root CA for kube-apiserver-serving.
+#[tokio::test]
+async fn the_publisher_in_operator_mode_works_with_the_shipped_role_alone() {
+    let s = Server::start_apiserver();
+    // The role from manifests/, bound to a user of its own.
+    let rbac = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/rbac-controller-manager.yaml"))
+        .expect("reading the manifests' RBAC");
+    let role_name = "kustos:controller:clustertrustbundle-publisher";
+    let mut role: Value = format!("\n{rbac}")
+        .split("\n---\n")
+        .filter_map(|doc| serde_yaml::from_str::<Value>(doc).ok())
+        .find(|o| o["kind"] == "ClusterRole" && o["metadata"]["name"] == role_name)
+        .expect("the publisher's ClusterRole in manifests/");
+    role["metadata"]["name"] = json!(unique("publisher"));
+    send(s.http().post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterroles", s.url)).json(&role))
+        .await
+        .expect_code(201, "the publisher's role");
+    let user = issue_user(&s, &unique("publisher"), &[]);
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": role["metadata"]["name"]},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role["metadata"]["name"]},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user.name}]});
+    send(s.http().post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", s.url)).json(&binding))
+        .await
+        .expect_code(201, "the publisher's binding");
+
+    // A signing CA of its own (as the Deployment's kustos-ca Secret), the cluster CA as root.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let signing = new_ca("e2e-operator-signing");
+    let (cert, key) = (tmp.path().join("tls.crt"), tmp.path().join("tls.key"));
+    std::fs::write(&cert, signing.cert_pem()).expect("writing tls.crt");
+    std::fs::write(&key, signing.key_pem()).expect("writing tls.key");
+    let root = s.data_dir.join("pki/ca.crt");
+    let cm = common::ControllerManager::start_with_kubeconfig(
+        &s,
+        &user.kubeconfig,
+        &[
+            "--controllers=kube-apiserver-serving-clustertrustbundle-publisher",
+            "--leader-elect=false",
+            &format!("--cluster-signing-cert-file={}", cert.display()),
+            &format!("--cluster-signing-key-file={}", key.display()),
+            &format!("--root-ca-file={}", root.display()),
+        ],
+    );
+    let root_ders = ders(&std::fs::read_to_string(&root).expect("ca.crt"));
+    let signing_ders = vec![signing.cert_der().to_vec()];
+    let want = [
+        ("kubernetes.io/kube-apiserver-serving", root_ders),
+        ("kubernetes.io/kube-apiserver-client", signing_ders.clone()),
+        ("kubernetes.io/kube-apiserver-client-kubelet", signing_ders.clone()),
+        ("kubernetes.io/kubelet-serving", signing_ders),
+    ];
+    let got = s
+        .wait_for_object(CTBS, "the bundles published with the shipped role", WAIT, |list| {
+            want.iter().all(|(signer, ders_want)| {
+                let items: Vec<&Value> = list["items"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|i| i["spec"]["signerName"] == *signer)
+                    .collect();
+                items.len() == 1 && ders(items[0]["spec"]["trustBundle"].as_str().unwrap_or("")) == *ders_want
+            })
+        })
+        .await;
+    assert!(got["items"].as_array().is_some_and(|i| i.len() >= 4), "{got}");
+    assert!(!cm.stderr().contains("Forbidden"), "the shipped role was enough:\n{}", cm.stderr_tail());
 }

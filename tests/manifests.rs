@@ -90,6 +90,14 @@ fn kustomize_builds_the_whole_operator_install() {
     let args: Vec<&str> = c["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
     assert_eq!(args.first(), Some(&"controller-manager"), "{args:?}");
     assert!(args.contains(&"--leader-elect=true"), "{args:?}");
+    let controllers = args.iter().find_map(|a| a.strip_prefix("--controllers=")).expect("--controllers");
+    for c in ["csrapproving", "csrsigning", "kube-apiserver-serving-clustertrustbundle-publisher"] {
+        assert!(controllers.split(',').any(|n| n == c), "{c} runs: {controllers}");
+    }
+    assert!(
+        kinds.iter().any(|k| k == "ClusterRole/kustos:controller:clustertrustbundle-publisher"),
+        "the publisher's role: {kinds:?}"
+    );
     let sc = &c["securityContext"];
     assert_eq!(sc["readOnlyRootFilesystem"], true, "read-only root filesystem");
     assert_eq!(sc["allowPrivilegeEscalation"], false, "no privilege escalation");
