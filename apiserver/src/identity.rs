@@ -185,7 +185,7 @@ mod tests {
     use chrono::TimeZone as _;
 
     #[test]
-    fn names_are_stable_per_host_and_address_and_holders_per_process() {
+    fn names_are_stable_per_host_and_instance_and_holders_per_process() {
         let a = Identity::new("host", "127.0.0.1:6443");
         let again = Identity::new("host", "127.0.0.1:6443");
         let other = Identity::new("host", "127.0.0.1:6444");
@@ -248,6 +248,45 @@ mod tests {
         let (following, lagging) = followers(&leases, 10, now);
         assert_eq!(following, ["at", "past"]);
         assert_eq!(lagging, ["behind", "none-yet", "garbled"]);
+    }
+
+    /// Through the REST handlers: the first renewal creates the Lease, the next one updates
+    /// it with the revision, and an identity Lease nobody renewed for over an hour goes.
+    #[tokio::test]
+    async fn renewing_writes_the_lease_and_removes_expired_ones() {
+        let server = crate::testing::TestServer::new().await.unwrap();
+        let state = &server.state;
+        let admin = crate::testing::Caller::admin();
+        let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases";
+        let stale = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "apiserver-gone", "labels": {IDENTITY_LABEL: IDENTITY_VALUE}},
+            "spec": {"holderIdentity": "apiserver-gone_x", "leaseDurationSeconds": 3600,
+                     "renewTime": "2020-01-01T00:00:00.000000Z"}});
+        let foreign = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+            "metadata": {"name": "someone-elses"},
+            "spec": {"holderIdentity": "x", "leaseDurationSeconds": 10, "renewTime": "2020-01-01T00:00:00.000000Z"}});
+        for lease in [&stale, &foreign] {
+            assert_eq!(server.post(&admin, leases, lease).await.status.as_u16(), 201);
+        }
+        let id = Identity::new("host", "/data");
+        renew(state, &id, 0).await.unwrap();
+        let mine = server.get(&admin, &format!("{leases}/{}", id.name)).await;
+        assert_eq!(mine.status.as_u16(), 200);
+        assert_eq!(mine.body["spec"]["holderIdentity"], json!(id.holder));
+        assert_eq!(pki_revision(&mine.body), None);
+        assert_eq!(
+            server.get(&admin, &format!("{leases}/apiserver-gone")).await.status.as_u16(),
+            404,
+            "expired: removed"
+        );
+        assert_eq!(
+            server.get(&admin, &format!("{leases}/someone-elses")).await.status.as_u16(),
+            200,
+            "not an identity Lease"
+        );
+        renew(state, &id, 7).await.unwrap();
+        let mine = server.get(&admin, &format!("{leases}/{}", id.name)).await;
+        assert_eq!(pki_revision(&mine.body), Some(7));
     }
 
     #[test]
