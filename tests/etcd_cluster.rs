@@ -4,7 +4,8 @@
 //!   through the other; optimistic concurrency holds across them (a stale update through one
 //!   is a 409 after an update through the other, and concurrent read-modify-write loops
 //!   through both lose nothing); a kubelet-client CSR created through one is approved and
-//!   signed by a `kustos controller-manager` talking to the other;
+//!   signed by a `kustos controller-manager` talking to the other; NamespaceLifecycle
+//!   follows namespaces created and deleted through the other;
 //! - two `kustos server`: exactly one holds the Lease kube-system/kustos-controller-manager
 //!   and runs the controllers, and every CSR is signed once;
 //! - a CA rotation and a service-account key rotation run on the first apiserver's directory
@@ -170,6 +171,46 @@ async fn a_write_through_one_apiserver_reaches_a_watch_on_the_other_and_no_updat
         "no lost update ({ca} + {cb} conflicts retried): {}",
         fin.text
     );
+}
+
+/// NamespaceLifecycle reads the namespace as its apiserver knows it (upstream's informer),
+/// and the latest state only when it knows no such namespace: a namespace created through A
+/// takes content through B at once; one A marked for deletion refuses content through A at
+/// once, and through B as soon as B has seen the deletion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_lifecycle_follows_namespaces_made_and_deleted_through_the_other_apiserver() {
+    let etcd = Etcd::start();
+    let (a, b) = two_on(&etcd, "apiserver", &[]);
+    let (ha, hb) = (a.http(), b.http());
+    for i in 0..5 {
+        let ns = a.create_namespace("lifecycle").await;
+        let cm = configmap(&format!("first-{i}"), json!({}));
+        send(hb.post(cms(&b.url, &ns)).json(&cm)).await.expect_code(201, "content through B in A's new namespace");
+    }
+    let ns = a.create_namespace("lifecycle").await;
+    // A finalizer on a content object keeps the namespace Terminating.
+    let mut anchor = configmap("anchor", json!({}));
+    anchor["metadata"]["finalizers"] = json!(["example.com/hold"]);
+    send(hb.post(cms(&b.url, &ns)).json(&anchor)).await.expect_code(201, "the anchor through B");
+    let d = send(ha.delete(format!("{}/api/v1/namespaces/{ns}", a.url))).await;
+    assert!(d.code == 200 || d.code == 202, "DELETE the namespace through A: {} {}", d.code, d.text);
+    let r = send(ha.post(cms(&a.url, &ns)).json(&configmap("late-a", json!({})))).await;
+    assert_status(&r, 403, Some("Forbidden"), "a create through A right after A's delete");
+    let deadline = Instant::now() + WAIT;
+    let mut accepted = 0;
+    loop {
+        let r = send(hb.post(cms(&b.url, &ns)).json(&configmap(&format!("late-b-{accepted}"), json!({})))).await;
+        match r.code {
+            403 => {
+                assert_status(&r, 403, Some("Forbidden"), "a create through B after A's delete");
+                break;
+            }
+            201 => accepted += 1,
+            other => panic!("a create through B after A's delete: HTTP {other}: {}", r.text),
+        }
+        assert!(Instant::now() < deadline, "B still accepts content in the terminating namespace ({accepted})");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 /// Waits (bounded) until the watch saw a certificate for `name`, then checks through

@@ -2,7 +2,8 @@
 //! etcd from the fixture: reads of the current state see every write that completed before
 //! them, from this store, from another store on the same prefix and from a client writing
 //! straight to etcd; reads at an exact revision the cache cannot answer go to etcd; reads the
-//! cache can answer need no etcd at all; the cache follows etcd across an outage.
+//! cache can answer need no etcd at all; the cache follows etcd across an outage; a recent
+//! read (`get_recent`) sees the store's own writes at once.
 
 mod common;
 
@@ -70,6 +71,36 @@ async fn reads_see_every_completed_write_whoever_made_it() {
     assert_eq!(s.count(dir).await.ok(), Some(20));
     assert_eq!(peer.count("/registry/").await.ok(), Some(20));
     assert_eq!(other.count("/registry/").await.ok(), Some(20), "the other cluster sees only its own keys");
+}
+
+async fn recent(s: &EtcdStorage, key: &str) -> Option<(Vec<u8>, u64)> {
+    s.get_recent(key).await.unwrap_or_else(|e| panic!("get_recent {key}: {e}")).map(|kv| (kv.value, kv.mod_rev))
+}
+
+/// `get_recent` (the admission plugins' read: from the watch cache, without asking etcd for
+/// its current revision) sees every write this store acknowledged, and another store's write
+/// once this one has learnt its revision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recent_reads_see_the_stores_own_writes_at_once() {
+    let etcd = common::etcd::Etcd::start();
+    let s = store(&etcd, "/cache-recent").await;
+    let peer = store(&etcd, "/cache-recent").await;
+    let dir = "/registry/core/namespaces/";
+    assert_eq!(recent(&s, &format!("{dir}never")).await, None, "a key never written");
+    for i in 0..20 {
+        let k = format!("{dir}own-{i:02}");
+        let r1 = s.create(&k, b"one".to_vec()).await.unwrap_or_else(|e| panic!("create {k}: {e}"));
+        assert_eq!(recent(&s, &k).await, Some((b"one".to_vec(), r1)), "{k}: right after its create");
+        let r2 = s.update(&k, b"two".to_vec(), r1).await.unwrap_or_else(|e| panic!("update {k}: {e}"));
+        assert_eq!(recent(&s, &k).await, Some((b"two".to_vec(), r2)), "{k}: right after its update");
+        s.delete(&k, r2).await.unwrap_or_else(|e| panic!("delete {k}: {e}"));
+        assert_eq!(recent(&s, &k).await, None, "{k}: right after its delete");
+        // The peer's write: known here once a read of the current state has seen it.
+        let p = format!("{dir}peer-{i:02}");
+        let rp = peer.create(&p, b"peer".to_vec()).await.unwrap_or_else(|e| panic!("create {p}: {e}"));
+        assert_eq!(value(&s, &p).await.as_deref(), Some(&b"peer"[..]), "{p}: a current read");
+        assert_eq!(recent(&s, &p).await, Some((b"peer".to_vec(), rp)), "{p}: after the current read");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

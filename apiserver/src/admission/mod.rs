@@ -268,11 +268,18 @@ impl Plugin for NamespaceLifecycle {
         let Some(ns_def) = state.registry.namespace_kind() else {
             return Err(ApiError::internal("no kind holds the namespaces"));
         };
-        let kv = state
-            .storage
-            .get(&ns_def.key(None, ns))
-            .await
-            .map_err(|e| crate::registry::call::map_storage_error(ns_def, ns, e))?;
+        // As upstream's plugin reads its namespace informer: the namespace as this apiserver
+        // knows it (every write it acknowledged included), and only when that has no such
+        // namespace a read of the latest state (upstream's live lookup), for a namespace
+        // just created through another apiserver. A consistent read here cost every
+        // namespaced create on etcd one more round trip to etcd before its own write.
+        // A namespace this apiserver knows as terminating is refused, as upstream's does.
+        let key = ns_def.key(None, ns);
+        let map_err = |e| crate::registry::call::map_storage_error(ns_def, ns, e);
+        let mut kv = state.storage.get_recent(&key).await.map_err(map_err)?;
+        if kv.is_none() {
+            kv = state.storage.get(&key).await.map_err(map_err)?;
+        }
         let Some(kv) = kv else {
             return Err(ApiError::not_found(ns_def.group, ns_def.resource, ns));
         };

@@ -128,6 +128,13 @@ pub trait Storage: Send + Sync + 'static {
     /// consistent read, so a watch of the key from that revision misses nothing and repeats
     /// nothing.
     async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> Result<(Option<KeyValue>, Rev)>;
+    /// `key` as this process knows it: a state that holds every write this process has
+    /// acknowledged, but possibly not another apiserver's newest writes (what upstream's
+    /// admission plugins read from their informers' listers). Cheaper than [`Storage::get`]
+    /// where the latest state costs a round trip (etcd); the default is [`Storage::get`].
+    async fn get_recent(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.get(key).await
+    }
     /// Every change to keys under `prefix` with revision > `after_rev`, in revision order,
     /// then live changes, until the stream is dropped. Err(Compacted) if `after_rev` is
     /// older than the history kept; the stream ends with an Err item if it falls behind

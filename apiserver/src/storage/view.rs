@@ -77,6 +77,10 @@ impl Storage for View {
         self.inner.get(&self.stored_key(key)).await?.map(|kv| self.read_kv(kv)).transpose()
     }
 
+    async fn get_recent(&self, key: &str) -> Result<Option<KeyValue>> {
+        self.inner.get_recent(&self.stored_key(key)).await?.map(|kv| self.read_kv(kv)).transpose()
+    }
+
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
         let opts = ListOptions { start_after: opts.start_after.map(|k| self.stored_key(&k)), ..opts };
         let page = self.inner.list(&self.stored_key(prefix), opts).await?;

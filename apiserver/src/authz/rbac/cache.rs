@@ -56,6 +56,9 @@ impl Storage for CountingStorage {
     async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> storage::Result<(Option<KeyValue>, Rev)> {
         self.inner.get_at(key, at_rev).await
     }
+    async fn get_recent(&self, key: &str) -> storage::Result<Option<KeyValue>> {
+        self.inner.get_recent(key).await
+    }
     async fn count(&self, prefix: &str) -> storage::Result<u64> {
         self.inner.count(prefix).await
     }

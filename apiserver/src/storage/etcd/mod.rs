@@ -12,7 +12,7 @@
 //!   outage the feed resumes where it stopped, so watches continue.
 //! - Reads: the same feed keeps the watch cache of `cache.rs` (every key's latest value, in
 //!   memory). A read of the current state asks etcd for its current revision (one small,
-//!   linearizable request shared by the reads that wait at the same time), waits until the
+//!   linearizable request, shared when several are under way: [`RevProbe`]), waits until the
 //!   cache has seen that revision and answers from memory, as kube-apiserver's consistent
 //!   reads from its watch cache; a read at an exact revision the cache cannot prove unchanged,
 //!   and any read the cache cannot serve within [`CACHE_WAIT`], goes to etcd.
@@ -192,13 +192,45 @@ struct Inner {
 /// etcd's current revision for consistent reads, one request for many readers: a reader may
 /// use the answer of any request sent after it arrived (that answer is at least as new as
 /// every write completed before the read began).
-#[derive(Default)]
+///
+/// Up to [`PROBES_IN_FLIGHT`] requests run at once: a reader that finds none usable sends
+/// its own while a slot is free, and waits for the next answer only when every slot is
+/// taken. With one request at a time, a reader arriving just after a request left waited for
+/// that request and then for its own: two round trips, the GET latency tail.
 struct RevProbe {
-    /// Requests started so far.
+    /// Requests started so far (each request's number is the count when it started).
     started: AtomicU64,
-    /// The last request that completed (its number, its revision), behind the lock the
-    /// request is made under.
-    last: tokio::sync::Mutex<(u64, Rev)>,
+    /// The completed request started last (its number, its revision); every freed slot
+    /// (a request answered, failed or cancelled) notifies the readers waiting.
+    done: tokio::sync::watch::Sender<(u64, Rev)>,
+    slots: tokio::sync::Semaphore,
+}
+
+/// etcd requests for the current revision in flight at once (see [`RevProbe`]).
+const PROBES_IN_FLIGHT: usize = 4;
+
+/// One of [`RevProbe`]'s slots: when dropped, also by a reader cancelled mid-request, it is
+/// freed and the waiting readers are woken to take it.
+struct ProbeSlot<'a> {
+    permit: Option<tokio::sync::SemaphorePermit<'a>>,
+    done: &'a tokio::sync::watch::Sender<(u64, Rev)>,
+}
+
+impl Drop for ProbeSlot<'_> {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.done.send_modify(|_| {});
+    }
+}
+
+impl Default for RevProbe {
+    fn default() -> Self {
+        RevProbe {
+            started: AtomicU64::new(0),
+            done: tokio::sync::watch::channel((0, 0)).0,
+            slots: tokio::sync::Semaphore::new(PROBES_IN_FLIGHT),
+        }
+    }
 }
 
 /// Recent events and the live feeds, behind one lock so that a new watcher takes the past
@@ -346,16 +378,37 @@ impl Inner {
     /// etcd's current revision, from a request sent after this call began (shared with the
     /// other callers waiting at the same time).
     async fn etcd_current_rev(&self) -> Result<Rev> {
-        let arrived = self.current.started.load(Ordering::SeqCst);
-        let mut last = self.current.last.lock().await;
-        if last.0 > arrived {
-            return Ok(last.1);
+        let probe = &self.current;
+        let mut done = probe.done.subscribe();
+        let arrived = probe.started.load(Ordering::SeqCst);
+        loop {
+            let (n, rev) = *done.borrow_and_update();
+            if n > arrived {
+                return Ok(rev);
+            }
+            if let Ok(permit) = probe.slots.try_acquire() {
+                let slot = ProbeSlot { permit: Some(permit), done: &probe.done };
+                let n = probe.started.fetch_add(1, Ordering::SeqCst) + 1;
+                let key = self.keys.root.clone().into_bytes();
+                let got = self.range(key, GetOptions::new().with_count_only(), None).await;
+                let got = got.map(|resp| rev_of(resp.header().map(|h| h.revision()).unwrap_or(0)));
+                if let Ok(rev) = &got {
+                    probe.done.send_if_modified(|last| {
+                        let newer = n > last.0;
+                        if newer {
+                            *last = (n, *rev);
+                        }
+                        newer
+                    });
+                }
+                drop(slot);
+                return got;
+            }
+            // Every slot is taken: the next completion frees one or answers this reader.
+            if done.changed().await.is_err() {
+                return Err(Error::Backend("the etcd revision probe is gone".into()));
+            }
         }
-        let n = self.current.started.fetch_add(1, Ordering::SeqCst) + 1;
-        let resp = self.range(self.keys.root.clone().into_bytes(), GetOptions::new().with_count_only(), None).await?;
-        let rev = rev_of(resp.header().map(|h| h.revision()).unwrap_or(0));
-        *last = (n, rev);
-        Ok(rev)
     }
 
     /// For a read of the current state: etcd's current revision once the watch cache has
@@ -629,6 +682,21 @@ impl Storage for EtcdStorage {
         let resp = self.inner.range(k, GetOptions::new(), at_rev).await?;
         let read_at = at_rev.unwrap_or_else(|| rev_of(resp.header().map(|h| h.revision()).unwrap_or(0)));
         Ok((resp.kvs().first().and_then(|kv| self.inner.key_value(kv)), read_at))
+    }
+
+    /// From the watch cache once it has seen every revision this process knows of (its own
+    /// acknowledged writes included), without asking etcd for its current revision: the
+    /// round trip a consistent read pays is what made every namespaced create wait twice
+    /// (the NamespaceLifecycle check, then the write). Falls back to a consistent read when
+    /// the cache is not ready or does not get there in [`CACHE_WAIT`].
+    async fn get_recent(&self, key: &str) -> Result<Option<KeyValue>> {
+        let known = self.inner.rev.load(Ordering::SeqCst);
+        if self.inner.cache.rev() > 0 && self.inner.cache.wait_for(known, CACHE_WAIT).await {
+            if let Some((kv, _)) = self.inner.cache.get(key, Read::AtLeast(known)) {
+                return Ok(kv);
+            }
+        }
+        self.get(key).await
     }
 
     async fn watch(&self, prefix: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
