@@ -43,7 +43,7 @@ use ring::rand::{SecureRandom as _, SystemRandom};
 use serde::{Deserialize, Serialize};
 
 use super::rotation::{self, Goal, NewCa, Paths};
-use super::{read_optional, sa_keys, write_private, write_public};
+use super::{read_optional, restrict_key_file, sa_keys, write_atomic, write_private, write_public};
 use crate::storage::{self, Storage};
 use crate::AppState;
 
@@ -261,7 +261,10 @@ impl SealKey {
 pub fn ensure_seal_key(pki: &Path) -> anyhow::Result<SealKey> {
     let path = pki.join(SEAL_KEY_FILE);
     match read_optional(&path)? {
-        Some(text) => SealKey::from_text(&text).with_context(|| format!("{} is not a seal key", path.display())),
+        Some(text) => {
+            restrict_key_file(&path)?;
+            SealKey::from_text(&text).with_context(|| format!("{} is not a seal key", path.display()))
+        }
         None => {
             let (key, text) = SealKey::generate()?;
             write_private(&path, &text)?;
@@ -306,14 +309,7 @@ pub fn write_local(pki: &Path, changes: &[(&'static str, Option<Vec<u8>>)]) -> a
         let private = SHARED.iter().any(|f| f.name == *name && f.private);
         let write = || -> anyhow::Result<()> {
             match contents {
-                Some(bytes) => {
-                    let text = String::from_utf8(bytes.clone()).with_context(|| format!("{name} is not text"))?;
-                    if private {
-                        write_private(&path, &text)
-                    } else {
-                        write_public(&path, &text)
-                    }
-                }
+                Some(bytes) => write_atomic(&path, bytes, if private { 0o600 } else { 0o644 }),
                 None => match fs::remove_file(&path) {
                     Ok(()) => Ok(()),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
