@@ -99,7 +99,9 @@ async fn apf(fc: &Arc<FlowControl>, user: &UserInfo, info: &RequestInfo, req: Re
     };
     let seats = if info.verb == "list" {
         let limit = query_param(req.uri().query(), "limit").and_then(|l| l.parse::<u64>().ok());
-        estimate::seats("list", limit, fc.object_count(&count_key(&info.api_group, &info.resource)))
+        // `info.name` is set for a list pinned to one name by its field selector.
+        let single = !info.name.is_empty();
+        estimate::seats("list", single, limit, fc.object_count(&count_key(&info.api_group, &info.resource)))
     } else {
         1
     };
