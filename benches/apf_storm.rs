@@ -248,7 +248,7 @@ async fn one_run(s: &Settings, with_load: bool) -> Result<RunFigures> {
 
     let url: Arc<str> = server.url.clone().into();
     let cpu_before = cpu_time(pid).context("reading the server's CPU time")?;
-    let storm_result = storm::run(url, ca, token, nodes, s.concurrency, s.timeout).await;
+    let storm_result = storm::run(url, ca, vec![token], nodes, s.concurrency, s.timeout).await;
     let server_cpu = cpu_time(pid).unwrap_or_default().saturating_sub(cpu_before);
     let end = t0.elapsed();
     let _ = stop_tx.send(true);

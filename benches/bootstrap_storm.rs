@@ -18,7 +18,8 @@
 //! cores with the server; what is measured is the server's flow).
 //!
 //! Run: `cargo bench --bench bootstrap_storm` (env: BENCH_NODES, default 10000;
-//! BENCH_CONCURRENCY, default all at once; BENCH_TIMEOUT_SECS, default 300). Figures are
+//! BENCH_CONCURRENCY, default all at once; BENCH_TIMEOUT_SECS, default 300; BENCH_TOKENS,
+//! bootstrap tokens shared out over the nodes, a flow each, default 1). Figures are
 //! printed as a Markdown table; see docs/BENCHMARKS.md. The run itself is in
 //! benches/common/storm.rs ([`common::storm::bench`]), shared with `storage_backends`.
 

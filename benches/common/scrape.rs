@@ -68,18 +68,36 @@ pub fn sum(samples: &[Sample], name: &str, filter: &[(&str, &str)]) -> f64 {
 
 /// `apiserver_request_total` by (verb, resource, code), `after` less `before`, largest first.
 pub fn request_deltas(before: &[Sample], after: &[Sample]) -> Vec<(String, f64)> {
-    let key = |s: &Sample| {
-        let l = |k: &str| s.labels.get(k).cloned().unwrap_or_default();
+    deltas_by(before, after, "apiserver_request_total", |l| {
         let resource =
             if l("subresource").is_empty() { l("resource") } else { format!("{}/{}", l("resource"), l("subresource")) };
         format!("{} {} {}", l("verb"), resource, l("code"))
-    };
+    })
+}
+
+/// `apiserver_flowcontrol_rejected_requests_total` by (priority level, reason), `after` less
+/// `before`, largest first.
+pub fn rejection_deltas(before: &[Sample], after: &[Sample]) -> Vec<(String, f64)> {
+    deltas_by(before, after, "apiserver_flowcontrol_rejected_requests_total", |l| {
+        format!("{} {}", l("priority_level"), l("reason"))
+    })
+}
+
+/// `name`'s samples grouped by `key` (given a label lookup), `after` less `before`, the
+/// positive ones, largest first.
+fn deltas_by(
+    before: &[Sample],
+    after: &[Sample],
+    name: &str,
+    key: impl Fn(&dyn Fn(&str) -> String) -> String,
+) -> Vec<(String, f64)> {
+    let key_of = |s: &Sample| key(&|k: &str| s.labels.get(k).cloned().unwrap_or_default());
     let mut deltas: BTreeMap<String, f64> = BTreeMap::new();
-    for s in after.iter().filter(|s| s.name == "apiserver_request_total") {
-        *deltas.entry(key(s)).or_default() += s.value;
+    for s in after.iter().filter(|s| s.name == name) {
+        *deltas.entry(key_of(s)).or_default() += s.value;
     }
-    for s in before.iter().filter(|s| s.name == "apiserver_request_total") {
-        *deltas.entry(key(s)).or_default() -= s.value;
+    for s in before.iter().filter(|s| s.name == name) {
+        *deltas.entry(key_of(s)).or_default() -= s.value;
     }
     let mut v: Vec<(String, f64)> = deltas.into_iter().filter(|(_, n)| *n > 0.0).collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
@@ -129,5 +147,23 @@ mod tests {
                 ("GET odd \"name\", here 404".to_string(), 1.0),
             ]
         );
+    }
+
+    #[test]
+    fn rejection_deltas_group_by_level_and_reason() {
+        let line = |fs: &str, reason: &str, n: u32| {
+            format!("apiserver_flowcontrol_rejected_requests_total{{flow_schema=\"{fs}\",priority_level=\"global-default\",reason=\"{reason}\"}} {n}\n")
+        };
+        let before = parse(&line("global-default", "queue-full", 2));
+        let after = parse(
+            &(line("global-default", "queue-full", 7)
+                + &line("other", "queue-full", 1)
+                + &line("global-default", "time-out", 3)),
+        );
+        assert_eq!(
+            rejection_deltas(&before, &after),
+            vec![("global-default queue-full".to_string(), 6.0), ("global-default time-out".to_string(), 3.0)]
+        );
+        assert!(rejection_deltas(&after, &after).is_empty());
     }
 }

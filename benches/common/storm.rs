@@ -128,7 +128,25 @@ pub fn prepare(n: u64) -> Result<Vec<Node>> {
 /// One bootstrap token for every node, as a kubeadm cluster has (`kubeadm join` with the
 /// cluster's token): all the storm's requests before the certificate come from one user.
 pub async fn create_bootstrap_token(admin: &reqwest::Client, url: &str) -> Result<String> {
-    let (id, secret) = ("storm0", "0123456789abcdef");
+    create_numbered_token(admin, url, 0).await
+}
+
+/// `count` bootstrap tokens (a token per rack, say): each is a user of its own, so each is a
+/// flow of its own to flow control.
+pub async fn create_bootstrap_tokens(admin: &reqwest::Client, url: &str, count: usize) -> Result<Vec<Arc<str>>> {
+    let mut tokens = Vec::with_capacity(count);
+    for i in 0..count.max(1) {
+        tokens.push(create_numbered_token(admin, url, i).await?.into());
+    }
+    Ok(tokens)
+}
+
+/// Bootstrap token `storm<i>` (token ids are six characters: `i` < 10).
+async fn create_numbered_token(admin: &reqwest::Client, url: &str, i: usize) -> Result<String> {
+    if i > 9 {
+        bail!("at most 10 bootstrap tokens (BENCH_TOKENS)");
+    }
+    let (id, secret) = (format!("storm{i}"), "0123456789abcdef");
     let expiration =
         (chrono::Utc::now() + chrono::Duration::hours(2)).to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
     let body = json!({
@@ -291,7 +309,7 @@ async fn flow(
 pub async fn run(
     url: Arc<str>,
     ca: reqwest::Certificate,
-    token: Arc<str>,
+    tokens: Vec<Arc<str>>,
     nodes: Vec<Node>,
     concurrency: usize,
     timeout: Duration,
@@ -299,9 +317,11 @@ pub async fn run(
     let t0 = Instant::now();
     let results = tokio::time::timeout(
         timeout,
-        futures::stream::iter(nodes)
-            .map(|node| {
-                let (url, ca, token) = (url.clone(), ca.clone(), token.clone());
+        futures::stream::iter(nodes.into_iter().enumerate())
+            .map(|(i, node)| {
+                // Node i uses token i mod the number of tokens.
+                let token = tokens[i % tokens.len().max(1)].clone();
+                let (url, ca) = (url.clone(), ca.clone());
                 async move {
                     match tokio::spawn(kubelet(url, ca, token, node)).await {
                         Ok(r) => r,
@@ -416,16 +436,19 @@ pub struct StormConfig {
     pub concurrency: usize,
     /// Longest the storm may take.
     pub timeout: Duration,
+    /// Bootstrap tokens the nodes share out (node i uses token i mod `tokens`), 1 to 10.
+    pub tokens: usize,
 }
 
 impl StormConfig {
-    /// From BENCH_NODES (default `default_nodes`), BENCH_CONCURRENCY (default all at once) and
-    /// BENCH_TIMEOUT_SECS (default 300).
+    /// From BENCH_NODES (default `default_nodes`), BENCH_CONCURRENCY (default all at once),
+    /// BENCH_TIMEOUT_SECS (default 300) and BENCH_TOKENS (default 1, as a kubeadm cluster).
     pub fn from_env(default_nodes: u64) -> Self {
         let nodes = env_u64("BENCH_NODES", default_nodes);
         StormConfig {
             nodes,
             concurrency: env_u64("BENCH_CONCURRENCY", nodes).max(1) as usize,
+            tokens: env_u64("BENCH_TOKENS", 1).clamp(1, 10) as usize,
             timeout: Duration::from_secs(env_u64("BENCH_TIMEOUT_SECS", 300)),
         }
     }
@@ -449,6 +472,9 @@ pub struct StormFigures {
     pub metrics_cpu: Option<Duration>,
     pub metrics_signed: Option<f64>,
     pub requests: Vec<(String, f64)>,
+    /// Requests flow control rejected (`apiserver_flowcontrol_rejected_requests_total`) by
+    /// priority level and reason, largest first.
+    pub rejected: Vec<(String, f64)>,
 }
 
 impl StormFigures {
@@ -461,6 +487,9 @@ impl StormFigures {
     pub fn rows(&self) -> Vec<(String, String)> {
         let c = &self.config;
         let mut rows = vec![("nodes (concurrency)".to_string(), format!("{} ({})", c.nodes, c.concurrency))];
+        if c.tokens > 1 {
+            rows.push(("bootstrap tokens (a flow each)".to_string(), c.tokens.to_string()));
+        }
         rows.extend(self.summary.rows().into_iter().chain(self.summary.error_rows()));
         rows.push((
             "server CPU time during the storm (per node)".into(),
@@ -479,11 +508,23 @@ impl StormFigures {
         let nodes = self.config.nodes.max(1) as f64;
         let total: f64 = self.requests.iter().map(|(_, n)| n).sum();
         if total > 0.0 {
-            let top: Vec<String> =
-                self.requests.iter().take(6).map(|(k, n)| format!("{k}: {:.2}", n / nodes)).collect();
+            // The six largest, and every answer that was not a success.
+            let shown = self
+                .requests
+                .iter()
+                .enumerate()
+                .filter(|(i, (k, _))| *i < 6 || !k.ends_with(" 200") && !k.ends_with(" 201"));
+            let top: Vec<String> = shown.map(|(_, (k, n))| format!("{k}: {:.3}", n / nodes)).collect();
             rows.push((
                 "requests per node per /metrics (apiserver_request_total)".into(),
                 format!("{:.2} ({})", total / nodes, top.join("; ")),
+            ));
+        }
+        if self.metrics_cpu.is_some() {
+            let rejected: Vec<String> = self.rejected.iter().map(|(k, n)| format!("{k}: {n}")).collect();
+            rows.push((
+                "requests rejected by flow control per /metrics (priority level, reason)".into(),
+                if rejected.is_empty() { "none".into() } else { rejected.join("; ") },
             ));
         }
         rows
@@ -500,7 +541,7 @@ pub async fn bench(config: StormConfig, dir: &Path, extra: &[&str], store_pid: O
     let (server, _) = start("server", &dir.join("data"), extra).await?;
     let pid = server.child.id();
     let admin = admin_client(&server.dir)?;
-    let token: Arc<str> = create_bootstrap_token(&admin, &server.url).await?.into();
+    let tokens = create_bootstrap_tokens(&admin, &server.url, config.tokens).await?;
     let ca = reqwest::Certificate::from_pem(&ca_pem(&server.dir)?)?;
     let prep_start = Instant::now();
     let nodes = prepare(n)?;
@@ -512,23 +553,24 @@ pub async fn bench(config: StormConfig, dir: &Path, extra: &[&str], store_pid: O
     let metrics_before = scrape_metrics(&admin, &server.url).await;
     let cpu_before = cpu_time(pid).context("reading the server's CPU time")?;
     let store_before = store_pid.and_then(cpu_time);
-    let (results, wall) = run(url, ca, token, nodes, config.concurrency, config.timeout).await?;
+    let (results, wall) = run(url, ca, tokens, nodes, config.concurrency, config.timeout).await?;
     let server_cpu = cpu_time(pid).unwrap_or_default().saturating_sub(cpu_before);
     let store_cpu = store_pid.and_then(|p| Some(cpu_time(p)?.saturating_sub(store_before?)));
     let store_rss_kib = store_pid.and_then(rss_kib);
     let rss = rss_kib(pid).unwrap_or(0);
     let peak = peak_rss_kib(pid).unwrap_or(0);
     let metrics_after = scrape_metrics(&admin, &server.url).await;
-    let (metrics_cpu, metrics_signed, requests) = match (&metrics_before, &metrics_after) {
+    let (metrics_cpu, metrics_signed, requests, rejected) = match (&metrics_before, &metrics_after) {
         (Some(b), Some(a)) => {
             let delta = |name: &str| scrape::sum(a, name, &[]) - scrape::sum(b, name, &[]);
             (
                 Some(Duration::from_secs_f64(delta("process_cpu_seconds_total").max(0.0))),
                 Some(delta("kustos_csr_signed_total")),
                 scrape::request_deltas(b, a),
+                scrape::rejection_deltas(b, a),
             )
         }
-        _ => (None, None, Vec::new()),
+        _ => (None, None, Vec::new(), Vec::new()),
     };
     drop(server);
     Ok(StormFigures {
@@ -542,6 +584,7 @@ pub async fn bench(config: StormConfig, dir: &Path, extra: &[&str], store_pid: O
         metrics_cpu,
         metrics_signed,
         requests,
+        rejected,
     })
 }
 
