@@ -608,8 +608,7 @@ async fn watch_policies(
     let mut specs: HashMap<String, CertificateApprovalPolicySpec> = HashMap::new();
     let mut relisted: HashMap<String, CertificateApprovalPolicySpec> = HashMap::new();
     let mut waiting_logged = false;
-    let stream = watcher(api.clone(), watcher::Config::default())
-        .default_backoff()
+    let stream = crate::runtime::watch(api.clone(), watcher::Config::default())
         .modify(crate::runtime::trim_managed_fields)
         .reflect(writer);
     futures::pin_mut!(stream);

@@ -192,12 +192,10 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     let leases: Api<Lease> = Api::namespaced(client, NODE_LEASE_NAMESPACE);
     let (node_store, node_writer) = reflector::store();
     let (lease_store, lease_writer) = reflector::store();
-    let node_feed = watcher(nodes.clone(), watcher::Config::default())
-        .default_backoff()
+    let node_feed = crate::runtime::watch(nodes.clone(), watcher::Config::default())
         .modify(crate::runtime::trim_managed_fields)
         .reflect(node_writer);
-    let lease_feed = watcher(leases, watcher::Config::default())
-        .default_backoff()
+    let lease_feed = crate::runtime::watch(leases, watcher::Config::default())
         .modify(crate::runtime::trim_managed_fields)
         .reflect(lease_writer);
     let feeds = async move {

@@ -58,7 +58,48 @@ pub fn changes<K>(api: Api<K>, config: watcher::Config) -> Trigger
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    watcher(api, config).default_backoff().map(|_| ()).boxed()
+    watch(api, config).map(|_| ()).boxed()
+}
+
+/// A list and watch of `api` (filtered by `config`) that waits after each error before it
+/// tries again: 0.8 s, doubling up to 30 s (with jitter), back to the start once the watch
+/// makes progress. That is kube-runtime's `default_backoff()` and client-go's reflector
+/// backoff, with one difference: kube-runtime's watcher yields `Event::Init` before every
+/// list attempt, and its backoff takes any event as progress, so a list that keeps failing
+/// (a CRD not installed: 404; missing RBAC: 403) was retried every ~0.8 s for ever. Here
+/// `Init` is not progress.
+pub fn watch<K>(api: Api<K>, config: watcher::Config) -> BoxStream<'static, watcher::Result<watcher::Event<K>>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+{
+    with_backoff(watcher(api, config).boxed(), watcher::DefaultBackoff::default())
+}
+
+/// `events` with `backoff` applied as [`watch`] describes.
+fn with_backoff<K, B>(
+    events: BoxStream<'static, watcher::Result<watcher::Event<K>>>,
+    backoff: B,
+) -> BoxStream<'static, watcher::Result<watcher::Event<K>>>
+where
+    K: Send + 'static,
+    B: kube::runtime::utils::Backoff + Send + 'static,
+{
+    futures::stream::unfold((events, backoff, None::<Duration>), |(mut events, mut backoff, wait)| async move {
+        if let Some(wait) = wait {
+            tokio::time::sleep(wait).await;
+        }
+        let item = events.next().await?;
+        let wait = match &item {
+            Err(_) => backoff.next(),
+            Ok(watcher::Event::Init) => None,
+            Ok(_) => {
+                backoff.reset();
+                None
+            }
+        };
+        Some((item, (events, backoff, wait)))
+    })
+    .boxed()
 }
 
 /// Yields every object of `api` (filtered by `config`) that is deleted while it watches.
@@ -66,8 +107,7 @@ pub fn deletions<K>(api: Api<K>, config: watcher::Config) -> BoxStream<'static, 
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
 {
-    watcher(api, config)
-        .default_backoff()
+    watch(api, config)
         .filter_map(|ev| std::future::ready(if let Ok(watcher::Event::Delete(obj)) = ev { Some(obj) } else { None }))
         .boxed()
 }
@@ -415,8 +455,7 @@ where
 
     /// List and watch until the future is dropped (watch errors are retried with a backoff).
     pub async fn run(self) -> anyhow::Result<()> {
-        watcher(self.api, self.wc)
-            .default_backoff()
+        watch(self.api, self.wc)
             .modify(trim_managed_fields)
             .reflect_shared(self.writer)
             .for_each(|ev| async move {
@@ -650,6 +689,36 @@ mod tests {
         for (name, secs, want) in cases {
             assert_eq!(until(now + chrono::Duration::seconds(*secs), now, min).as_secs(), *want, "{name}");
         }
+    }
+
+    /// A list that keeps failing is retried less and less often (0.8 s doubling to 30 s):
+    /// kube-runtime's own backoff retried it every ~0.8 s, as its watcher's `Init` before each
+    /// attempt reset it.
+    #[tokio::test(start_paused = true)]
+    async fn a_list_that_keeps_failing_is_retried_with_a_growing_delay() {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        let mock = crate::mock::Mock::new((0..200).map(|_| (404, crate::mock::status(404, "NotFound"))).collect());
+        let api = Api::<ConfigMap>::all(mock.client());
+        let events = watch(api, watcher::Config::default());
+        let minute = tokio::time::sleep(Duration::from_secs(60));
+        tokio::pin!(minute);
+        futures::pin_mut!(events);
+        let mut errors = 0;
+        loop {
+            tokio::select! {
+                _ = &mut minute => break,
+                ev = events.next() => match ev {
+                    Some(Err(_)) => errors += 1,
+                    Some(Ok(_)) => {}
+                    None => panic!("the watch ended"),
+                },
+            }
+        }
+        let lists = mock.lines().iter().filter(|l| l.starts_with("GET /api/v1/configmaps")).count();
+        assert_eq!(lists, errors, "one error per failed list: {:?}", mock.lines());
+        // Waits of 0.8, 1.6, 3.2, 6.4, 12.8, 25.6 s (each ±jitter) fit 5 to 8 attempts in a
+        // minute; a delay that never grew would make ~75.
+        assert!((5..=8).contains(&lists), "{lists} lists in a minute");
     }
 
     /// `in_turn`: runs start in the order they were asked for, at most `limit` at once; each

@@ -443,8 +443,7 @@ pub async fn run(
         let bundles = Arc::new(bundles);
         // A new, edited, annotated (a rotation step) or deleted Signer; not its status, which
         // this controller writes itself (on every certificate it counts).
-        let edits = watcher(signers.clone(), watcher::Config::default())
-            .default_backoff()
+        let edits = runtime::watch(signers.clone(), watcher::Config::default())
             .applied_objects()
             .predicate_filter(predicates::generation.combine(predicates::annotations), PredicateConfig::default())
             .map(|_| ())
