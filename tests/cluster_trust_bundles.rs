@@ -28,6 +28,11 @@ fn bundle(name: &str, signer: Option<&str>, pem: &str) -> Value {
 }
 
 /// The certificates of a PEM text, DER.
+/// The bundles of a ClusterTrustBundle list for `signer`.
+fn bundles_of<'a>(list: &'a Value, signer: &str) -> Vec<&'a Value> {
+    list["items"].as_array().into_iter().flatten().filter(|i| i["spec"]["signerName"] == signer).collect()
+}
+
 fn ders(pem: &str) -> Vec<Vec<u8>> {
     kustos_ca::certificates_from_pem(pem).unwrap_or_default()
 }
@@ -142,12 +147,7 @@ async fn clustertrustbundles_end_to_end() {
     let published = |want: Vec<Vec<u8>>| {
         move |list: &Value| {
             signers.iter().all(|signer| {
-                let items: Vec<&Value> = list["items"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|i| i["spec"]["signerName"] == *signer)
-                    .collect();
+                let items = bundles_of(list, signer);
                 items.len() == 1
                     && items[0]["metadata"]["name"]
                         .as_str()
@@ -223,12 +223,7 @@ async fn the_publisher_in_operator_mode_works_with_the_shipped_role_alone() {
     let got = s
         .wait_for_object(CTBS, "the bundles published with the shipped role", WAIT, |list| {
             want.iter().all(|(signer, ders_want)| {
-                let items: Vec<&Value> = list["items"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter(|i| i["spec"]["signerName"] == *signer)
-                    .collect();
+                let items = bundles_of(list, signer);
                 items.len() == 1 && ders(items[0]["spec"]["trustBundle"].as_str().unwrap_or("")) == *ders_want
             })
         })
