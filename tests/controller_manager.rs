@@ -2,7 +2,9 @@
 //! plus controller-manager replicas pointed at it with its admin kubeconfig and CA. Two
 //! replicas elect one leader on a Lease; the leader approves and signs a kubelet's client
 //! CSR; after `kill -9` of the leader the other takes over and signs the next one; no CSR is
-//! signed twice; SIGTERM releases the lease and exits 0; bad flags are one-line errors.
+//! signed twice; SIGTERM releases the lease and exits 0; bad flags are one-line errors. The
+//! health and metrics port is HTTPS with delegated authentication and authorization, as
+//! kube-controller-manager's.
 //!
 //! Every wait is bounded; nothing asserts on how long anything took.
 
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::kubelet::{
     bootstrap_token, client_for, replica_args, request_node_certificate, watch_certificates, Seen, KUBELET_CLIENT,
 };
-use common::{kustos, token_user, unique, ControllerManager, Server};
+use common::{issue_user, kustos, send, token_user, unique, ControllerManager, Credentials, Server};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -214,6 +216,12 @@ fn bad_flags_are_a_one_line_error_and_a_non_zero_exit() {
             "must be greater than --leader-elect-retry-period",
         ),
         ("unknown controller", vec!["--controllers=*,nope".into()], "not in the list of known controllers"),
+        (
+            "plain HTTP off loopback",
+            vec!["--metrics-bind-address=0.0.0.0:8080".into()],
+            "--metrics-bind-address 0.0.0.0:8080: plain HTTP without authentication is served on loopback addresses only",
+        ),
+        ("half a serving pair", vec![format!("--tls-cert-file={missing}")], "--tls-private-key-file go together"),
         ("csrsigning without a CA", vec![], "csrsigning needs a signing CA"),
         ("signing files that do not exist", signing.to_vec(), missing),
         (
@@ -367,4 +375,114 @@ async fn a_leader_cut_off_from_the_apiserver_steps_down_and_stays_standby_after_
         "one certificate"
     );
     watch.abort();
+}
+
+/// The secure port answers as kube-controller-manager's: the probes are open to anyone, and
+/// `/metrics` to whom the apiserver allows `get` on it — a bearer token (TokenReview, then
+/// SubjectAccessReview) or a client certificate of the client CA; without credentials the
+/// user is `system:anonymous` (403), and credentials that do not authenticate get 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_to_whom_the_apiserver_allows_and_the_probes_to_anyone() {
+    use serde_json::json;
+    let s = Server::start_apiserver();
+    let admin = s.http();
+    let ns = s.create_namespace("cm-auth").await;
+    for sa in ["scraper", "nobody"] {
+        send(admin.post(format!("{}/api/v1/namespaces/{ns}/serviceaccounts", s.url)).json(&json!({
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}
+        })))
+        .await
+        .expect_code(201, "a service account");
+    }
+    let role = unique("metrics-reader");
+    send(admin.post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterroles", s.url)).json(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    })))
+    .await
+    .expect_code(201, "the metrics reader role");
+    send(admin.post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", s.url)).json(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": "scraper", "namespace": ns},
+            {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "cert-scraper"}
+        ]
+    })))
+    .await
+    .expect_code(201, "the metrics reader binding");
+    let mut tokens = Vec::new();
+    for sa in ["scraper", "nobody"] {
+        let r = send(admin.post(format!("{}/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", s.url)).json(&json!({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}
+        })))
+        .await;
+        r.expect_code(201, "a service account token");
+        tokens.push(r.body["status"]["token"].as_str().expect("a token").to_string());
+    }
+    let cert_scraper = issue_user(&s, "cert-scraper", &[]);
+    let cert_nobody = issue_user(&s, "cert-nobody", &[]);
+    let stranger = {
+        let now = chrono::Utc::now();
+        let ca = kustos_ca::Ca::generate("another-ca", chrono::Duration::hours(1), now).expect("another CA");
+        let params = kustos_ca::IssueParams::client("cert-scraper", vec![], chrono::Duration::hours(1));
+        let issued = ca.issue(params, now).expect("a certificate of another CA");
+        [issued.key_pem.expect("a key").into_bytes(), b"\n".to_vec(), issued.cert_pem.into_bytes()].concat()
+    };
+
+    let mut args = replica_args(&s, &unique("unused"));
+    args.push("--leader-elect=false".into());
+    let cm = start(&s, &args);
+    assert!(cm.url.starts_with("https://127.0.0.1:"), "{}", cm.url);
+
+    let forbidden = |user: &str| format!("forbidden: User \"{user}\" cannot get path \"/metrics\"");
+    let sa_user = |sa: &str| format!("system:serviceaccount:{ns}:{sa}");
+    // who, credentials, path, status, the Status message (empty: the body is not a Status)
+    let cases: Vec<(&str, Credentials, &str, u16, String)> = vec![
+        ("anyone", Credentials::None, "/healthz", 200, String::new()),
+        ("anyone", Credentials::None, "/readyz", 200, String::new()),
+        ("anyone", Credentials::None, "/livez", 200, String::new()),
+        ("anyone", Credentials::None, "/metrics", 403, forbidden("system:anonymous")),
+        ("a token the apiserver rejects", Credentials::Token("not-a-token"), "/metrics", 401, "Unauthorized".into()),
+        ("a token the apiserver rejects", Credentials::Token("not-a-token"), "/healthz", 401, "Unauthorized".into()),
+        (
+            "a service account without rights",
+            Credentials::Token(&tokens[1]),
+            "/metrics",
+            403,
+            forbidden(&sa_user("nobody")),
+        ),
+        ("a service account without rights", Credentials::Token(&tokens[1]), "/healthz", 200, String::new()),
+        ("the bound service account", Credentials::Token(&tokens[0]), "/metrics", 200, String::new()),
+        ("the bound certificate user", Credentials::Identity(&cert_scraper.identity), "/metrics", 200, String::new()),
+        (
+            "a certificate user without rights",
+            Credentials::Identity(&cert_nobody.identity),
+            "/metrics",
+            403,
+            forbidden("cert-nobody"),
+        ),
+        ("a certificate of another CA", Credentials::Identity(&stranger), "/metrics", 401, "Unauthorized".into()),
+    ];
+    for (who, credentials, path, code, message) in cases {
+        let (got, body) = cm.get_as(path, credentials).await;
+        assert_eq!(got, code, "{who} GET {path}: {body}\n{}", cm.stderr_tail());
+        if message.is_empty() {
+            let want = if path == "/metrics" { "# EOF" } else { "ok" };
+            assert!(body.contains(want), "{who} GET {path}: {body}");
+        } else {
+            let v: serde_json::Value =
+                serde_json::from_str(&body).unwrap_or_else(|e| panic!("{who}: a Status ({e}): {body}"));
+            assert_eq!(v["kind"], "Status", "{who} GET {path}: {body}");
+            assert_eq!(v["message"], message.as_str(), "{who} GET {path}: {body}");
+            assert_eq!(v["code"], code, "{who} GET {path}: {body}");
+            assert_eq!(v["reason"], if code == 401 { "Unauthorized" } else { "Forbidden" }, "{who}: {body}");
+        }
+    }
+    // The admin (system:masters) reads the metrics too, and plain HTTP gets no answer.
+    assert_eq!(cm.get("/metrics").await.0, 200, "the admin");
+    let plain = cm.url.replacen("https://", "http://", 1);
+    let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(10)).build().expect("a client");
+    let answer = client.get(format!("{plain}/metrics")).send().await;
+    assert!(answer.is_err() || answer.is_ok_and(|r| r.status() == 400), "plain HTTP on the secure port");
 }
