@@ -359,7 +359,8 @@ mod tests {
     async fn authentication_table() {
         let d = Delegated::new(Fake::default(), None, settings());
         // authorization header, wanted user name and groups (None: 401)
-        let cases: &[(Option<&str>, Option<(&str, &[&str])>)] = &[
+        type Want = Option<(&'static str, &'static [&'static str])>;
+        let cases: &[(Option<&str>, Want)] = &[
             (None, Some(("system:anonymous", &["system:unauthenticated"]))),
             (Some("Bearer good-prometheus"), Some(("prometheus", &["team", "system:authenticated"]))),
             (Some("bearer good-p2"), Some(("p2", &["team", "system:authenticated"]))),
