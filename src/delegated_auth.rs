@@ -12,7 +12,7 @@
 //! `system:masters` pass without asking; anyone else is allowed what a `SubjectAccessReview`
 //! (non-resource: the lowercase HTTP method as verb, the path) allows, answers remembered for
 //! the allowed and denied TTLs. A refusal is a 403 `Forbidden` Status naming user, verb and
-//! path; a review that could not be made is a 500, as upstream.
+//! path; a review that could not be made (within 10 s) is a 500, as upstream.
 //!
 //! In: the request's client certificate chain ([`PeerCertificates`]) and headers. Out: the
 //! request passed on, or the refusal. The reviews go through [`Reviewer`] (the apiserver in
@@ -38,6 +38,16 @@ pub const DEFAULT_ALWAYS_ALLOW_PATHS: &str = "/healthz,/readyz,/livez";
 pub const ALWAYS_ALLOW_GROUPS: &[&str] = &["system:masters"];
 /// Answers remembered at most, per cache; past that the expired ones go, then all.
 const CACHE_MAX: usize = 4096;
+/// How long one review may take (upstream's client timeout).
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A review's answer, bounded by [`REVIEW_TIMEOUT`].
+async fn within<T>(review: impl Future<Output = kube::Result<T>>) -> anyhow::Result<T> {
+    match tokio::time::timeout(REVIEW_TIMEOUT, review).await {
+        Ok(answer) => Ok(answer?),
+        Err(_) => anyhow::bail!("no answer from the apiserver within {REVIEW_TIMEOUT:?}"),
+    }
+}
 
 /// The reviews the apiserver makes for us.
 pub trait Reviewer: Send + Sync + 'static {
@@ -65,7 +75,7 @@ impl Reviewer for KubeReviewer {
             ..Default::default()
         };
         // The error names the request only; the token is in the body, never in the error.
-        let status = api.create(&Default::default(), &review).await?.status.unwrap_or_default();
+        let status = within(api.create(&Default::default(), &review)).await?.status.unwrap_or_default();
         if let Some(e) = status.error.filter(|e| !e.is_empty()) {
             tracing::debug!(error = %e, "TokenReview: not authenticated");
         }
@@ -84,7 +94,7 @@ impl Reviewer for KubeReviewer {
     async fn review_access(&self, spec: SubjectAccessReviewSpec) -> anyhow::Result<(bool, String)> {
         let api: kube::Api<SubjectAccessReview> = kube::Api::all(self.authorization.clone());
         let review = SubjectAccessReview { spec, ..Default::default() };
-        let status = api.create(&Default::default(), &review).await?.status.unwrap_or_default();
+        let status = within(api.create(&Default::default(), &review)).await?.status.unwrap_or_default();
         Ok((status.allowed, status.reason.unwrap_or_default()))
     }
 }
