@@ -433,6 +433,31 @@ mod tests {
         }
     }
 
+    #[test]
+    fn cert_dir_keeps_the_self_signed_pair_and_tls_files_win() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let cert_dir = dir.path().join("certs");
+        let flag = format!("--cert-dir={}", cert_dir.display());
+        let args = parse(&[flag.as_str()]).unwrap_or_else(|e| panic!("{e}"));
+        let first = serving_pair(&args).unwrap_or_else(|e| panic!("{e}"));
+        let key_file = cert_dir.join("kube-controller-manager.key");
+        let mode = std::fs::metadata(&key_file).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
+        assert_eq!(mode, 0o600, "the key is private");
+        assert_eq!(serving_pair(&args).unwrap_or_else(|e| panic!("{e}")), first, "the same pair on the next start");
+
+        let cert_file = cert_dir.join("kube-controller-manager.crt");
+        let (c, k) = (
+            format!("--tls-cert-file={}", cert_file.display()),
+            format!("--tls-private-key-file={}", key_file.display()),
+        );
+        let other = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let unused = format!("--cert-dir={}", other.path().join("unused").display());
+        let args = parse(&[c.as_str(), k.as_str(), unused.as_str()]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(serving_pair(&args).unwrap_or_else(|e| panic!("{e}")), first, "the files given");
+        assert!(!other.path().join("unused").exists(), "--cert-dir is not used with --tls-cert-file");
+    }
+
     #[tokio::test]
     async fn the_routes() {
         use tower::ServiceExt as _;

@@ -486,3 +486,121 @@ async fn metrics_are_served_to_whom_the_apiserver_allows_and_the_probes_to_anyon
     let answer = client.get(format!("{plain}/metrics")).send().await;
     assert!(answer.is_err() || answer.is_ok_and(|r| r.status() == 400), "plain HTTP on the secure port");
 }
+
+/// Without `--client-ca-file` the client CA is the one kube-apiserver publishes in ConfigMap
+/// kube-system/extension-apiserver-authentication, and a serving certificate given as files
+/// is the one served. A controller-manager that may not read the ConfigMap stops with one
+/// line, unless told to tolerate that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_ca_is_looked_up_in_the_cluster_and_the_serving_certificate_can_be_given() {
+    use serde_json::json;
+    let s = Server::start_apiserver();
+    let admin = s.http();
+    let pki = s.data_dir.join("pki");
+    let ca_pem = std::fs::read_to_string(pki.join("ca.crt")).expect("reading ca.crt");
+    send(admin.post(format!("{}/api/v1/namespaces/kube-system/configmaps", s.url)).json(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "extension-apiserver-authentication"},
+        "data": {"client-ca-file": ca_pem}
+    })))
+    .await
+    .expect_code(201, "the ConfigMap kube-apiserver publishes");
+    let role = unique("metrics-reader");
+    send(admin.post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterroles", s.url)).json(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    })))
+    .await
+    .expect_code(201, "the metrics reader role");
+    send(admin.post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", s.url)).json(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "cert-scraper"}]
+    })))
+    .await
+    .expect_code(201, "the metrics reader binding");
+
+    // A serving certificate from the cluster CA, so the client can verify it.
+    let ca = kustos_ca::Ca::from_pem(&ca_pem, &std::fs::read_to_string(pki.join("ca.key")).expect("ca.key"))
+        .expect("the cluster CA");
+    let params = kustos_ca::IssueParams::server(
+        "kcm-serving",
+        vec!["localhost".into()],
+        vec![std::net::IpAddr::from([127, 0, 0, 1])],
+        chrono::Duration::hours(1),
+    );
+    let serving = ca.issue(params, chrono::Utc::now()).expect("a serving certificate");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&crt, &serving.cert_pem).expect("writing tls.crt");
+    std::fs::write(&key, serving.key_pem.as_deref().expect("a key")).expect("writing tls.key");
+
+    let mut args = replica_args(&s, &unique("unused"));
+    args.extend([
+        "--leader-elect=false".into(),
+        "--authentication-skip-lookup=false".into(),
+        format!("--tls-cert-file={}", crt.display()),
+        format!("--tls-private-key-file={}", key.display()),
+    ]);
+    let cm = start(&s, &args);
+    let verifying = |identity: &[u8]| {
+        let mut b = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .identity(reqwest::Identity::from_pem(identity).expect("an identity"))
+            .no_proxy()
+            .timeout(Duration::from_secs(30));
+        for c in reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes()).expect("the CA") {
+            b = b.add_root_certificate(c);
+        }
+        b.build().expect("a client")
+    };
+    // who, status, the Status message (empty: the metrics)
+    let cases = [
+        ("cert-scraper", 200, String::new()),
+        ("cert-nobody", 403, "forbidden: User \"cert-nobody\" cannot get path \"/metrics\"".to_string()),
+    ];
+    for (name, code, message) in cases {
+        let user = issue_user(&s, name, &[]);
+        let resp = verifying(&user.identity)
+            .get(format!("{}/metrics", cm.url))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{name}: GET /metrics, verifying the served certificate: {e}"));
+        assert_eq!(resp.status().as_u16(), code, "{name}\n{}", cm.stderr_tail());
+        let body = resp.text().await.unwrap_or_default();
+        if message.is_empty() {
+            assert!(body.contains("# EOF"), "{name}: {body}");
+        } else {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            assert_eq!(v["message"], message.as_str(), "{name}: the certificate named the user: {body}");
+        }
+    }
+
+    // A user who may not read the ConfigMap: one line, non-zero exit; tolerated, it serves.
+    let nobody = issue_user(&s, "kcm-nobody", &[]);
+    let kubeconfig = format!("--kubeconfig={}", nobody.kubeconfig.display());
+    let base = ["--controllers=-csrsigning", "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"];
+    let out = kustos(&[&["controller-manager", kubeconfig.as_str()], &base[..]].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit status {}: {stderr}", out.status);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty() && !l.contains(" WARN ")).collect();
+    assert_eq!(lines.len(), 1, "one error line:\n{stderr}");
+    for want in [
+        "looking up configmap kube-system/extension-apiserver-authentication",
+        "extension-apiserver-authentication-reader",
+    ] {
+        assert!(lines[0].starts_with("error: ") && lines[0].contains(want), "{want}: {stderr}");
+    }
+    let tolerated = ControllerManager::start_with_kubeconfig(
+        &s,
+        &nobody.kubeconfig,
+        &[
+            "--controllers=-csrsigning",
+            "--leader-elect=false",
+            "--authentication-skip-lookup=false",
+            "--authentication-tolerate-lookup-failure",
+        ],
+    );
+    assert_eq!(tolerated.get_as("/healthz", Credentials::None).await, (200, "ok".to_string()), "it serves");
+}

@@ -22,6 +22,7 @@ pub mod etcd;
 pub mod kubelet;
 pub mod x509;
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -891,16 +892,22 @@ impl ControllerManager {
         ControllerManager::start_with_kubeconfig(s, &s.kubeconfig, args)
     }
 
-    /// Like [`ControllerManager::start`], with another kubeconfig.
+    /// Like [`ControllerManager::start`], with another kubeconfig. `--client-ca-file` is left
+    /// out when `args` name one or pass `--authentication-skip-lookup=false` (the lookup).
     pub fn start_with_kubeconfig(s: &Server, kubeconfig: &Path, args: &[&str]) -> ControllerManager {
         let log = s.work_dir().join(format!("{}.log", unique("controller-manager")));
         let stderr = std::fs::File::create(&log).expect("creating the controller-manager log");
+        let own_ca =
+            args.iter().any(|a| a.starts_with("--client-ca-file") || *a == "--authentication-skip-lookup=false");
+        let client_ca = s.data_dir.join("pki/ca.crt");
+        let client_ca_args: Vec<&OsStr> =
+            if own_ca { Vec::new() } else { vec![OsStr::new("--client-ca-file"), client_ca.as_os_str()] };
         let mut child = Command::new(binary())
             .arg("controller-manager")
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .args(["--bind-address", "127.0.0.1", "--secure-port", "0", "--client-ca-file"])
-            .arg(s.data_dir.join("pki/ca.crt"))
+            .args(["--bind-address", "127.0.0.1", "--secure-port", "0"])
+            .args(client_ca_args)
             .args(args)
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
