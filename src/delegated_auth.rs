@@ -160,7 +160,7 @@ pub struct Delegated<R> {
     settings: Settings,
     /// SHA-256 of the token → the user (`None`: not valid).
     tokens: TtlCache<String, Option<UserInfo>>,
-    /// The review's spec (JSON) → allowed, reason.
+    /// SHA-256 of the review's spec (JSON) → allowed, reason.
     decisions: TtlCache<String, (bool, String)>,
 }
 
@@ -257,7 +257,8 @@ impl<R: Reviewer> Delegated<R> {
             return Decision::Allow;
         }
         let spec = access_review_spec(user, verb, path);
-        let key = serde_json::to_string(&spec).unwrap_or_default();
+        // Hashed: a key holds no path of unbounded length.
+        let key = kustos_ca::fingerprint(serde_json::to_string(&spec).unwrap_or_default().as_bytes());
         let answer = match self.decisions.get(&key, Instant::now()) {
             Some(answer) => answer,
             None => match self.reviewer.review_access(spec).await {
