@@ -1,8 +1,8 @@
 //! `kustos controller-manager`: the controllers alone, against any apiserver (a kubeconfig,
-//! or the in-cluster config in a Pod), with Lease leader election, `/healthz`, `/readyz` and
-//! `/metrics` on plain HTTP.
+//! or the in-cluster config in a Pod), with Lease leader election, and `/healthz`, `/readyz`,
+//! `/livez` and `/metrics` on an HTTPS port behind delegated authentication and authorization
+//! ([`crate::secure_serving`]).
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,10 +12,6 @@ use clap::Args;
 use kustos_controllers::{leader_election, metrics::Metrics};
 
 use crate::{parse_duration, SigningArgs};
-
-/// The default of `--metrics-bind-address`: every interface (the kubelet's probes and
-/// Prometheus reach a Pod on its IP), port 8080 as controller-runtime's managers use.
-pub const DEFAULT_METRICS_BIND_ADDRESS: &str = "0.0.0.0:8080";
 
 /// The default of `--leader-elect-resource-name`.
 pub const DEFAULT_LEASE_NAME: &str = "kustos-controller-manager";
@@ -52,10 +48,8 @@ pub struct ControllerManagerArgs {
     /// Name of the leader-election Lease.
     #[arg(long, default_value = DEFAULT_LEASE_NAME)]
     leader_elect_resource_name: String,
-    /// Where to serve /healthz, /readyz and /metrics over plain HTTP (port 0 picks a free
-    /// one; the address is printed on stdout).
-    #[arg(long, default_value = DEFAULT_METRICS_BIND_ADDRESS)]
-    metrics_bind_address: SocketAddr,
+    #[command(flatten)]
+    serving: crate::secure_serving::ServingArgs,
     /// Log format: text or json.
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     log_format: String,
@@ -97,19 +91,6 @@ impl ControllerManagerArgs {
     }
 }
 
-/// `GET /healthz`, `/readyz`: 200 `ok` for the leader and a standby alike (a standby is
-/// healthy and ready to take over); `GET /metrics`: the Prometheus text.
-pub fn router(metrics: Metrics) -> axum::Router {
-    use axum::routing::get;
-    axum::Router::new().route("/healthz", get(|| async { "ok" })).route("/readyz", get(|| async { "ok" })).route(
-        "/metrics",
-        get(move || {
-            let text = metrics.encode();
-            async move { ([(http::header::CONTENT_TYPE, kustos_controllers::metrics::CONTENT_TYPE)], text) }
-        }),
-    )
-}
-
 pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     crate::init_logging(&args.log_format);
     // Every flag is checked before anything connects or listens.
@@ -117,6 +98,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
     let node_lifecycle = args.node_lifecycle.timing()?;
     let election = args.leader_election(leader_election::identity())?;
     let csr_signing = args.signing.config(None)?;
+    let auth_settings = args.serving.check()?;
     if controllers.iter().any(|c| c == "csrsigning") {
         if !csr_signing.any_set() {
             anyhow::bail!(
@@ -168,13 +150,12 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         // A standby from the first scrape on.
         metrics.set_leader(&le.name, false);
     }
-    let listener = tokio::net::TcpListener::bind(args.metrics_bind_address)
-        .await
-        .with_context(|| format!("listening on --metrics-bind-address {}", args.metrics_bind_address))?;
-    let addr = listener.local_addr().context("the metrics listener's address")?;
-    tracing::info!(address = %addr, "serving /healthz, /readyz and /metrics");
-    println!("kustos controller-manager serving health and metrics on http://{addr}");
-    let http = tokio::spawn(std::future::IntoFuture::into_future(axum::serve(listener, router(metrics.clone()))));
+    let serving = crate::secure_serving::start(&args.serving, auth_settings, &client, metrics.clone()).await?;
+    tracing::info!(address = %serving.secure, "serving /healthz, /readyz, /livez and /metrics over HTTPS");
+    println!("kustos controller-manager serving health and metrics on https://{}", serving.secure);
+    if let Some(addr) = serving.insecure {
+        println!("kustos controller-manager serving health and metrics without authentication on http://{addr}");
+    }
 
     let config = kustos_controllers::Config {
         controllers,
@@ -201,7 +182,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
             kustos_controllers::run(clients, config, crate::shutdown_signal()).await
         }
     };
-    http.abort();
+    serving.abort();
     tracing::info!("stopped");
     result
 }
@@ -267,31 +248,8 @@ mod tests {
     #[test]
     fn other_defaults() {
         let a = parse(&[]);
-        assert_eq!(a.metrics_bind_address.to_string(), DEFAULT_METRICS_BIND_ADDRESS, "metrics address");
         assert_eq!(a.controllers, ["*"], "controllers");
         assert_eq!(a.log_format, "text", "log format");
         assert!(a.kubeconfig.is_none(), "kubeconfig");
-    }
-
-    #[tokio::test]
-    async fn health_readiness_and_metrics_are_served() {
-        use tower::ServiceExt as _;
-        let metrics = Metrics::new();
-        metrics.csr_signed("kubernetes.io/kube-apiserver-client-kubelet");
-        // path, wanted status, a line the body must contain
-        let cases: &[(&str, u16, &str)] = &[
-            ("/healthz", 200, "ok"),
-            ("/readyz", 200, "ok"),
-            ("/metrics", 200, "kustos_csr_signed_total{signer=\"kubernetes.io/kube-apiserver-client-kubelet\"} 1"),
-            ("/nope", 404, ""),
-        ];
-        for (path, code, line) in cases {
-            let req = http::Request::get(*path).body(axum::body::Body::empty()).unwrap_or_default();
-            let resp = router(metrics.clone()).oneshot(req).await.unwrap_or_else(|e| match e {});
-            assert_eq!(resp.status().as_u16(), *code, "{path}");
-            let body = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap_or_default();
-            let text = String::from_utf8_lossy(&body);
-            assert!(text.lines().any(|l| l == *line) || line.is_empty(), "{path}: {text}");
-        }
     }
 }

@@ -9,9 +9,12 @@ use clap::{Args, Parser, Subcommand};
 mod ca_cmd;
 mod ca_signer_cmd;
 mod controller_manager;
+mod delegated_auth;
 mod kubeconfig_cmd;
+mod logging;
 mod pki_followers;
 mod sa_key_cmd;
+mod secure_serving;
 mod storage_cmd;
 mod token;
 mod token_rotate;
@@ -325,15 +328,7 @@ fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
 }
 
 fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    // Colours only on a terminal: a log file or a collector gets plain text.
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
+    logging::init(format);
 }
 
 async fn shutdown_signal() {

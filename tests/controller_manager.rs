@@ -2,7 +2,9 @@
 //! plus controller-manager replicas pointed at it with its admin kubeconfig and CA. Two
 //! replicas elect one leader on a Lease; the leader approves and signs a kubelet's client
 //! CSR; after `kill -9` of the leader the other takes over and signs the next one; no CSR is
-//! signed twice; SIGTERM releases the lease and exits 0; bad flags are one-line errors.
+//! signed twice; SIGTERM releases the lease and exits 0; bad flags are one-line errors. The
+//! health and metrics port is HTTPS with delegated authentication and authorization, as
+//! kube-controller-manager's.
 //!
 //! Every wait is bounded; nothing asserts on how long anything took.
 
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::kubelet::{
     bootstrap_token, client_for, replica_args, request_node_certificate, watch_certificates, Seen, KUBELET_CLIENT,
 };
-use common::{kustos, token_user, unique, ControllerManager, Server};
+use common::{issue_user, kustos, send, token_user, unique, ControllerManager, Credentials, Server};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::Api;
@@ -214,6 +216,12 @@ fn bad_flags_are_a_one_line_error_and_a_non_zero_exit() {
             "must be greater than --leader-elect-retry-period",
         ),
         ("unknown controller", vec!["--controllers=*,nope".into()], "not in the list of known controllers"),
+        (
+            "plain HTTP off loopback",
+            vec!["--metrics-bind-address=0.0.0.0:8080".into()],
+            "--metrics-bind-address 0.0.0.0:8080: plain HTTP without authentication is served on loopback addresses only",
+        ),
+        ("half a serving pair", vec![format!("--tls-cert-file={missing}")], "--tls-private-key-file go together"),
         ("csrsigning without a CA", vec![], "csrsigning needs a signing CA"),
         ("signing files that do not exist", signing.to_vec(), missing),
         (
@@ -367,4 +375,232 @@ async fn a_leader_cut_off_from_the_apiserver_steps_down_and_stays_standby_after_
         "one certificate"
     );
     watch.abort();
+}
+
+/// The secure port answers as kube-controller-manager's: the probes are open to anyone, and
+/// `/metrics` to whom the apiserver allows `get` on it — a bearer token (TokenReview, then
+/// SubjectAccessReview) or a client certificate of the client CA; without credentials the
+/// user is `system:anonymous` (403), and credentials that do not authenticate get 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_to_whom_the_apiserver_allows_and_the_probes_to_anyone() {
+    use serde_json::json;
+    let s = Server::start_apiserver();
+    let admin = s.http();
+    let ns = s.create_namespace("cm-auth").await;
+    for sa in ["scraper", "nobody"] {
+        send(admin.post(format!("{}/api/v1/namespaces/{ns}/serviceaccounts", s.url)).json(&json!({
+            "apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": sa}
+        })))
+        .await
+        .expect_code(201, "a service account");
+    }
+    let role = unique("metrics-reader");
+    send(admin.post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterroles", s.url)).json(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    })))
+    .await
+    .expect_code(201, "the metrics reader role");
+    send(admin.post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", s.url)).json(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [
+            {"kind": "ServiceAccount", "name": "scraper", "namespace": ns},
+            {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "cert-scraper"}
+        ]
+    })))
+    .await
+    .expect_code(201, "the metrics reader binding");
+    let mut tokens = Vec::new();
+    for sa in ["scraper", "nobody"] {
+        let r = send(admin.post(format!("{}/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token", s.url)).json(&json!({
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}
+        })))
+        .await;
+        r.expect_code(201, "a service account token");
+        tokens.push(r.body["status"]["token"].as_str().expect("a token").to_string());
+    }
+    let cert_scraper = issue_user(&s, "cert-scraper", &[]);
+    let cert_nobody = issue_user(&s, "cert-nobody", &[]);
+    let stranger = {
+        let now = chrono::Utc::now();
+        let ca = kustos_ca::Ca::generate("another-ca", chrono::Duration::hours(1), now).expect("another CA");
+        let params = kustos_ca::IssueParams::client("cert-scraper", vec![], chrono::Duration::hours(1));
+        let issued = ca.issue(params, now).expect("a certificate of another CA");
+        [issued.key_pem.expect("a key").into_bytes(), b"\n".to_vec(), issued.cert_pem.into_bytes()].concat()
+    };
+
+    let mut args = replica_args(&s, &unique("unused"));
+    args.push("--leader-elect=false".into());
+    let cm = start(&s, &args);
+    assert!(cm.url.starts_with("https://127.0.0.1:"), "{}", cm.url);
+
+    let forbidden = |user: &str| format!("forbidden: User \"{user}\" cannot get path \"/metrics\"");
+    let sa_user = |sa: &str| format!("system:serviceaccount:{ns}:{sa}");
+    // who, credentials, path, status, the Status message (empty: the body is not a Status)
+    let cases: Vec<(&str, Credentials, &str, u16, String)> = vec![
+        ("anyone", Credentials::None, "/healthz", 200, String::new()),
+        ("anyone", Credentials::None, "/readyz", 200, String::new()),
+        ("anyone", Credentials::None, "/livez", 200, String::new()),
+        ("anyone", Credentials::None, "/metrics", 403, forbidden("system:anonymous")),
+        ("a token the apiserver rejects", Credentials::Token("not-a-token"), "/metrics", 401, "Unauthorized".into()),
+        ("a token the apiserver rejects", Credentials::Token("not-a-token"), "/healthz", 401, "Unauthorized".into()),
+        (
+            "a service account without rights",
+            Credentials::Token(&tokens[1]),
+            "/metrics",
+            403,
+            forbidden(&sa_user("nobody")),
+        ),
+        ("a service account without rights", Credentials::Token(&tokens[1]), "/healthz", 200, String::new()),
+        ("the bound service account", Credentials::Token(&tokens[0]), "/metrics", 200, String::new()),
+        ("the bound certificate user", Credentials::Identity(&cert_scraper.identity), "/metrics", 200, String::new()),
+        (
+            "a certificate user without rights",
+            Credentials::Identity(&cert_nobody.identity),
+            "/metrics",
+            403,
+            forbidden("cert-nobody"),
+        ),
+        ("a certificate of another CA", Credentials::Identity(&stranger), "/metrics", 401, "Unauthorized".into()),
+    ];
+    for (who, credentials, path, code, message) in cases {
+        let (got, body) = cm.get_as(path, credentials).await;
+        assert_eq!(got, code, "{who} GET {path}: {body}\n{}", cm.stderr_tail());
+        if message.is_empty() {
+            let want = if path == "/metrics" { "# EOF" } else { "ok" };
+            assert!(body.contains(want), "{who} GET {path}: {body}");
+        } else {
+            let v: serde_json::Value =
+                serde_json::from_str(&body).unwrap_or_else(|e| panic!("{who}: a Status ({e}): {body}"));
+            assert_eq!(v["kind"], "Status", "{who} GET {path}: {body}");
+            assert_eq!(v["message"], message.as_str(), "{who} GET {path}: {body}");
+            assert_eq!(v["code"], code, "{who} GET {path}: {body}");
+            assert_eq!(v["reason"], if code == 401 { "Unauthorized" } else { "Forbidden" }, "{who}: {body}");
+        }
+    }
+    // The admin (system:masters) reads the metrics too, and plain HTTP gets no answer.
+    assert_eq!(cm.get("/metrics").await.0, 200, "the admin");
+    let plain = cm.url.replacen("https://", "http://", 1);
+    let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(10)).build().expect("a client");
+    let answer = client.get(format!("{plain}/metrics")).send().await;
+    assert!(answer.is_err() || answer.is_ok_and(|r| r.status() == 400), "plain HTTP on the secure port");
+}
+
+/// Without `--client-ca-file` the client CA is the one kube-apiserver publishes in ConfigMap
+/// kube-system/extension-apiserver-authentication, and a serving certificate given as files
+/// is the one served. A controller-manager that may not read the ConfigMap stops with one
+/// line, unless told to tolerate that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_ca_is_looked_up_in_the_cluster_and_the_serving_certificate_can_be_given() {
+    use serde_json::json;
+    let s = Server::start_apiserver();
+    let admin = s.http();
+    let pki = s.data_dir.join("pki");
+    let ca_pem = std::fs::read_to_string(pki.join("ca.crt")).expect("reading ca.crt");
+    send(admin.post(format!("{}/api/v1/namespaces/kube-system/configmaps", s.url)).json(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "extension-apiserver-authentication"},
+        "data": {"client-ca-file": ca_pem}
+    })))
+    .await
+    .expect_code(201, "the ConfigMap kube-apiserver publishes");
+    let role = unique("metrics-reader");
+    send(admin.post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterroles", s.url)).json(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": role},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
+    })))
+    .await
+    .expect_code(201, "the metrics reader role");
+    send(admin.post(format!("{}/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", s.url)).json(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": role},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "cert-scraper"}]
+    })))
+    .await
+    .expect_code(201, "the metrics reader binding");
+
+    // A serving certificate from the cluster CA, so the client can verify it.
+    let ca = kustos_ca::Ca::from_pem(&ca_pem, &std::fs::read_to_string(pki.join("ca.key")).expect("ca.key"))
+        .expect("the cluster CA");
+    let params = kustos_ca::IssueParams::server(
+        "kcm-serving",
+        vec!["localhost".into()],
+        vec![std::net::IpAddr::from([127, 0, 0, 1])],
+        chrono::Duration::hours(1),
+    );
+    let serving = ca.issue(params, chrono::Utc::now()).expect("a serving certificate");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (crt, key) = (dir.path().join("tls.crt"), dir.path().join("tls.key"));
+    std::fs::write(&crt, &serving.cert_pem).expect("writing tls.crt");
+    std::fs::write(&key, serving.key_pem.as_deref().expect("a key")).expect("writing tls.key");
+
+    let mut args = replica_args(&s, &unique("unused"));
+    args.extend([
+        "--leader-elect=false".into(),
+        "--authentication-skip-lookup=false".into(),
+        format!("--tls-cert-file={}", crt.display()),
+        format!("--tls-private-key-file={}", key.display()),
+    ]);
+    let cm = start(&s, &args);
+    let verifying = |identity: &[u8]| {
+        let mut b = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .identity(reqwest::Identity::from_pem(identity).expect("an identity"))
+            .no_proxy()
+            .timeout(Duration::from_secs(30));
+        for c in reqwest::Certificate::from_pem_bundle(ca_pem.as_bytes()).expect("the CA") {
+            b = b.add_root_certificate(c);
+        }
+        b.build().expect("a client")
+    };
+    // who, status, the Status message (empty: the metrics)
+    let cases = [
+        ("cert-scraper", 200, String::new()),
+        ("cert-nobody", 403, "forbidden: User \"cert-nobody\" cannot get path \"/metrics\"".to_string()),
+    ];
+    for (name, code, message) in cases {
+        let user = issue_user(&s, name, &[]);
+        let resp = verifying(&user.identity)
+            .get(format!("{}/metrics", cm.url))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{name}: GET /metrics, verifying the served certificate: {e}"));
+        assert_eq!(resp.status().as_u16(), code, "{name}\n{}", cm.stderr_tail());
+        let body = resp.text().await.unwrap_or_default();
+        if message.is_empty() {
+            assert!(body.contains("# EOF"), "{name}: {body}");
+        } else {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            assert_eq!(v["message"], message.as_str(), "{name}: the certificate named the user: {body}");
+        }
+    }
+
+    // A user who may not read the ConfigMap: one line, non-zero exit; tolerated, it serves.
+    let nobody = issue_user(&s, "kcm-nobody", &[]);
+    let kubeconfig = format!("--kubeconfig={}", nobody.kubeconfig.display());
+    let base = ["--controllers=-csrsigning", "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"];
+    let out = kustos(&[&["controller-manager", kubeconfig.as_str()], &base[..]].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit status {}: {stderr}", out.status);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty() && !l.contains(" WARN ")).collect();
+    assert_eq!(lines.len(), 1, "one error line:\n{stderr}");
+    for want in [
+        "looking up configmap kube-system/extension-apiserver-authentication",
+        "extension-apiserver-authentication-reader",
+    ] {
+        assert!(lines[0].starts_with("error: ") && lines[0].contains(want), "{want}: {stderr}");
+    }
+    let tolerated = ControllerManager::start_with_kubeconfig(
+        &s,
+        &nobody.kubeconfig,
+        &[
+            "--controllers=-csrsigning",
+            "--leader-elect=false",
+            "--authentication-skip-lookup=false",
+            "--authentication-tolerate-lookup-failure",
+        ],
+    );
+    assert_eq!(tolerated.get_as("/healthz", Credentials::None).await, (200, "ok".to_string()), "it serves");
 }

@@ -103,9 +103,34 @@ fn kustomize_builds_the_whole_operator_install() {
     assert_eq!(sc["allowPrivilegeEscalation"], false, "no privilege escalation");
     assert_eq!(sc["runAsNonRoot"], true, "non-root");
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "non-root Pod");
+    // Health and metrics on kube-controller-manager's secure port, HTTPS, nothing in plain HTTP.
+    assert!(args.contains(&"--secure-port=10257"), "{args:?}");
+    assert!(!args.iter().any(|a| a.starts_with("--metrics-bind-address")), "no plain HTTP listener: {args:?}");
+    assert_eq!(c["ports"], serde_json::json!([{"name": "https", "containerPort": 10257, "protocol": "TCP"}]));
     for probe in ["livenessProbe", "readinessProbe"] {
-        assert!(c[probe]["httpGet"]["path"].is_string(), "{probe}");
+        let get = &c[probe]["httpGet"];
+        assert!(get["path"].is_string(), "{probe}");
+        assert_eq!((&get["port"], &get["scheme"]), (&Value::from("https"), &Value::from("HTTPS")), "{probe}");
     }
+    let service = find(&objects, "Service", "kustos-controller-manager-metrics");
+    assert_eq!(
+        service["spec"]["ports"],
+        serde_json::json!([{"name": "https-metrics", "port": 10257, "targetPort": "https", "protocol": "TCP"}]),
+        "a ServiceMonitor scrapes the named HTTPS port"
+    );
+    let policy = find(&objects, "NetworkPolicy", "kustos");
+    assert_eq!(policy["spec"]["ingress"][0]["ports"][0]["port"], 10257, "the policy admits the secure port");
+    // The secure port's delegated authentication and authorization, and who may scrape.
+    let delegator = find(&objects, "ClusterRoleBinding", "kustos:controller-manager:auth-delegator");
+    assert_eq!(delegator["roleRef"]["name"], "system:auth-delegator", "TokenReview and SubjectAccessReview");
+    let reader = find(&objects, "RoleBinding", "kustos:controller-manager:authentication-reader");
+    assert_eq!(
+        (&reader["metadata"]["namespace"], &reader["roleRef"]["name"]),
+        (&Value::from("kube-system"), &Value::from("extension-apiserver-authentication-reader")),
+        "the client CA lookup"
+    );
+    let metrics_reader = find(&objects, "ClusterRole", "kustos:metrics-reader");
+    assert_eq!(metrics_reader["rules"], serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]));
     for r in ["requests", "limits"] {
         assert!(c["resources"][r]["memory"].is_string() && c["resources"][r]["cpu"].is_string(), "resources.{r}");
     }

@@ -106,3 +106,70 @@ async fn no_access_log_by_default() {
     let log = std::fs::read_to_string(s.work_dir().join("stderr-0.log")).expect("the server log");
     assert!(!log.lines().any(|l| l.contains("HTTP") && l.contains("/api/v1/namespaces/default/configmaps")), "{log}");
 }
+
+/// A user name (a client certificate's CN) and a user agent with terminal escapes, a forged
+/// log line, a C1 CSI and a right-to-left override reach the log only escaped: no line of
+/// the log holds a raw control character, and no forged line starts a record.
+#[tokio::test]
+async fn client_strings_reach_the_log_only_escaped() {
+    let s = Server::start_with(&["-v", "2"]);
+    let forged = "2026-01-01T00:00:00.000000Z ERROR kustos: forged";
+    let name = format!("mallory\x1b[31m\r\n{forged}\u{9b}2J\u{202e}exe.txt");
+    let agent = "kubectl\u{202e}\u{9b}31m/v1.32 \u{2066}x\u{2069}";
+
+    let pki = s.data_dir.join("pki");
+    let ca = kustos_ca::Ca::from_pem(
+        &std::fs::read_to_string(pki.join("ca.crt")).expect("reading ca.crt"),
+        &std::fs::read_to_string(pki.join("ca.key")).expect("reading ca.key"),
+    )
+    .expect("the cluster CA");
+    let params = kustos_ca::IssueParams::client(&name, vec!["system:masters".into()], chrono::Duration::hours(1));
+    let issued = ca.issue(params, chrono::Utc::now()).expect("issuing a client certificate");
+    let mut identity = issued.key_pem.clone().expect("a generated key").into_bytes();
+    identity.push(b'\n');
+    identity.extend_from_slice(issued.cert_pem.as_bytes());
+    let mut client = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .identity(reqwest::Identity::from_pem(&identity).expect("the identity"))
+        .no_proxy()
+        .timeout(Duration::from_secs(30));
+    for ca in reqwest::Certificate::from_pem_bundle(&s.ca_pem()).expect("the CA bundle") {
+        client = client.add_root_certificate(ca);
+    }
+    let client = client.build().expect("an HTTP client");
+    let agent_value = reqwest::header::HeaderValue::from_bytes(agent.as_bytes()).expect("a UTF-8 header value");
+    for path in ["/api/v1/namespaces/default/configmaps", "/apis/evil.example.com/v1/things"] {
+        let resp = client
+            .get(format!("{}{path}", s.url))
+            .header(reqwest::header::USER_AGENT, agent_value.clone())
+            .send()
+            .await
+            .expect("sending the request");
+        assert!(matches!(resp.status().as_u16(), 200 | 404), "{path}: {}", resp.status());
+    }
+
+    let log = std::fs::read_to_string(s.work_dir().join("stderr-0.log")).expect("the server log");
+    let bad: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            l.chars().any(|c| {
+                c.is_control()
+                    || matches!(c, '\u{61c}' | '\u{200e}' | '\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+            })
+        })
+        .collect();
+    assert!(bad.is_empty(), "raw control or bidi characters in the log:\n{bad:#?}");
+    assert!(!log.lines().any(|l| l.starts_with(forged)), "a forged record:\n{log}");
+    let escaped_name =
+        "mallory\\x1b[31m\\r\\n2026-01-01T00:00:00.000000Z ERROR kustos: forged\\u{9b}2J\\u{202e}exe.txt";
+    let escaped_agent = "kubectl\\u{202e}\\u{9b}31m/v1.32 \\u{2066}x\\u{2069}";
+    let access: Vec<&str> =
+        log.lines().filter(|l| l.contains("HTTP") && l.contains("/api/v1/namespaces/default/configmaps")).collect();
+    assert!(
+        access.iter().any(|l| l.contains(&format!("user={escaped_name}")) && l.contains(escaped_agent)),
+        "the access line names the user and agent escaped:\n{access:#?}"
+    );
+    let warning = log.lines().find(|l| l.contains("WARN") && l.contains("evil.example.com"));
+    assert!(warning.is_some_and(|l| l.contains(escaped_agent)), "the 404 warning, escaped:\n{log}");
+}

@@ -22,6 +22,7 @@ pub mod etcd;
 pub mod kubelet;
 pub mod x509;
 
+use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -868,27 +869,45 @@ fn user_with_kubeconfig(s: &Server, name: &str, yaml: &str, identity: Vec<u8>) -
 /// its health and metrics server.
 pub struct ControllerManager {
     child: Mutex<Option<Child>>,
-    /// `http://127.0.0.1:PORT` (`--metrics-bind-address 127.0.0.1:0`, as printed).
+    /// `https://127.0.0.1:PORT` (`--bind-address 127.0.0.1 --secure-port 0`, as printed).
     pub url: String,
     log: PathBuf,
+    /// The admin's client key and certificate (PEM), which [`ControllerManager::get`] shows.
+    admin: Vec<u8>,
+}
+
+/// The credentials of a request to the controller-manager's secure port.
+pub enum Credentials<'a> {
+    None,
+    Token(&'a str),
+    /// Client key and certificate, PEM.
+    Identity(&'a [u8]),
 }
 
 impl ControllerManager {
-    /// `kustos controller-manager --kubeconfig <admin of s> --metrics-bind-address
-    /// 127.0.0.1:0 <args>`; waits (bounded) for the line naming the metrics address.
+    /// `kustos controller-manager --kubeconfig <admin of s> --bind-address 127.0.0.1
+    /// --secure-port 0 --client-ca-file <s's CA> <args>`; waits (bounded) for the line naming
+    /// the secure address.
     pub fn start(s: &Server, args: &[&str]) -> ControllerManager {
         ControllerManager::start_with_kubeconfig(s, &s.kubeconfig, args)
     }
 
-    /// Like [`ControllerManager::start`], with another kubeconfig.
+    /// Like [`ControllerManager::start`], with another kubeconfig. `--client-ca-file` is left
+    /// out when `args` name one or pass `--authentication-skip-lookup=false` (the lookup).
     pub fn start_with_kubeconfig(s: &Server, kubeconfig: &Path, args: &[&str]) -> ControllerManager {
         let log = s.work_dir().join(format!("{}.log", unique("controller-manager")));
         let stderr = std::fs::File::create(&log).expect("creating the controller-manager log");
+        let own_ca =
+            args.iter().any(|a| a.starts_with("--client-ca-file") || *a == "--authentication-skip-lookup=false");
+        let client_ca = s.data_dir.join("pki/ca.crt");
+        let client_ca_args: Vec<&OsStr> =
+            if own_ca { Vec::new() } else { vec![OsStr::new("--client-ca-file"), client_ca.as_os_str()] };
         let mut child = Command::new(binary())
             .arg("controller-manager")
             .arg("--kubeconfig")
             .arg(kubeconfig)
-            .args(["--metrics-bind-address", "127.0.0.1:0"])
+            .args(["--bind-address", "127.0.0.1", "--secure-port", "0"])
+            .args(client_ca_args)
             .args(args)
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
@@ -907,7 +926,10 @@ impl ControllerManager {
         const PREFIX: &str = "kustos controller-manager serving health and metrics on ";
         match rx.recv_timeout(START_TIMEOUT) {
             Ok(line) if line.starts_with(PREFIX) => {
-                ControllerManager { child: Mutex::new(Some(child)), url: line[PREFIX.len()..].trim().to_string(), log }
+                let (cert, key) = s.admin_identity_pem();
+                let admin = [key, b"\n".to_vec(), cert].concat();
+                let url = line[PREFIX.len()..].trim().to_string();
+                ControllerManager { child: Mutex::new(Some(child)), url, log, admin }
             }
             other => {
                 let _ = child.kill();
@@ -942,10 +964,27 @@ impl ControllerManager {
         terminate_child(&self.child, within, "the controller-manager", || self.stderr_tail())
     }
 
-    /// `GET <url><path>` over plain HTTP: (status, body).
+    /// `GET <url><path>` as the admin (`system:masters`, allowed without a review): (status,
+    /// body). The serving certificate is self-signed, so it is not verified.
     pub async fn get(&self, path: &str) -> (u16, String) {
-        let client = reqwest::Client::builder().timeout(HTTP_TIMEOUT).no_proxy().build().expect("an HTTP client");
-        let resp = client.get(format!("{}{path}", self.url)).send().await.unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        self.get_as(path, Credentials::Identity(&self.admin)).await
+    }
+
+    /// `GET <url><path>` with these credentials: (status, body).
+    pub async fn get_as(&self, path: &str, credentials: Credentials<'_>) -> (u16, String) {
+        let mut client = reqwest::Client::builder()
+            .use_rustls_tls()
+            .danger_accept_invalid_certs(true)
+            .timeout(HTTP_TIMEOUT)
+            .no_proxy();
+        if let Credentials::Identity(pem) = credentials {
+            client = client.identity(reqwest::Identity::from_pem(pem).expect("a client identity PEM"));
+        }
+        let mut req = client.build().expect("an HTTP client").get(format!("{}{path}", self.url));
+        if let Credentials::Token(token) = credentials {
+            req = req.bearer_auth(token);
+        }
+        let resp = req.send().await.unwrap_or_else(|e| panic!("GET {path}: {e}"));
         let code = resp.status().as_u16();
         (code, resp.text().await.unwrap_or_default())
     }
