@@ -329,8 +329,9 @@ fn validate_binding(
     namespaced: bool,
 ) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    if role_ref.api_group != GROUP {
-        errs.push(FieldError::not_supported("roleRef.apiGroup", &json!(role_ref.api_group), &[GROUP]));
+    let api_group = role_ref.api_group.as_deref().unwrap_or("");
+    if api_group != GROUP {
+        errs.push(FieldError::not_supported("roleRef.apiGroup", &json!(api_group), &[GROUP]));
     }
     let kinds: &[&str] = if namespaced { &["Role", "ClusterRole"] } else { &["ClusterRole"] };
     if !kinds.contains(&role_ref.kind.as_str()) {

@@ -163,7 +163,7 @@ fn subjects(b: &BindingData) -> Option<Vec<Subject>> {
 }
 
 fn role_ref(kind: &str, name: &str) -> RoleRef {
-    RoleRef { api_group: RBAC_GROUP.into(), kind: kind.into(), name: name.into() }
+    RoleRef { api_group: Some(RBAC_GROUP.into()), kind: kind.into(), name: name.into() }
 }
 
 fn cluster_role_binding(b: &BindingData, labelled: bool) -> ClusterRoleBinding {

@@ -143,17 +143,18 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
         .await?
         .ok_or_else(|| ApiError::not_found("", "serviceaccounts", name))?;
     let now = Utc::now();
-    let mut audiences = req.spec.audiences.clone();
+    let spec = req.spec.clone().unwrap_or_default();
+    let mut audiences = spec.audiences.clone().unwrap_or_default();
     if audiences.is_empty() {
         audiences = tokens.api_audiences().to_vec();
     }
-    let mut expiration = req.spec.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS);
+    let mut expiration = spec.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS);
     let errs = validate_token_request(expiration);
     if !errs.is_empty() {
         return Err(ApiError::invalid(AUTHENTICATION_GROUP, "TokenRequest", "", errs));
     }
     let mut secret_ref = None;
-    if let Some(r) = &req.spec.bound_object_ref {
+    if let Some(r) = &spec.bound_object_ref {
         let kind = r.kind.as_deref().unwrap_or("");
         let api_version = r.api_version.as_deref().unwrap_or("");
         let ref_name = r.name.as_deref().unwrap_or("");
