@@ -9,8 +9,10 @@
 //! |---|---|---|
 //! | NamespaceLifecycle | mutating | a namespaced object is created only in a namespace that exists and is not terminating; `default`, `kube-system`, `kube-public` are never deleted |
 //! | NodeRestriction | mutating | a node writes only its own Lease, Node (within limits: no taint changes, no restricted labels) and CSINode ([`crate::admission::node_restriction`]) |
+//! | PodCertificateRequestNodeRestriction | mutating | NodeRestriction for PodCertificateRequests: a node requests certificates only for pods bound to it, for signers they mount ([`pod_certificates`]) |
 //! | CertificateApproval | validating | a write to a CSR's `/approval` needs verb `approve` on `signers` for the signerName or `<domain>/*` |
 //! | CertificateSigning | validating | changing `status.certificate` through `/status` needs `sign` |
+//! | PodCertificateRequestSigning | validating | changing a PodCertificateRequest's status needs `sign` ([`pod_certificates`]) |
 //! | ClusterTrustBundleAttest | validating | creating or changing a ClusterTrustBundle linked to a signer needs verb `attest` on `signers` for the signerName or `<domain>/*`; the signerName never changes |
 //! | CertificateSubjectRestriction | validating | no `system:masters` in a `kube-apiserver-client` request |
 //! | RBACEscalation | validating | no granting or binding of rights the requester lacks ([`crate::authz::rbac::escalation`]; upstream checks this in the RBAC storage) |
@@ -35,6 +37,7 @@
 //! error (403, or 422 for a malformed object). [`node_restriction`] is NodeRestriction.
 
 pub mod node_restriction;
+pub mod pod_certificates;
 
 use std::sync::LazyLock;
 
@@ -153,8 +156,10 @@ pub fn chain() -> &'static Chain {
         plugins: vec![
             Box::new(NamespaceLifecycle),
             Box::new(crate::admission::node_restriction::NodeRestriction),
+            Box::new(pod_certificates::PodCertificateRequestNodeRestriction),
             Box::new(CertificateApproval),
             Box::new(CertificateSigning),
+            Box::new(pod_certificates::PodCertificateRequestSigning),
             Box::new(ClusterTrustBundleAttest),
             Box::new(CertificateSubjectRestriction),
             Box::new(RbacEscalation),
@@ -579,8 +584,10 @@ mod tests {
             [
                 "NamespaceLifecycle",
                 "NodeRestriction",
+                "PodCertificateRequestNodeRestriction",
                 "CertificateApproval",
                 "CertificateSigning",
+                "PodCertificateRequestSigning",
                 "ClusterTrustBundleAttest",
                 "CertificateSubjectRestriction",
                 "RBACEscalation",
