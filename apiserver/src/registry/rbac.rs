@@ -355,7 +355,8 @@ fn validate_role_ref_update(new: &rbacv1::RoleRef, old: &rbacv1::RoleRef) -> Vec
     if new == old {
         return Vec::new();
     }
-    let shown = format!("rbac.RoleRef{{APIGroup:{:?}, Kind:{:?}, Name:{:?}}}", new.api_group, new.kind, new.name);
+    let group = new.api_group.as_deref().unwrap_or_default();
+    let shown = format!("rbac.RoleRef{{APIGroup:{group:?}, Kind:{:?}, Name:{:?}}}", new.kind, new.name);
     vec![invalid_shown("roleRef", &shown, "cannot change roleRef")]
 }
 
