@@ -1,7 +1,7 @@
 //! The admission rules of PodCertificateRequests: what enters is a write of one with its
 //! user (and, for the node rule, the pod, service account and node it names, read here);
 //! what leaves is the write or a 403 (404 when the pod, service account or node named does
-//! not exist).
+//! not exist; 422 for a status write without `sign`).
 //!
 //! - `PodCertificateRequestNodeRestriction`, upstream's NodeRestriction for the kind
 //!   (`admitPodCertificateRequest`, same messages): a node (`system:node:<name>`) only
@@ -12,15 +12,19 @@
 //!   Upstream answers a UID mismatch with a retryable error (its informers may lag); kustos
 //!   reads the current objects, so a mismatch is refused (403).
 //! - `PodCertificateRequestSigning`: a write through `/status` that changes the status needs
-//!   `sign` on `signers` for the request's signer (or `<domain>/*`), as for CSRs.
+//!   `sign` on `signers` for the request's signer (or `<domain>/*`); as upstream (where the
+//!   status strategy checks it, after the status validation), a refusal is a 422 whose cause
+//!   is `spec.signerName: Forbidden`.
 
 use serde_json::Value;
 
 use super::{authorized_for_signer, Attributes, Operation, Phase, Plugin};
 use crate::authn::UserInfo;
-use crate::error::ApiError;
+use crate::error::{ApiError, FieldError};
 use crate::registry::podcertificaterequests::{GROUP, RESOURCE};
 use crate::AppState;
+
+const KIND: &str = "PodCertificateRequest";
 
 /// The verb that lets a node request certificates from a signer its pods do not mount.
 pub const REQUEST_SIGNER_VERB: &str = "request-podcertificate-signer";
@@ -177,6 +181,15 @@ fn signer_refusal(user: &UserInfo, pod_ref: &str, signer: &str) -> String {
     )
 }
 
+/// Upstream's refusal of a status write without `sign` (its status strategy's validation,
+/// so a 422 with one cause).
+fn not_permitted_to_sign(user: &str, signer: &str) -> FieldError {
+    FieldError::forbidden(
+        "spec.signerName",
+        format!("User {user:?} is not permitted to \"sign\" for signer {signer:?}"),
+    )
+}
+
 /// `sign` for status writes (see the module documentation).
 pub struct PodCertificateRequestSigning;
 
@@ -207,7 +220,7 @@ impl Plugin for PodCertificateRequestSigning {
             return Ok(());
         }
         let name = new.map(crate::meta::name).unwrap_or("");
-        Err(forbidden(name, &format!("user not permitted to sign requests with signerName {signer:?}")))
+        Err(ApiError::invalid(GROUP, KIND, name, vec![not_permitted_to_sign(&a.user.name, signer)]))
     }
 }
 
