@@ -257,5 +257,8 @@ mod tests {
         assert_eq!(a.controllers, ["*"], "controllers");
         assert_eq!(a.log_format, "text", "log format");
         assert!(a.kubeconfig.is_none(), "kubeconfig");
+        assert_eq!(a.pod_certificate_request_cleaner_threshold, Duration::from_secs(1800), "upstream's 30 minutes");
+        let a = parse(&["--pod-certificate-request-cleaner-threshold=90s"]);
+        assert_eq!(a.pod_certificate_request_cleaner_threshold, Duration::from_secs(90));
     }
 }
