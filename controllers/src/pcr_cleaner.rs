@@ -164,7 +164,9 @@ mod tests {
     fn cleaning_decisions() {
         let t0 = Utc.with_ymd_and_hms(2030, 3, 1, 12, 0, 0).unwrap();
         let m = chrono::Duration::minutes;
-        let cases: &[(&str, Option<DateTime<Utc>>, DateTime<Utc>, Decision)] = &[
+        // (what, created, now, the decision)
+        type Case<'a> = (&'a str, Option<DateTime<Utc>>, DateTime<Utc>, Decision);
+        let cases: &[Case] = &[
             ("fresh", Some(t0), t0 + m(1), Decision::RecheckAt(t0 + m(30))),
             ("29 minutes", Some(t0), t0 + m(29), Decision::RecheckAt(t0 + m(30))),
             ("exactly 30 minutes: deleted", Some(t0), t0 + m(30), Decision::Delete { uid: "u".into() }),

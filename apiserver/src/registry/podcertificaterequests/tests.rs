@@ -277,7 +277,9 @@ fn status_rules() {
         o["status"] = s;
         o
     };
-    let cases: Vec<(&str, Value, Value, chrono::DateTime<chrono::Utc>, Vec<String>)> = vec![
+    // (what, new, old, now, the rendered errors)
+    type Case<'a> = (&'a str, Value, Value, chrono::DateTime<chrono::Utc>, Vec<String>);
+    let cases: Vec<Case> = vec![
         ("denied", with_status(json!({"conditions": [cond("Denied")]})), old.clone(), at, vec![]),
         ("failed", with_status(json!({"conditions": [cond("Failed")]})), old.clone(), at, vec![]),
         (
