@@ -268,6 +268,8 @@ pub struct IssueParams {
     /// Requested lifetime from `now`; capped at the CA's NotAfter.
     pub validity: Duration,
     pub key: SubjectKey,
+    /// How long before `now` the certificate begins; None: [`BACKDATE`].
+    pub backdate: Option<Duration>,
 }
 
 impl IssueParams {
@@ -739,7 +741,7 @@ impl Ca {
         if params.validity <= Duration::zero() {
             return Err(Error::InvalidParams("validity must be positive".into()));
         }
-        let not_before = now - BACKDATE;
+        let not_before = now - params.backdate.unwrap_or(BACKDATE);
         let requested = now
             .checked_add_signed(params.validity)
             .ok_or_else(|| Error::InvalidParams("validity out of range".into()))?;

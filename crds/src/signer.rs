@@ -111,6 +111,79 @@ pub struct SignerSpec {
     /// Whether the request may carry URI subjectAltNames (SPIFFE IDs, say). Default false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub uris: bool,
+
+    /// Sign PodCertificateRequests (`certificates.k8s.io/v1`) for `signerName` too, and how.
+    /// Absent: this Signer signs CSRs only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_certificates: Option<PodCertificates>,
+}
+
+/// How a Signer signs PodCertificateRequests. The certificate's identity comes only from the
+/// request's fields the apiserver verified (namespace, service account): a SPIFFE ID
+/// `spiffe://<trustDomain>/ns/<namespace>/sa/<serviceAccountName>` as its only name (URI
+/// subjectAltName, empty subject), key usages `digital signature` (and `key encipherment`
+/// for RSA keys), extended key usages `client auth` and `server auth`.
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCertificates {
+    /// The SPIFFE trust domain: lowercase letters, digits, `.`, `-` and `_`, at most 255.
+    #[schemars(length(min = 1, max = 255))]
+    pub trust_domain: String,
+
+    /// The longest lifetime issued, at least 3600; a request's `spec.maxExpirationSeconds`
+    /// shortens it. Absent: 86400 (a day).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 3600))]
+    pub max_expiration_seconds: Option<i32>,
+
+    /// The key types signed (`RSA3072`, `RSA4096`, `ECDSAP256`, `ECDSAP384`, `ECDSAP521`,
+    /// `ED25519`); a request for another is `Denied` (`UnsupportedKeyType`). Absent or
+    /// empty: every type the API accepts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub key_types: Vec<String>,
+}
+
+/// The pod certificate lifetime cap when `podCertificates.maxExpirationSeconds` is absent.
+pub const DEFAULT_POD_CERTIFICATE_MAX_EXPIRATION_SECONDS: i32 = 86400;
+/// Key type names `podCertificates.keyTypes` may list.
+pub const POD_CERTIFICATE_KEY_TYPES: &[&str] =
+    &["RSA3072", "RSA4096", "ECDSAP256", "ECDSAP384", "ECDSAP521", "ED25519"];
+
+impl PodCertificates {
+    /// The lifetime cap, in seconds.
+    pub fn max_expiration_seconds(&self) -> i32 {
+        self.max_expiration_seconds.unwrap_or(DEFAULT_POD_CERTIFICATE_MAX_EXPIRATION_SECONDS)
+    }
+
+    /// Every problem with this part of the spec (empty: valid).
+    pub fn problems(&self) -> Vec<FieldError> {
+        let mut errors = Vec::new();
+        let td = &self.trust_domain;
+        if td.is_empty()
+            || td.len() > 255
+            || !td.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'_'))
+        {
+            errors.push(FieldError {
+                field: "spec.podCertificates.trustDomain".into(),
+                message: "must be 1 to 255 of lowercase letters, digits, '.', '-' and '_'".into(),
+            });
+        }
+        if self.max_expiration_seconds.is_some_and(|s| s < 3600) {
+            errors.push(FieldError {
+                field: "spec.podCertificates.maxExpirationSeconds".into(),
+                message: "must be at least 3600 (the shortest lifetime of a pod certificate)".into(),
+            });
+        }
+        for k in &self.key_types {
+            if !POD_CERTIFICATE_KEY_TYPES.contains(&k.as_str()) {
+                errors.push(FieldError {
+                    field: "spec.podCertificates.keyTypes".into(),
+                    message: format!("unknown key type {k:?}; one of {}", POD_CERTIFICATE_KEY_TYPES.join(", ")),
+                });
+            }
+        }
+        errors
+    }
 }
 
 /// A Secret, by namespace and name.
@@ -217,6 +290,9 @@ impl SignerSpec {
         if let Err(errs) = self.rules().compile() {
             errors.extend(errs);
         }
+        if let Some(p) = &self.pod_certificates {
+            errors.extend(p.problems());
+        }
         errors
     }
 }
@@ -305,5 +381,56 @@ mod tests {
         assert_eq!(rules.max_expiration_seconds, None);
         assert_eq!(s.max_expiration_seconds(), 3600);
         assert_eq!(spec().max_expiration_seconds(), DEFAULT_MAX_EXPIRATION_SECONDS);
+    }
+
+    #[test]
+    fn pod_certificates_problems() {
+        // (what, podCertificates, the fields with a problem)
+        let ok = PodCertificates { trust_domain: "cluster.local".into(), ..Default::default() };
+        let cases: Vec<(&str, PodCertificates, Vec<&str>)> = vec![
+            ("a trust domain", ok.clone(), vec![]),
+            (
+                "all of it",
+                PodCertificates { max_expiration_seconds: Some(3600), key_types: vec!["ED25519".into()], ..ok.clone() },
+                vec![],
+            ),
+            (
+                "no trust domain",
+                PodCertificates { trust_domain: String::new(), ..ok.clone() },
+                vec!["spec.podCertificates.trustDomain"],
+            ),
+            (
+                "uppercase",
+                PodCertificates { trust_domain: "Cluster.local".into(), ..ok.clone() },
+                vec!["spec.podCertificates.trustDomain"],
+            ),
+            (
+                "a slash",
+                PodCertificates { trust_domain: "a/b".into(), ..ok.clone() },
+                vec!["spec.podCertificates.trustDomain"],
+            ),
+            (
+                "too long",
+                PodCertificates { trust_domain: "a".repeat(256), ..ok.clone() },
+                vec!["spec.podCertificates.trustDomain"],
+            ),
+            (
+                "under an hour",
+                PodCertificates { max_expiration_seconds: Some(3599), ..ok.clone() },
+                vec!["spec.podCertificates.maxExpirationSeconds"],
+            ),
+            (
+                "an unknown key type",
+                PodCertificates { key_types: vec!["RSA2048".into()], ..ok.clone() },
+                vec!["spec.podCertificates.keyTypes"],
+            ),
+        ];
+        for (what, p, want) in cases {
+            let got: Vec<String> = p.problems().into_iter().map(|e| e.field).collect();
+            assert_eq!(got, want, "{what}");
+            let spec = SignerSpec { pod_certificates: Some(p), ..spec() };
+            assert_eq!(spec.problems().len(), want.len(), "{what}: the Signer's problems carry them");
+        }
+        assert_eq!(ok.max_expiration_seconds(), 86400);
     }
 }
