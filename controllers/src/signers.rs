@@ -18,6 +18,9 @@
 //!   `expirationSeconds` capped by `maxExpirationSeconds`; the Signer's `issued`/`failed`
 //!   counts follow. CSRs for any other signer name are left alone.
 //!
+//! - **PodCertificateRequests** (per object, [`pod_certificates`]): a Ready Signer with
+//!   `spec.podCertificates` issues SPIFFE certificates for the v1 requests naming it.
+//!
 //! The CA Secret's keys: `tls.crt` and `tls.key` sign; during a rotation (`kustos ca rotate
 //! … --signer NAME`) `next.crt`/`next.key` (begun, not yet signing) and `previous.crt` (the
 //! CA that signed before the switch) are published in the bundle too, so every certificate
@@ -46,6 +49,7 @@ use crate::clustertrustbundle_publisher as ctb;
 use crate::csr;
 use crate::runtime::{self, whole_world_until, Backoff};
 
+pub mod pod_certificates;
 pub mod rotation;
 
 pub const NAME: &str = "signers";
@@ -86,6 +90,8 @@ pub struct Loaded {
     pub rules: CertificateApprovalPolicySpec,
     pub compiled: Compiled,
     pub max_duration: chrono::Duration,
+    /// How it signs PodCertificateRequests, if it does.
+    pub pod_certificates: Option<kustos_crds::signer::PodCertificates>,
 }
 
 fn text<'a>(data: &'a BTreeMap<String, ByteString>, key: &str) -> Option<&'a str> {
@@ -418,6 +424,7 @@ async fn load_signer(
         rules: spec.rules(),
         compiled,
         max_duration: chrono::Duration::seconds(i64::from(spec.max_expiration_seconds())),
+        pod_certificates: spec.pod_certificates.clone(),
     })
 }
 
@@ -469,6 +476,7 @@ pub async fn run(
             }
         })
     };
+    let loop_pcrs = pod_certificates::run(client.clone(), ready.clone(), cfg.clone());
     let ctx = Arc::new(Context {
         csrs: Api::all(client),
         signers,
@@ -477,8 +485,8 @@ pub async fn run(
         metrics: cfg.metrics.clone(),
     });
     let loop_csrs = runtime::per_object(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile, redecide);
-    let (a, b) = tokio::join!(loop_signers, loop_csrs);
-    a.and(b)
+    let (a, b, c) = tokio::join!(loop_signers, loop_csrs, loop_pcrs);
+    a.and(b).and(c)
 }
 
 #[cfg(test)]

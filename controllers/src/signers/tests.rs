@@ -101,6 +101,7 @@ fn loaded(spec: &SignerSpec) -> Loaded {
         rules: spec.rules(),
         compiled: spec.rules().compile().unwrap(),
         max_duration: chrono::Duration::seconds(i64::from(spec.max_expiration_seconds())),
+        pod_certificates: None,
     }
 }
 

@@ -1,0 +1,221 @@
+//! Table tests of the pod certificate decisions and certificates.
+
+use super::*;
+use base64::Engine as _;
+use k8s_openapi::api::certificates::v1::PodCertificateRequestSpec;
+use k8s_openapi::ByteString;
+use kube::api::ObjectMeta;
+
+fn now() -> DateTime<Utc> {
+    DateTime::parse_from_rfc3339("2026-11-26T12:00:00.250Z").unwrap().with_timezone(&Utc)
+}
+
+/// A stub request of the given key (made by Go's crypto/x509: the ca crate's test vectors).
+fn stub(name: &str) -> Vec<u8> {
+    let v: serde_json::Value =
+        serde_json::from_str(include_str!("../../../ca/src/testdata/pod_certificate_keys.json")).unwrap();
+    let k = v["keys"].as_array().unwrap().iter().find(|k| k["name"] == name).unwrap();
+    base64::engine::general_purpose::STANDARD.decode(k["stub"].as_str().unwrap()).unwrap()
+}
+
+fn pcr(key: &str, max: Option<i32>, conditions: &[&str]) -> PodCertificateRequest {
+    PodCertificateRequest {
+        metadata: ObjectMeta { name: Some("r".into()), namespace: Some("team-a".into()), ..Default::default() },
+        spec: PodCertificateRequestSpec {
+            signer_name: "example.com/mesh".into(),
+            service_account_name: "web".into(),
+            max_expiration_seconds: max,
+            stub_pkc_s10_request: ByteString(stub(key)),
+            ..Default::default()
+        },
+        status: (!conditions.is_empty()).then(|| PodCertificateRequestStatus {
+            conditions: Some(conditions.iter().map(|t| terminal(t, "R", "m", now())).collect()),
+            ..Default::default()
+        }),
+    }
+}
+
+fn cfg(max: Option<i32>, key_types: &[&str]) -> PodCertificates {
+    PodCertificates {
+        trust_domain: "cluster.local".into(),
+        max_expiration_seconds: max,
+        key_types: key_types.iter().map(ToString::to_string).collect(),
+    }
+}
+
+const ID: &str = "spiffe://cluster.local/ns/team-a/sa/web";
+
+#[test]
+fn decisions() {
+    let h = Duration::hours;
+    let signs = |key_type, lifetime| Ok((ID.to_string(), key_type, lifetime));
+    // (what, request, the Signer's podCertificates, Ok(SPIFFE ID, key type, lifetime) or Err(decision))
+    type Case<'a> =
+        (&'a str, PodCertificateRequest, Option<PodCertificates>, Result<(String, KeyType, Duration), Decision>);
+    let cases: Vec<Case> = vec![
+        (
+            "no Signer",
+            pcr("p256", None, &[]),
+            None,
+            Err(Decision::Skip("no ready Signer signs pod certificates for this name")),
+        ),
+        (
+            "issued already",
+            pcr("p256", None, &["Issued"]),
+            Some(cfg(None, &[])),
+            Err(Decision::Skip("issued, denied or failed already")),
+        ),
+        (
+            "denied already",
+            pcr("p256", None, &["Denied"]),
+            Some(cfg(None, &[])),
+            Err(Decision::Skip("issued, denied or failed already")),
+        ),
+        (
+            "failed already",
+            pcr("p256", None, &["Failed"]),
+            Some(cfg(None, &[])),
+            Err(Decision::Skip("issued, denied or failed already")),
+        ),
+        ("default cap: a day", pcr("p256", None, &[]), Some(cfg(None, &[])), signs(KeyType::EcdsaP256, h(24))),
+        (
+            "the request asks for less",
+            pcr("p256", Some(7200), &[]),
+            Some(cfg(None, &[])),
+            signs(KeyType::EcdsaP256, h(2)),
+        ),
+        (
+            "the request asks for more",
+            pcr("p256", Some(3 * 86400), &[]),
+            Some(cfg(None, &[])),
+            signs(KeyType::EcdsaP256, h(24)),
+        ),
+        (
+            "the Signer caps shorter",
+            pcr("p256", Some(86400), &[]),
+            Some(cfg(Some(3600), &[])),
+            signs(KeyType::EcdsaP256, h(1)),
+        ),
+        ("RSA", pcr("rsa3072", None, &[]), Some(cfg(None, &[])), signs(KeyType::Rsa3072, h(24))),
+        (
+            "Ed25519 listed",
+            pcr("ed25519", None, &[]),
+            Some(cfg(None, &["ED25519", "ECDSAP256"])),
+            signs(KeyType::Ed25519, h(24)),
+        ),
+        (
+            "a key type the Signer does not list",
+            pcr("rsa3072", None, &[]),
+            Some(cfg(None, &["ECDSAP256"])),
+            Err(Decision::Deny(
+                "UnsupportedKeyType",
+                "the signer does not sign RSA3072 keys; it signs ECDSAP256".into(),
+            )),
+        ),
+        (
+            "a stub that does not read",
+            {
+                let mut r = pcr("p256", None, &[]);
+                r.spec.stub_pkc_s10_request = ByteString(b"junk".to_vec());
+                r
+            },
+            Some(cfg(None, &[])),
+            Err(Decision::Deny(
+                "InvalidRequest",
+                "spec.stubPKCS10Request: must be a valid DER-serialized PKCS#10 certificate request".into(),
+            )),
+        ),
+        (
+            "no service account",
+            {
+                let mut r = pcr("p256", None, &[]);
+                r.spec.service_account_name.clear();
+                r
+            },
+            Some(cfg(None, &[])),
+            Err(Decision::Deny("InvalidRequest", "the request names no namespace or service account".into())),
+        ),
+    ];
+    for (what, req, cfg, want) in cases {
+        let got = decide(&req, cfg.as_ref());
+        match (got, want) {
+            (Decision::Sign(plan), Ok((id, key_type, lifetime))) => {
+                assert_eq!((plan.spiffe_id, plan.key_type, plan.lifetime), (id, key_type, lifetime), "{what}");
+                let want_key = pc::parse_stub_request(&req.spec.stub_pkc_s10_request.0).unwrap().public_key_der;
+                assert_eq!(plan.public_key_der, want_key, "{what}: the stub's key");
+            }
+            (got, Err(want)) => assert_eq!(got, want, "{what}"),
+            (got, Ok(_)) => panic!("{what}: {got:?}"),
+        }
+    }
+}
+
+fn plan(key: &str, lifetime: Duration) -> Plan {
+    let Decision::Sign(mut plan) = decide(&pcr(key, None, &[]), Some(&cfg(None, &[]))) else { panic!("{key}") };
+    plan.lifetime = lifetime;
+    *plan
+}
+
+#[test]
+fn certificates_carry_only_the_verified_identity() {
+    let ca = Ca::generate("mesh CA", Duration::days(30), now() - Duration::days(1)).unwrap();
+    let t = now().duration_trunc(Duration::seconds(1)).unwrap();
+    // (key, lifetime, the usages wanted)
+    let cases: &[(&str, Duration, &[Usage])] = &[
+        ("p256", Duration::hours(24), &[Usage::DigitalSignature, Usage::ClientAuth, Usage::ServerAuth]),
+        ("p384", Duration::hours(1), &[Usage::DigitalSignature, Usage::ClientAuth, Usage::ServerAuth]),
+        ("ed25519", Duration::hours(5), &[Usage::DigitalSignature, Usage::ClientAuth, Usage::ServerAuth]),
+        (
+            "rsa3072",
+            Duration::hours(24),
+            &[Usage::DigitalSignature, Usage::KeyEncipherment, Usage::ClientAuth, Usage::ServerAuth],
+        ),
+    ];
+    for (key, lifetime, want_usages) in cases {
+        let p = plan(key, *lifetime);
+        let status = issue(&ca, &p, now()).unwrap();
+        let chain = status.certificate_chain.unwrap();
+        let ders = kustos_ca::certificates_from_pem(&chain).unwrap();
+        assert_eq!(ders.len(), 2, "{key}: leaf then CA");
+        assert_eq!(ders[1], ca.cert_der(), "{key}: the chain ends at the CA");
+        assert!(ca.signed(&ders[0]), "{key}: the CA signed the leaf");
+        let leaf = kustos_ca::parse_certificate_der(&ders[0]).unwrap();
+        assert_eq!(leaf.uris, [ID], "{key}");
+        assert!(leaf.common_name.is_empty() && leaf.organizations.is_empty(), "{key}: empty subject");
+        assert!(leaf.dns_names.is_empty() && leaf.ip_addresses.is_empty() && leaf.email_addresses.is_empty());
+        assert!(!leaf.is_ca, "{key}");
+        let mut got_usages = leaf.usages.clone();
+        got_usages.sort();
+        let mut want = want_usages.to_vec();
+        want.sort();
+        assert_eq!(got_usages, want, "{key}");
+        assert_eq!(leaf.public_key_der, p.public_key_der, "{key}: the request's key");
+        assert_eq!(leaf.not_before, t, "{key}: begins now");
+        assert_eq!(leaf.not_after, t + *lifetime, "{key}");
+        assert_eq!(status.not_before.as_ref().and_then(crate::csr::to_chrono).unwrap(), leaf.not_before, "{key}");
+        assert_eq!(status.not_after.as_ref().and_then(crate::csr::to_chrono).unwrap(), leaf.not_after, "{key}");
+        assert_eq!(
+            status.begin_refresh_at.as_ref().and_then(crate::csr::to_chrono).unwrap(),
+            t + *lifetime * 3 / 4,
+            "{key}"
+        );
+        // The apiserver's reading agrees.
+        let read = pc::read_chain(&chain).unwrap();
+        assert_eq!(read.key, Some(pc::parse_pkix(&p.public_key_der).unwrap()), "{key}");
+        let conditions = status.conditions.unwrap();
+        assert_eq!(conditions.len(), 1);
+        assert_eq!((conditions[0].type_.as_str(), conditions[0].status.as_str()), ("Issued", "True"));
+    }
+}
+
+#[test]
+fn a_ca_ending_soon_cuts_the_lifetime_or_fails() {
+    // Ends in two hours: a day's certificate is cut to two hours.
+    let ca = Ca::generate("mesh CA", Duration::hours(3), now() - Duration::hours(1)).unwrap();
+    let status = issue(&ca, &plan("p256", Duration::hours(24)), now()).unwrap();
+    assert_eq!(status.not_after.as_ref().and_then(crate::csr::to_chrono).unwrap(), ca.not_after());
+    // Ends within the hour: nothing the API would accept.
+    let ca = Ca::generate("mesh CA", Duration::minutes(90), now() - Duration::hours(1)).unwrap();
+    let err = issue(&ca, &plan("p256", Duration::hours(24)), now()).unwrap_err();
+    assert!(err.contains("within an hour"), "{err}");
+}
