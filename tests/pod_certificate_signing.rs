@@ -4,7 +4,8 @@
 //! `signers` controller issues a chain that verifies against the Signer's v1
 //! ClusterTrustBundle, naming the pod's service account as a SPIFFE ID, certifying the
 //! request's key, for the Signer's capped lifetime; a request with a key type the Signer does
-//! not list is `Denied` (`UnsupportedKeyType`). Every wait is bounded.
+//! not list is `Denied` (`UnsupportedKeyType`). Needs `openssl` (fails without it). Every
+//! wait is bounded.
 
 mod common;
 
@@ -123,6 +124,22 @@ async fn a_signer_issues_spiffe_certificates_to_pods() {
     assert_eq!(chain.len(), 2, "leaf, then the Signer's CA: {done}");
     assert_eq!(chain[1], trusted[0], "the chain ends at the CA the bundle publishes");
     assert!(kustos_ca::signed_by(&chain[0], &trusted[0]), "the leaf verifies against the ClusterTrustBundle");
+    // openssl agrees (the leaf's critical SAN with an empty subject, its usages).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (chain_file, ca_file) = (dir.path().join("chain.pem"), dir.path().join("ca.pem"));
+    std::fs::write(&chain_file, done["status"]["certificateChain"].as_str().unwrap_or_default()).expect("write");
+    std::fs::write(&ca_file, ctb.body["spec"]["trustBundle"].as_str().unwrap_or_default()).expect("write");
+    let out = std::process::Command::new("openssl")
+        .args(["verify", "-purpose", "sslclient", "-CAfile"])
+        .args([&ca_file, &chain_file])
+        .output()
+        .expect("openssl must be installed for this test");
+    assert!(
+        out.status.success(),
+        "openssl verify: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     let leaf = kustos_ca::parse_certificate_der(&chain[0]).expect("the leaf");
     assert_eq!(leaf.uris, [format!("spiffe://cluster.local/ns/{ns}/sa/web")], "the SPIFFE ID");
     assert!(leaf.common_name.is_empty() && leaf.dns_names.is_empty(), "no other name: {leaf:?}");
