@@ -100,7 +100,8 @@ struct ServerArgs {
     #[arg(long = "api-audiences", value_delimiter = ',')]
     api_audiences: Vec<String>,
     /// The longest lifetime of tokens issued by TokenRequest (e.g. 48h); longer requests are
-    /// shortened. Default: no cap.
+    /// shortened, and a retired service-account key verifies this long (+5m). Default: 8760h;
+    /// 0: no cap (2^32 seconds).
     #[arg(long = "service-account-max-token-expiration", value_parser = parse_duration)]
     service_account_max_token_expiration: Option<std::time::Duration>,
     /// API Priority and Fairness: classify every request by FlowSchema and share the
