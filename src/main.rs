@@ -10,6 +10,7 @@ mod ca_cmd;
 mod ca_signer_cmd;
 mod controller_manager;
 mod kubeconfig_cmd;
+mod pki_cmd;
 mod pki_followers;
 mod sa_key_cmd;
 mod storage_cmd;
@@ -43,8 +44,10 @@ enum Command {
     Storage(storage_cmd::StorageCommand),
     /// The cluster CA: status, and rotation without a restart (begin, switch, finish).
     Ca(ca_cmd::CaCommand),
-    /// The service-account signing key: status, and rotation without a restart.
+    /// The service-account signing keys: status, rotation without a restart, revocation.
     SaKey(sa_key_cmd::SaKeyCommand),
+    /// The shared PKI record in etcd: rotate the key that seals it.
+    Pki(pki_cmd::PkiCommand),
 }
 
 #[derive(Args, Clone)]
@@ -545,6 +548,7 @@ fn main() {
             Command::Storage(s) => storage_cmd::run(s).await,
             Command::Ca(c) => ca_cmd::run(c).await,
             Command::SaKey(c) => sa_key_cmd::run(c).await,
+            Command::Pki(c) => pki_cmd::run(c).await,
         }
     });
     if let Err(e) = result {
