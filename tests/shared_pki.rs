@@ -129,10 +129,10 @@ async fn an_older_record_put_back_into_etcd_does_not_bring_the_old_ca_back() {
     // files once more (its Lease says so only after a whole quiet interval).
     let start = Instant::now();
     loop {
-        if followed_revisions(&s).await.iter().any(|r| *r > put_rev) {
+        if followed_revisions(&s).await.iter().any(|r| *r >= put_rev) {
             break;
         }
-        assert!(start.elapsed() < WAIT, "the apiserver never followed past revision {put_rev}\n{}", s.stderr_tail());
+        assert!(start.elapsed() < WAIT, "the apiserver never followed revision {put_rev}\n{}", s.stderr_tail());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     assert_eq!(fingerprints(&pki_file(&s.data_dir, "ca.crt")), new_ca, "the new CA is kept");
