@@ -129,6 +129,8 @@ async fn an_older_record_put_back_into_etcd_does_not_bring_the_old_ca_back() {
     // files once more (its Lease says so only after a whole quiet interval).
     let start = Instant::now();
     loop {
+        let ca = fingerprints(&pki_file(&s.data_dir, "ca.crt"));
+        assert_eq!(ca, new_ca, "the apiserver took the old record: its ca.crt holds the old CA again");
         if followed_revisions(&s).await.iter().any(|r| *r >= put_rev) {
             break;
         }
