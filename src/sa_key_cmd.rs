@@ -289,7 +289,11 @@ mod tests {
                     "NEW\tcurrent\t-\t- (signs)\t3\n".into(),
                     format!("OLD\tretired\t{}\t{end}\t2\n", date(now - Duration::hours(2))),
                     "(passed: dropped at the next pass)\t0\n".into(),
-                    format!("REV\trevoked\t{}\t{} (revoked)\t0\n", date(now - Duration::hours(2)), date(now - Duration::minutes(1))),
+                    format!(
+                        "REV\trevoked\t{}\t{} (revoked)\t0\n",
+                        date(now - Duration::hours(2)),
+                        date(now - Duration::minutes(1))
+                    ),
                     "UNSEEN\tretired\t".into(),
                     "not recorded yet".into(),
                 ],

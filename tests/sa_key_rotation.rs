@@ -271,7 +271,8 @@ async fn a_retired_key_verifies_for_a_year_by_default_and_revoke_drops_it_at_onc
     assert_eq!(self_review(&s, &before).await, 201, "the old key's token verifies until then");
 
     // The key that signs, and an unknown one, are refused: one line, non-zero exit.
-    for (kid, want) in [(new.as_str(), "is the key that signs"), ("no-such-kid", "no service-account key no-such-kid")] {
+    for (kid, want) in [(new.as_str(), "is the key that signs"), ("no-such-kid", "no service-account key no-such-kid")]
+    {
         let out = common::kustos(&["sa-key", "revoke", kid, "--data-dir", &dir]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(want) && err.trim().lines().count() == 1, "{kid}: {err}");

@@ -149,14 +149,19 @@ async fn an_older_record_put_back_into_etcd_does_not_bring_the_old_ca_back() {
         .collect();
     let first = refusals.first().unwrap_or_else(|| panic!("no refusal logged:\n{}", s.stderr_tail()));
     assert_eq!(first["level"], "ERROR", "{first}");
-    let (old_gen, highest) = (first["fields"]["record_generation"].as_u64(), first["fields"]["highest_generation"].as_u64());
+    let (old_gen, highest) =
+        (first["fields"]["record_generation"].as_u64(), first["fields"]["highest_generation"].as_u64());
     assert!(old_gen.is_some() && highest.is_some() && old_gen < highest, "{first}");
     let log = std::fs::read_to_string(s.work_dir().join("stderr-0.log")).expect("the log");
     assert!(!log.contains("PRIVATE KEY"), "key material in the log");
 
     // `kustos ca status` shows the refusal.
     let status = kustos_ok(&["ca", "status", "--data-dir", &dir]);
-    let want = format!("refused a record of generation {}, older than generation {}", old_gen.unwrap_or(0), highest.unwrap_or(0));
+    let want = format!(
+        "refused a record of generation {}, older than generation {}",
+        old_gen.unwrap_or(0),
+        highest.unwrap_or(0)
+    );
     assert!(status.contains("shared PKI: REFUSED: ") && status.contains(&want), "{status}");
 }
 
@@ -194,7 +199,8 @@ async fn the_seal_key_rotates_on_two_apiservers_while_they_serve() {
 
     // Killed after its second step: both apiservers go on; a run again finishes.
     let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kustos"));
-    cmd.args(["pki", "sync-key", "rotate", "--data-dir", &dir_a]).env("KUSTOS_PKI_SYNC_KEY_ROTATE_ABORT_AFTER_STEPS", "2");
+    cmd.args(["pki", "sync-key", "rotate", "--data-dir", &dir_a])
+        .env("KUSTOS_PKI_SYNC_KEY_ROTATE_ABORT_AFTER_STEPS", "2");
     let out = run_bounded(&mut cmd, None, WAIT * 3, "an interrupted sync-key rotation");
     assert!(!out.status.success(), "aborted after its second step");
     let out = kustos_ok(&["pki", "sync-key", "rotate", "--data-dir", &dir_a]);

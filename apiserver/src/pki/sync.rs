@@ -3,8 +3,9 @@
 //!
 //! | where | what |
 //! | --- | --- |
-//! | `DIR/pki/sync.key` | 32 random bytes, base64 (0600): seals the record; the same in every apiserver's directory of a cluster (copied with `pki/`) |
+//! | `DIR/pki/sync.key` | 32 random bytes, base64 (0600): seals the record; the same in every apiserver's directory of a cluster (copied with `pki/`); replaced by `kustos pki sync-key rotate` ([`keys`]) |
 //! | `DIR/pki/sync.json` | the SHA-256 of each shared file as this directory and the record last agreed on: the base of the merge |
+//! | `DIR/pki/sync-generation.json` | the highest record generation this apiserver has seen: an older record is refused ([`generation`]) |
 //! | etcd `<prefix>/kustos.dev/pki.sealed` | the shared files, sealed with AES-256-GCM under `sync.key` (etcd and its backups never hold a private key in clear) |
 //!
 //! The shared files are [`SHARED`]; each apiserver's serving certificate and admin kubeconfig
@@ -26,8 +27,10 @@
 //!
 //! A directory that has not agreed with the record yet (a new apiserver whose `pki/` was
 //! copied from another, or a fresh directory given only `sync.key`) takes the record's files.
-//! A record that does not open with this `sync.key` stops the start: that apiserver belongs
-//! to another cluster's PKI.
+//! A record that opens with none of this directory's keys stops the start: that apiserver
+//! belongs to another cluster's PKI (or missed a `sync.key` rotation). A record older than
+//! one this apiserver saw is refused, at start and in every round: an ERROR, this
+//! directory's files stay, and a round seals them over it as the next generation.
 
 pub mod generation;
 pub mod keys;
@@ -341,7 +344,10 @@ fn read_state(pki: &Path) -> anyhow::Result<LocalState> {
 fn accept(pki: &Path, remote: &Remote, seen: Option<&generation::Seen>, has_previous: bool) -> anyhow::Result<bool> {
     if seen.is_none_or(|s| s.generation != remote.generation() || s.digest != remote.digest) {
         let refused = seen.and_then(|s| s.refused.clone());
-        generation::write(pki, &generation::Seen { generation: remote.generation(), digest: remote.digest.clone(), refused })?;
+        generation::write(
+            pki,
+            &generation::Seen { generation: remote.generation(), digest: remote.digest.clone(), refused },
+        )?;
     }
     let step = keys::follow_step(remote.key, &remote.opened.files, has_previous);
     keys::follow(pki, step)?;
@@ -499,7 +505,8 @@ impl PkiSync {
     /// older than one seen.
     pub async fn round(&self) -> anyhow::Result<Round> {
         let pki = self.paths.pki.clone();
-        let state = tokio::task::spawn_blocking(move || read_state(&pki)).await.context("reading the shared files")??;
+        let state =
+            tokio::task::spawn_blocking(move || read_state(&pki)).await.context("reading the shared files")??;
         let mut remote = self.remote(&state.ring).await?;
         if let Some(refusal) = remote.as_ref().and_then(|r| self.refusal(r, state.seen.as_ref())) {
             if let Some(r) = remote.take() {
@@ -511,8 +518,8 @@ impl PkiSync {
             let pki = self.paths.pki.clone();
             let (r, seen, has_previous) = (r.clone(), seen.clone(), ring.get(keys::Which::Previous).is_some());
             let changed = tokio::task::spawn_blocking(move || accept(&pki, &r, seen.as_ref(), has_previous))
-            .await
-            .context("following the record")??;
+                .await
+                .context("following the record")??;
             if changed {
                 ring = keys::KeyRing::read(&self.paths.pki)?;
             }
@@ -520,9 +527,10 @@ impl PkiSync {
         let remote_files = remote.as_ref().map(|r| &r.opened.files);
         let plan = plan(&local, base.as_ref().map(|b| &b.files), remote_files);
         // A record without a generation is sealed again at once, with one.
-        let push = plan.push.clone().or_else(|| {
-            remote.as_ref().filter(|r| r.opened.generation.is_none()).map(|r| r.opened.files.clone())
-        });
+        let push = plan
+            .push
+            .clone()
+            .or_else(|| remote.as_ref().filter(|r| r.opened.generation.is_none()).map(|r| r.opened.files.clone()));
         let mut revision = remote.as_ref().map_or(0, |r| r.revision);
         if let Some(files) = &push {
             let generation = generation::next(seen.as_ref(), remote.as_ref().and_then(|r| r.opened.generation));

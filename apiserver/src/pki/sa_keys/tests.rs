@@ -93,7 +93,13 @@ fn a_retired_key_verifies_until_its_end_and_a_revoked_one_not_at_all() {
         ("not recorded, past this apiserver's end", retired("A", t0(), None), own, false, true),
         ("revoked: at once", revoked("A", t0(), Some(until), t0()), t0(), false, false),
         ("revoked, entry kept a while", revoked("A", t0(), None, t0()), t0() + Duration::minutes(10), false, false),
-        ("revoked, entry dropped after a day", revoked("A", t0(), Some(t0() + Duration::days(9)), t0()), t0() + kept, false, true),
+        (
+            "revoked, entry dropped after a day",
+            revoked("A", t0(), Some(t0() + Duration::days(9)), t0()),
+            t0() + kept,
+            false,
+            true,
+        ),
         ("revoked, entry dropped at its end", revoked("A", t0(), Some(until), t0()), until, false, true),
     ];
     for (what, key, now, verifies_now, pruned) in cases {
@@ -107,7 +113,8 @@ fn a_retired_key_verifies_until_its_end_and_a_revoked_one_not_at_all() {
 #[test]
 fn revoking_refuses_the_signing_key_the_next_key_and_unknown_ids() {
     let base = KeyState { retired: vec![retired("OLD", t0(), None)] };
-    let cases: Vec<(&str, &str, Option<&str>, Result<bool, RevokeError>)> = vec![
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, Result<bool, RevokeError>);
+    let cases: Vec<Case> = vec![
         ("a retired key", "OLD", None, Ok(true)),
         ("the key that signs", "CUR", None, Err(RevokeError::Signing("CUR".into()))),
         ("the next key of a rotation", "NXT", Some("NXT"), Err(RevokeError::Next("NXT".into()))),
@@ -129,12 +136,9 @@ fn revoking_refuses_the_signing_key_the_next_key_and_unknown_ids() {
 
 #[test]
 fn joining_two_versions_keeps_the_later_end_and_the_revocation() {
-    let a = KeyState {
-        retired: vec![retired("K", t0(), Some(t0() + Duration::hours(1))), retired("A", t0(), None)],
-    };
-    let b = KeyState {
-        retired: vec![revoked("K", t0(), Some(t0() + Duration::hours(2)), t0()), retired("B", t0(), None)],
-    };
+    let a = KeyState { retired: vec![retired("K", t0(), Some(t0() + Duration::hours(1))), retired("A", t0(), None)] };
+    let b =
+        KeyState { retired: vec![revoked("K", t0(), Some(t0() + Duration::hours(2)), t0()), retired("B", t0(), None)] };
     for joined in [a.clone().join(b.clone()), b.join(a)] {
         let k = joined.retired.iter().find(|k| k.kid == "K").unwrap();
         assert_eq!(k.tokens_expire_by, Some(t0() + Duration::hours(2)));

@@ -57,7 +57,11 @@ pub struct Refusal {
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         if self.fork {
-            write!(f, "refused a record of generation {} that differs from the one this apiserver saw", self.generation)?;
+            write!(
+                f,
+                "refused a record of generation {} that differs from the one this apiserver saw",
+                self.generation
+            )?;
         } else {
             write!(
                 f,

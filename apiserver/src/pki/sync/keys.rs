@@ -78,8 +78,7 @@ pub struct KeyRing {
 
 impl std::fmt::Debug for KeyRing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ids: Vec<(Which, String)> =
-            self.keys.iter().map(|(w, t, _)| (*w, key_id(t).unwrap_or_default())).collect();
+        let ids: Vec<(Which, String)> = self.keys.iter().map(|(w, t, _)| (*w, key_id(t).unwrap_or_default())).collect();
         f.debug_struct("KeyRing").field("keys", &ids).finish()
     }
 }

@@ -374,7 +374,11 @@ async fn an_older_record_put_back_is_refused_and_the_newer_pki_sealed_over_it() 
 
     // A CA rotation, followed by both.
     let now = Utc::now();
-    for goal in [Goal::Begin { import: None }, Goal::Switch { signer_max_duration_seconds: None }, Goal::Finish { allowed: true }] {
+    for goal in [
+        Goal::Begin { import: None },
+        Goal::Switch { signer_max_duration_seconds: None },
+        Goal::Finish { allowed: true },
+    ] {
         rotation::run(&Paths::new(&a), &goal, &NewCa::default(), now, |_| {}).unwrap();
         sync_a.round().await.unwrap();
         sync_b.round().await.unwrap();
