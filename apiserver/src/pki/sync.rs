@@ -449,8 +449,9 @@ impl PkiSync {
             highest_generation = refusal.highest,
             fork = refusal.fork,
             revision = remote.revision,
-            "refused the shared PKI record in etcd: it is older than one this apiserver has seen (an old record or \
-             etcd backup put back?); this apiserver keeps the PKI it has"
+            "refused the shared PKI record in etcd: its generation is older than the highest this apiserver has \
+             seen, or the same with other contents (an old record or etcd backup put back?); this apiserver keeps \
+             the PKI it has"
         );
     }
 
@@ -532,6 +533,7 @@ impl PkiSync {
             .clone()
             .or_else(|| remote.as_ref().filter(|r| r.opened.generation.is_none()).map(|r| r.opened.files.clone()));
         let mut revision = remote.as_ref().map_or(0, |r| r.revision);
+        let mut written_seen = None;
         if let Some(files) = &push {
             let generation = generation::next(seen.as_ref(), remote.as_ref().and_then(|r| r.opened.generation));
             let value = keys::sealing_key(files, &ring)?.seal(files, generation)?;
@@ -547,13 +549,17 @@ impl PkiSync {
                 Err(e) => return Err(e).context("writing the shared PKI"),
             }
             let refused = seen.as_ref().and_then(|s| s.refused.clone());
-            generation::write(&self.paths.pki, &generation::Seen { generation, digest, refused })?;
+            written_seen = Some(generation::Seen { generation, digest, refused });
         }
         let pki = self.paths.pki.clone();
         let changes = plan.local.clone();
         let agreed = Base { files: plan.agreed.clone(), revision };
         let unchanged_base = base.as_ref() == Some(&agreed);
         tokio::task::spawn_blocking(move || {
+            // The generation this apiserver wrote, before any of the record's files.
+            if let Some(seen) = written_seen {
+                generation::write(&pki, &seen)?;
+            }
             write_local(&pki, &changes)?;
             if !unchanged_base {
                 write_base(&pki, &agreed)?;
