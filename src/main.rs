@@ -12,6 +12,7 @@ mod controller_manager;
 mod delegated_auth;
 mod kubeconfig_cmd;
 mod logging;
+mod pki_cmd;
 mod pki_followers;
 mod sa_key_cmd;
 mod secure_serving;
@@ -46,8 +47,10 @@ enum Command {
     Storage(storage_cmd::StorageCommand),
     /// The cluster CA: status, and rotation without a restart (begin, switch, finish).
     Ca(ca_cmd::CaCommand),
-    /// The service-account signing key: status, and rotation without a restart.
+    /// The service-account signing keys: status, rotation without a restart, revocation.
     SaKey(sa_key_cmd::SaKeyCommand),
+    /// The shared PKI record in etcd: rotate the key that seals it.
+    Pki(pki_cmd::PkiCommand),
 }
 
 #[derive(Args, Clone)]
@@ -103,7 +106,8 @@ struct ServerArgs {
     #[arg(long = "api-audiences", value_delimiter = ',')]
     api_audiences: Vec<String>,
     /// The longest lifetime of tokens issued by TokenRequest (e.g. 48h); longer requests are
-    /// shortened. Default: no cap.
+    /// shortened, and a retired service-account key verifies this long (+5m). Default: 8760h;
+    /// 0: no cap (2^32 seconds).
     #[arg(long = "service-account-max-token-expiration", value_parser = parse_duration)]
     service_account_max_token_expiration: Option<std::time::Duration>,
     /// API Priority and Fairness: classify every request by FlowSchema and share the
@@ -542,6 +546,7 @@ fn main() {
             Command::Storage(s) => storage_cmd::run(s).await,
             Command::Ca(c) => ca_cmd::run(c).await,
             Command::SaKey(c) => sa_key_cmd::run(c).await,
+            Command::Pki(c) => pki_cmd::run(c).await,
         }
     });
     if let Err(e) = result {

@@ -467,7 +467,8 @@ pub struct Config {
     pub service_account_key_files: Vec<PathBuf>,
     /// `--api-audiences` (empty: the issuers).
     pub api_audiences: Vec<String>,
-    /// `--service-account-max-token-expiration` (None: no cap).
+    /// `--service-account-max-token-expiration` (None: a year,
+    /// [`pki::service_account::DEFAULT_MAX_EXPIRATION`]; zero: no cap).
     pub service_account_max_token_expiration: Option<std::time::Duration>,
     /// How often `DIR/pki/ca.crt` is checked for a new client CA bundle (and `DIR/pki`'s
     /// service-account keys for a rotation).

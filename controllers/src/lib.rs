@@ -120,10 +120,6 @@ pub trait TokenGenerator: Send + Sync {
         Default::default()
     }
 
-    /// Told after each pass how many legacy token Secrets each key id signed, so that a
-    /// retired key nothing uses any more can be pruned.
-    fn legacy_tokens_counted(&self, _by_kid: &std::collections::BTreeMap<String, usize>) {}
-
     /// A value that changes whenever the keys do (which signs, which are retired): the
     /// controller makes a pass when it does. Empty: the keys never change.
     fn key_state(&self) -> String {

@@ -7,7 +7,7 @@
 //! | `ca.crt`, `ca.key` | cluster CA, CN `kustos-ca` | 10 years; created once, never overwritten |
 //! | `apiserver.crt`, `apiserver.key` | serving certificate, CN `kube-apiserver` | 1 year; re-issued when the SAN set changes, it expires within 30 days, or it no longer matches the CA |
 //! | `sa.key`, `sa.pub` | service-account token signing key (ECDSA P-256) | created once; replaced by `kustos sa-key rotate` |
-//! | `sa-keys.json` | retired service-account keys that still verify ([`sa_keys`]) | until pruned |
+//! | `sa-keys.json` | retired service-account keys that still verify ([`sa_keys`]) | each until its end, or revoked |
 //!
 //! `ca.crt` may hold several CA certificates (a CA rotation: the new CA and the old one).
 //! The one whose public key matches `ca.key` signs; every CA certificate in it that has not

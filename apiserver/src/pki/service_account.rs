@@ -19,6 +19,11 @@ pub const DEFAULT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 pub const JWKS_PATH: &str = "/openid/v1/jwks";
 /// The longest token lifetime a TokenRequest may ask for (2^32 seconds).
 pub const MAX_EXPIRATION_SECONDS: i64 = 1 << 32;
+/// `--service-account-max-token-expiration` when it is not given: a year, the longest
+/// lifetime upstream gives projected tokens by default (its extended expiration). `0` means
+/// no cap, as upstream's default (tokens of up to 2^32 seconds, and retired keys that verify
+/// as long).
+pub const DEFAULT_MAX_EXPIRATION: std::time::Duration = std::time::Duration::from_secs(8760 * 3600);
 
 /// Everything tokens are issued and checked with. The keys follow `DIR/pki`
 /// ([`ServiceAccountTokens::set_keys`], [`spawn_follower`]): a `kustos sa-key rotate` takes
@@ -70,7 +75,7 @@ pub enum OptionsError {
 }
 
 /// Check the flags as upstream does: at least one issuer, none empty or repeated, and a
-/// maximum lifetime (when set) between one hour and 2^32 seconds.
+/// maximum lifetime (when set and not 0) between one hour and 2^32 seconds.
 pub fn validate_options(issuers: &[String], max_expiration: Option<std::time::Duration>) -> Result<(), OptionsError> {
     if issuers.is_empty() {
         return Err(OptionsError::NoIssuer);
@@ -86,7 +91,7 @@ pub fn validate_options(issuers: &[String], max_expiration: Option<std::time::Du
             return Err(OptionsError::RepeatedIssuer(iss.clone()));
         }
     }
-    if let Some(max) = max_expiration {
+    if let Some(max) = max_expiration.filter(|m| !m.is_zero()) {
         if max < std::time::Duration::from_secs(3600) || max.as_secs() > MAX_EXPIRATION_SECONDS as u64 {
             return Err(OptionsError::MaxExpiration);
         }
@@ -97,6 +102,7 @@ pub fn validate_options(issuers: &[String], max_expiration: Option<std::time::Du
 impl ServiceAccountTokens {
     /// `signing_key_pem` signs; `own_public_pem` and each of `extra_key_pems` (the contents of
     /// `--service-account-key-file`s) verify. Empty `api_audiences` means the issuers.
+    /// `max_expiration`: `None` is [`DEFAULT_MAX_EXPIRATION`], zero is no cap.
     pub fn new(
         issuers: Vec<String>,
         signing_key_pem: &str,
@@ -129,7 +135,10 @@ impl ServiceAccountTokens {
             keys: RwLock::new(keys),
             extra,
             api_audiences,
-            max_expiration_seconds: max_expiration.map(|d| d.as_secs() as i64),
+            max_expiration_seconds: match max_expiration.unwrap_or(DEFAULT_MAX_EXPIRATION) {
+                d if d.is_zero() => None,
+                d => Some(d.as_secs() as i64),
+            },
             jwks_uri: format!("https://{external_address}{JWKS_PATH}"),
         };
         let signing = tokens.current().signing;
@@ -181,9 +190,10 @@ impl ServiceAccountTokens {
             cfg.service_account_max_token_expiration,
             external_address,
         )?;
-        // The keys a `kustos sa-key rotate` retired keep verifying.
+        // The keys a `kustos sa-key rotate` retired keep verifying until their end.
         let loaded = super::sa_keys::load(&pki.dir)?;
-        tokens.set_keys(&loaded.signing_pem, &loaded.retired)?;
+        let retired = loaded.retired_verifying(tokens.max_token_seconds(), chrono::Utc::now())?;
+        tokens.set_keys(&loaded.signing_pem, &retired)?;
         Ok(tokens)
     }
 
@@ -202,7 +212,8 @@ impl ServiceAccountTokens {
         &self.api_audiences
     }
 
-    /// `--service-account-max-token-expiration`, in seconds.
+    /// The cap on token lifetimes (`--service-account-max-token-expiration`, else
+    /// [`DEFAULT_MAX_EXPIRATION`]), in seconds; `None`: no cap.
     pub fn max_expiration_seconds(&self) -> Option<i64> {
         self.max_expiration_seconds
     }
@@ -239,28 +250,38 @@ impl ServiceAccountTokens {
 }
 
 /// Follow `DIR/pki`'s service-account keys (`sa.key`, `sa-keys.json`): every `every`, until
-/// the server's tokens are dropped. A state that does not load is reported once and the
-/// keys in use stay.
+/// the server's tokens are dropped. Each pass records this apiserver's end on the retired
+/// keys and drops those past it ([`super::sa_keys::maintain`]), then verifies with the keys
+/// that verify now: a revoked key or one past its end stops verifying within one pass. A
+/// state that does not load is reported once and the keys in use stay.
 pub fn spawn_follower(tokens: Weak<ServiceAccountTokens>, pki: PathBuf, every: std::time::Duration) {
     tokio::spawn(async move {
         let mut reported: Option<String> = None;
-        // What was last applied (the signing key's PEM, the retired keys' ids): unchanged
-        // files are not parsed again.
+        // What was last applied (the signing key's PEM, the retired keys' ids that verify):
+        // unchanged, nothing is swapped.
         let mut applied_from: Option<(String, Vec<String>)> = None;
         loop {
             tokio::time::sleep(every).await;
             let Some(tokens) = tokens.upgrade() else { return };
-            let pki = pki.clone();
-            let loaded = tokio::task::spawn_blocking(move || super::sa_keys::load(&pki))
-                .await
-                .map_err(anyhow::Error::from)
-                .and_then(|r| r);
-            let applied = loaded.and_then(|l| {
-                let from = (l.signing_pem.clone(), l.retired.iter().map(|k| k.key_id().to_string()).collect());
+            let (pki, max) = (pki.clone(), tokens.max_token_seconds());
+            let loaded = tokio::task::spawn_blocking(move || {
+                let now = chrono::Utc::now();
+                for kid in super::sa_keys::maintain(&pki, max, now)? {
+                    tracing::info!(kid = %kid, "dropped a retired service-account key: past its end or revoked");
+                }
+                let loaded = super::sa_keys::load(&pki)?;
+                let retired = loaded.retired_verifying(max, now)?;
+                Ok::<_, anyhow::Error>((loaded.signing_pem, retired))
+            })
+            .await
+            .map_err(anyhow::Error::from)
+            .and_then(|r| r);
+            let applied = loaded.and_then(|(signing_pem, retired)| {
+                let from = (signing_pem.clone(), retired.iter().map(|k| k.key_id().to_string()).collect());
                 if applied_from.as_ref() == Some(&from) {
                     return Ok(false);
                 }
-                let changed = tokens.set_keys(&l.signing_pem, &l.retired)?;
+                let changed = tokens.set_keys(&signing_pem, &retired)?;
                 applied_from = Some(from);
                 Ok(changed)
             });
