@@ -20,12 +20,14 @@ pub mod schema;
 pub mod typed;
 
 #[cfg(test)]
+mod bounds_tests;
+#[cfg(test)]
 mod tests;
 
 pub use fieldset::{FieldSet, FieldsV1Error, Path, PathElement};
 pub use managed::{
-    apply, conflict_message, conflict_status, decode_managed_fields, update, ApplyError, Conflict, ManagedEntry,
-    ManagedFieldsError, Operation, Outcome, Writer,
+    apply, conflict_message, conflict_report, conflict_status, decode_managed_fields, update, ApplyError, Conflict,
+    ManagedEntry, ManagedFieldsError, Operation, Outcome, Writer,
 };
 pub use schema::{Schema, SchemaError};
 pub use typed::TypedError;

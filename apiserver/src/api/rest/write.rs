@@ -68,14 +68,6 @@ fn init_metadata(def: &ResourceDef, obj: &mut Value, ns: Option<&str>) {
     }
 }
 
-/// Most bytes a field manager's name may have (upstream `FieldManagerMaxLength`).
-pub const FIELD_MANAGER_MAX_LENGTH: usize = 128;
-
-/// Go's `unicode.IsPrint`, near enough: no control characters, no spaces but U+0020.
-fn is_printable(ch: char) -> bool {
-    ch == ' ' || !(ch.is_control() || ch.is_whitespace() || ('\u{e000}'..='\u{f8ff}').contains(&ch))
-}
-
 /// The field manager of a write: `?fieldManager=`, checked as upstream's
 /// `ValidateFieldManager` (a 422 about the request's `options` kind, e.g. `PatchOptions`),
 /// required for an apply patch; for any other write the user agent's product name (what
@@ -86,18 +78,7 @@ pub fn field_manager(c: &Call<'_>, options: &str, apply: bool) -> Result<String>
     if apply && given.is_empty() {
         errs.push(FieldError::required("fieldManager", "is required for apply patch"));
     }
-    if given.len() > FIELD_MANAGER_MAX_LENGTH {
-        errs.push(FieldError::too_long("fieldManager", FIELD_MANAGER_MAX_LENGTH));
-    }
-    // The first unprintable character only: each report repeats the whole value, so one per
-    // character would make a long query string's answer grow with its square.
-    if let Some((i, ch)) = given.char_indices().find(|(_, ch)| !is_printable(*ch)) {
-        errs.push(FieldError::invalid(
-            "fieldManager",
-            &json!(given),
-            format!("invalid character U+{:04X} (at position {i})", ch as u32),
-        ));
-    }
+    errs.extend(validation::validate_field_manager(given, "fieldManager"));
     if !errs.is_empty() {
         return Err(ApiError::invalid("meta.k8s.io", options, "", errs));
     }
@@ -106,8 +87,8 @@ pub fn field_manager(c: &Call<'_>, options: &str, apply: bool) -> Result<String>
     }
     let product = c.info.user_agent.split('/').next().unwrap_or("");
     let mut out = String::new();
-    for ch in product.chars().filter(|ch| is_printable(*ch)) {
-        if out.len() >= FIELD_MANAGER_MAX_LENGTH {
+    for ch in product.chars().filter(|ch| validation::is_printable(*ch)) {
+        if out.len() >= validation::FIELD_MANAGER_MAX_LENGTH {
             break;
         }
         out.push(ch);
@@ -523,8 +504,8 @@ pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Rep
 /// cause per field, anything else the configuration's fault (400).
 fn apply_error(e: ApplyError) -> ApiError {
     match e {
-        ApplyError::Conflicts(conflicts) => {
-            let message = apply::conflict_message(&conflicts);
+        ApplyError::Conflicts(conflicts, unlisted) => {
+            let message = apply::conflict_report(&conflicts, unlisted);
             let causes = conflicts
                 .iter()
                 .map(|c| FieldError {
