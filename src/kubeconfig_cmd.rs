@@ -82,11 +82,16 @@ pub fn read(path: &Path) -> anyhow::Result<Kubeconfig> {
 
 /// A client for the current context of the kubeconfig at `path`.
 pub async fn client(path: &Path) -> anyhow::Result<kube::Client> {
-    let kc = read(path)?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|e| anyhow::anyhow!("loading kubeconfig {}: {e}", path.display()))?;
+    let config = config(path).await?;
     kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("building a client from {}: {e}", path.display()))
+}
+
+/// The client configuration a kubeconfig file gives.
+pub async fn config(path: &Path) -> anyhow::Result<kube::Config> {
+    let kc = read(path)?;
+    kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("loading kubeconfig {}: {e}", path.display()))
 }
 
 /// A client from `--kubeconfig` or `$KUBECONFIG`, or, with neither, from the Pod's

@@ -426,6 +426,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
             },
             csr_signing,
             node_lifecycle,
+            apiserver_addresses: apiserver_addresses(&running),
             ..Default::default()
         };
         // The controllers' counters are served on the apiserver's /metrics.
@@ -457,6 +458,20 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     }
     running.stop().await;
     Ok(())
+}
+
+/// What no kubelet serving certificate may name (the policy approver's protected addresses):
+/// the address this server is bound to and every SAN of its serving certificate.
+fn apiserver_addresses(running: &kustos_apiserver::Running) -> Vec<String> {
+    let mut out = vec![running.addr.ip().to_string()];
+    match kustos_ca::parse_certificate_pem(&running.pki.serving_cert_pem) {
+        Ok(info) => {
+            out.extend(info.dns_names);
+            out.extend(info.ip_addresses.iter().map(ToString::to_string));
+        }
+        Err(e) => tracing::warn!(error = %e, "reading the serving certificate's SANs"),
+    }
+    out
 }
 
 /// Leader election of `kustos server`'s controllers when several servers share etcd:

@@ -152,6 +152,11 @@ pub struct Config {
     pub metrics: metrics::Metrics,
     /// `nodelifecycle`'s `--node-monitor-*` and `--node-startup-grace-period`.
     pub node_lifecycle: node_lifecycle::Timing,
+    /// The apiserver's own addresses (IP addresses or DNS names) that no kubelet serving
+    /// certificate may name (`csrpolicyapproving`): `kustos server` passes its bind address
+    /// and its serving certificate's SANs, `kustos controller-manager` the host it reaches the
+    /// apiserver at.
+    pub apiserver_addresses: Vec<String>,
 }
 
 impl Default for Config {
@@ -167,6 +172,7 @@ impl Default for Config {
             csr_concurrency: 32,
             metrics: metrics::Metrics::default(),
             node_lifecycle: node_lifecycle::Timing::default(),
+            apiserver_addresses: Vec::new(),
         }
     }
 }
