@@ -153,15 +153,8 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
             anyhow::bail!("--root-ca-file {} holds no PEM certificate", path.display());
         }
     }
-    let client = match &args.kubeconfig {
-        Some(path) => crate::kubeconfig_cmd::client(path).await?,
-        None => {
-            let cfg = kube::Config::infer()
-                .await
-                .context("no --kubeconfig, and neither $KUBECONFIG nor an in-cluster service account works")?;
-            kube::Client::try_from(cfg).context("building the client")?
-        }
-    };
+    let client =
+        crate::kubeconfig_cmd::client_or_in_cluster(args.kubeconfig.clone(), std::env::var_os("KUBECONFIG")).await?;
 
     let metrics = Metrics::new();
     if let Some(le) = &election {
