@@ -323,7 +323,7 @@ mod tests {
         let text = "clusters:\n- name: a\n  cluster: {server: https://a, certificate-authority: ca.crt}\n\
                     - name: b\n  cluster: {server: https://b, certificate-authority: /etc/ca.crt}\n\
                     users:\n- name: u\n  user:\n    client-certificate: sub/u.crt\n    client-key: /abs/u.key\n\
-                    \x20   token-file: t\n    exec: {command: ./plugin, apiVersion: client.authentication.k8s.io/v1}\n\
+                    \x20   tokenFile: t\n    exec: {command: ./plugin, apiVersion: client.authentication.k8s.io/v1}\n\
                     - name: w\n  user:\n    exec: {command: aws, apiVersion: client.authentication.k8s.io/v1}\n";
         let mut kc = parse(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
         make_paths_absolute(&mut kc, Path::new("/home/k"));
