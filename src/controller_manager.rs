@@ -135,12 +135,8 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
             anyhow::bail!("--root-ca-file {} holds no PEM certificate", path.display());
         }
     }
-    let kube_config = match &args.kubeconfig {
-        Some(path) => crate::kubeconfig_cmd::config(path).await?,
-        None => kube::Config::infer()
-            .await
-            .context("no --kubeconfig, and neither $KUBECONFIG nor an in-cluster service account works")?,
-    };
+    let kube_config =
+        crate::kubeconfig_cmd::config_or_in_cluster(args.kubeconfig.clone(), std::env::var_os("KUBECONFIG")).await?;
     // The host this process reaches the apiserver at is one no kubelet serving certificate
     // may name.
     let apiserver_addresses: Vec<String> = kube_config.cluster_url.host().map(str::to_string).into_iter().collect();

@@ -461,18 +461,15 @@ struct ExistingKubeconfig {
 }
 
 fn read_admin_kubeconfig(text: &str) -> Option<ExistingKubeconfig> {
-    let v: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
-    let decode = |v: &serde_yaml::Value| -> Option<String> {
+    let v = crate::api::yaml::from_slice(text.as_bytes()).ok()?.value;
+    let decode = |v: &serde_json::Value| -> Option<String> {
         let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str()?.trim()).ok()?;
         String::from_utf8(bytes).ok()
     };
-    let cluster = v
-        .get("clusters")?
-        .as_sequence()?
-        .iter()
-        .find(|c| c.get("name").and_then(|n| n.as_str()) == Some(CLUSTER_NAME))?;
+    let cluster =
+        v.get("clusters")?.as_array()?.iter().find(|c| c.get("name").and_then(|n| n.as_str()) == Some(CLUSTER_NAME))?;
     let user =
-        v.get("users")?.as_sequence()?.iter().find(|u| u.get("name").and_then(|n| n.as_str()) == Some(ADMIN_USER))?;
+        v.get("users")?.as_array()?.iter().find(|u| u.get("name").and_then(|n| n.as_str()) == Some(ADMIN_USER))?;
     Some(ExistingKubeconfig {
         server: cluster.get("cluster")?.get("server")?.as_str()?.to_string(),
         ca_pem: decode(cluster.get("cluster")?.get("certificate-authority-data")?)?,

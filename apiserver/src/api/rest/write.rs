@@ -146,8 +146,7 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     let manager = field_manager(c, "CreateOptions", false)?;
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
-    let raw = decode_body(c.def, body, content_type)?;
-    let dups = duplicate_fields(body, content_type, mode);
+    let (raw, dups) = decode_body(c.def, body, content_type, mode)?;
     let (obj, warnings) = typed_check(c.def, &raw, mode, &dups)?;
     // Namespace in the body must agree with the path.
     if c.def.namespaced {
@@ -386,8 +385,7 @@ pub async fn update(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     let manager = field_manager(c, "UpdateOptions", false)?;
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
-    let raw = decode_body(c.def, body, content_type)?;
-    let dups = duplicate_fields(body, content_type, mode);
+    let (raw, dups) = decode_body(c.def, body, content_type, mode)?;
     let (new, warnings) = typed_check(c.def, &raw, mode, &dups)?;
     let name = c.info.name.clone();
     let body_name = meta::name(&new);

@@ -69,13 +69,12 @@ pub fn decode(
 ) -> Result<(Value, Vec<String>), ApiError> {
     params.dry_run()?;
     let mode = params.field_validation()?;
-    let mut raw = rest::decode_body(def, body, content_type)?;
+    let (mut raw, dups) = rest::decode_body(def, body, content_type, mode)?;
     // The status is computed by the server; what a client sends there (protobuf bodies carry
     // an empty one) is ignored.
     if let Some(m) = raw.as_object_mut() {
         m.remove("status");
     }
-    let dups = rest::duplicate_fields(body, content_type, mode);
     let (mut obj, warnings) = rest::typed_check(def, &raw, mode, &dups)?;
     let expected = if def.namespaced { url_namespace } else { "" };
     let in_body = crate::meta::namespace(&obj).to_string();

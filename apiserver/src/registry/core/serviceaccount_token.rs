@@ -223,11 +223,10 @@ fn decode_token_request(
     url_namespace: &str,
 ) -> Result<(Value, Vec<String>), ApiError> {
     let mode = params.field_validation()?;
-    let mut raw = rest::decode_body(def, body, content_type)?;
+    let (mut raw, dups) = rest::decode_body(def, body, content_type, mode)?;
     if let Some(m) = raw.as_object_mut() {
         m.remove("status");
     }
-    let dups = rest::duplicate_fields(body, content_type, mode);
     let (mut obj, warnings) = rest::typed_check(def, &raw, mode, &dups)?;
     let in_body = meta::namespace(&obj).to_string();
     if in_body.is_empty() {
