@@ -99,14 +99,15 @@ fn unknown_fields(input: &Value, pruned: &Value, path: &mut FieldPath, out: &mut
 }
 
 /// Decode through the typed model: type errors → 400; unknown fields pruned and reported
-/// per `fieldValidation` (Strict → 400, Warn → warnings, Ignore → nothing).
+/// per `fieldValidation` (Strict → 400, Warn → warnings, Ignore → nothing). Takes the object
+/// by value: no copy of it lives beside its typed and pruned forms.
 pub fn typed_check(
     def: &ResourceDef,
-    obj: &Value,
+    obj: Value,
     mode: FieldValidation,
     duplicates: &[String],
 ) -> Result<(Value, Vec<String>)> {
-    let mut for_check = obj.clone();
+    let mut for_check = obj;
     // apiVersion/kind are always known.
     if let Some(m) = for_check.as_object_mut() {
         m.insert("apiVersion".into(), json!(def.api_version()));
@@ -121,6 +122,7 @@ pub fn typed_check(
     // At most MAX_STRICT_ERRORS distinct problems, as upstream's strict decoder keeps.
     let mut found = StrictErrors::default();
     unknown_fields(&for_check, &pruned, &mut FieldPath::default(), &mut found);
+    drop(for_check);
     for p in duplicates {
         found.add(format!("duplicate field \"{p}\""));
     }

@@ -228,7 +228,7 @@ fn decode_token_request(
         m.remove("status");
     }
     let dups = rest::duplicate_fields(body, content_type, mode);
-    let (mut obj, warnings) = rest::typed_check(def, &raw, mode, &dups)?;
+    let (mut obj, warnings) = rest::typed_check(def, raw, mode, &dups)?;
     let in_body = meta::namespace(&obj).to_string();
     if in_body.is_empty() {
         meta::meta_mut(&mut obj).insert("namespace".into(), json!(url_namespace));
