@@ -244,7 +244,7 @@ fn protobuf(c: &mut Vec<Case>, ctx: &Ctx) {
 fn repeated(c: &mut Vec<Case>, ctx: &Ctx) {
     let ssr_pb = |raw: &[u8]| envelope("authentication.k8s.io/v1", "SelfSubjectReview", raw);
     // 1.5M empty ownerReferences (2 bytes each) in a review's metadata.
-    let owner_refs = vec![0x6a_u8, 0x00].repeat(NEAR_LIMIT / 2 - 64);
+    let owner_refs = [0x6a_u8, 0x00].repeat(NEAR_LIMIT / 2 - 64);
     c.push(
         ssr("protobuf: 1.5M empty ownerReferences", PROTOBUF, ssr_pb(&field(1, &owner_refs))).expect(&[400, 413, 422]),
     );
@@ -287,7 +287,7 @@ fn repeated(c: &mut Vec<Case>, ctx: &Ctx) {
         .expect(&[400, 403, 413, 422]),
     );
     let pod_pb = {
-        let containers = vec![0x12_u8, 0x00].repeat(NEAR_LIMIT / 2 - 200);
+        let containers = [0x12_u8, 0x00].repeat(NEAR_LIMIT / 2 - 200);
         let meta = [field(1, format!("m2-{node}").as_bytes()), field(3, ctx.ns.as_bytes())].concat();
         let spec = [containers, field(10, node.as_bytes())].concat();
         envelope("v1", "Pod", &[field(1, &meta), field(2, &spec)].concat())
