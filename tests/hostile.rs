@@ -401,12 +401,15 @@ async fn hostile_corpus_under_a_memory_limit() {
         };
         let wall_ms = case_started.elapsed().as_millis();
         let sent = case.bytes_sent();
+        // An aborting server may still be alive for a moment: ask it (waiting up to 5 s), then
+        // look again.
+        let readiness = if proc.alive() { ready(&clients).await } else { Err("not running".into()) };
         let alive = proc.alive();
         if !alive {
             let log = s.stderr_tail();
             let last: Vec<&str> = log.lines().rev().take(4).collect();
             problems.push(format!("the server died; its last log lines: {:?}", last));
-        } else if let Err(e) = ready(&clients).await {
+        } else if let Err(e) = readiness {
             problems.push(e);
         }
         if growth > bound(sent) {

@@ -6,7 +6,7 @@ use base64::Engine as _;
 use serde_json::json;
 
 use super::wire::{
-    csr_der, csr_info, der, node_subject, oid, p256_spki, pem, rsa_spki, seq, OCTET_STRING, SEQUENCE, SET,
+    csr_der, csr_info, der, der_nested, node_subject, oid, p256_spki, pem, rsa_spki, seq, OCTET_STRING, SEQUENCE, SET,
 };
 use super::*;
 
@@ -51,10 +51,7 @@ pub fn cases(ctx: &Ctx) -> Vec<Case> {
     let node = &ctx.node;
     let mut c = Vec::new();
     // A subject nested 100k SEQUENCEs deep.
-    let mut deep = Vec::new();
-    for _ in 0..100_000 {
-        deep = der(SEQUENCE, &deep);
-    }
+    let deep = der_nested(SEQUENCE, 100_000);
     let req = csr_der(csr_info(deep, p256_spki(), Vec::new()));
     c.push(create("csr: a subject nested 100k deep", pem("CERTIFICATE REQUEST", &req).as_bytes(), &[400, 422]));
     // One extension of 1 MB, and 20k small ones.

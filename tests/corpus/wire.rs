@@ -39,13 +39,49 @@ pub fn envelope(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
     out
 }
 
-/// `depth` length-delimited fields `number`, each holding the next, around `core`.
+/// `depth` length-delimited fields `number`, each holding the next, around `core`; built in
+/// linear time (the headers first, outermost first).
 pub fn nested(number: u64, depth: usize, core: &[u8]) -> Vec<u8> {
-    let mut inner = core.to_vec();
-    for _ in 0..depth {
-        inner = field(number, &inner);
+    let tag = varint(number << 3 | 2);
+    let mut lens = vec![core.len()];
+    for i in 0..depth {
+        let inner = lens[i];
+        lens.push(tag.len() + varint(inner as u64).len() + inner);
     }
-    inner
+    let mut out = Vec::with_capacity(lens[depth]);
+    for i in (0..depth).rev() {
+        out.extend_from_slice(&tag);
+        out.extend(varint(lens[i] as u64));
+    }
+    out.extend_from_slice(core);
+    out
+}
+
+/// The header (tag and length) of a DER TLV of `len` content bytes.
+fn der_header(tag: u8, len: usize) -> Vec<u8> {
+    let mut out = der(tag, &[]);
+    out.truncate(1);
+    if len < 0x80 {
+        out.push(len as u8);
+    } else {
+        let bytes: Vec<u8> = len.to_be_bytes().iter().copied().skip_while(|b| *b == 0).collect();
+        out.push(0x80 | bytes.len() as u8);
+        out.extend(bytes);
+    }
+    out
+}
+
+/// `depth` DER TLVs of `tag`, each holding the next, around nothing; in linear time.
+pub fn der_nested(tag: u8, depth: usize) -> Vec<u8> {
+    let mut lens = vec![0usize];
+    for i in 0..depth {
+        lens.push(der_header(tag, lens[i]).len() + lens[i]);
+    }
+    let mut out = Vec::with_capacity(lens[depth]);
+    for i in (0..depth).rev() {
+        out.extend(der_header(tag, lens[i]));
+    }
+    out
 }
 
 /// A DER TLV.
@@ -175,5 +211,17 @@ mod tests {
         assert_eq!(varint(1), vec![1]);
         assert_eq!(varint(300), vec![0xac, 0x02]);
         assert_eq!(varint(u64::MAX).len(), 10);
+    }
+
+    #[test]
+    fn nesting_matches_wrapping_one_layer_at_a_time() {
+        let mut wrapped = b"core".to_vec();
+        let mut der_wrapped = Vec::new();
+        for depth in 0..300 {
+            assert_eq!(nested(7, depth, b"core"), wrapped, "protobuf, depth {depth}");
+            assert_eq!(der_nested(SEQUENCE, depth), der_wrapped, "DER, depth {depth}");
+            wrapped = field(7, &wrapped);
+            der_wrapped = der(SEQUENCE, &der_wrapped);
+        }
     }
 }
