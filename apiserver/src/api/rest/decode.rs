@@ -122,14 +122,15 @@ fn unknown_fields(input: &Value, pruned: &Value, path: &mut FieldPath, out: &mut
 
 /// Decode through the typed model: type errors → 400; unknown fields pruned and reported,
 /// after the `duplicates` [`decode_body`] found, per `fieldValidation` (Strict → 400, Warn →
-/// warnings, Ignore → nothing).
+/// warnings, Ignore → nothing). Takes the object by value: no copy of it lives beside its
+/// typed and pruned forms.
 pub fn typed_check(
     def: &ResourceDef,
-    obj: &Value,
+    obj: Value,
     mode: FieldValidation,
     duplicates: &[String],
 ) -> Result<(Value, Vec<String>)> {
-    let mut for_check = obj.clone();
+    let mut for_check = obj;
     // apiVersion/kind are always known.
     if let Some(m) = for_check.as_object_mut() {
         m.insert("apiVersion".into(), json!(def.api_version()));
@@ -147,6 +148,7 @@ pub fn typed_check(
         found.add(problem.clone());
     }
     unknown_fields(&for_check, &pruned, &mut FieldPath::default(), &mut found);
+    drop(for_check);
     let problems = found.into_vec();
     match mode {
         FieldValidation::Strict if !problems.is_empty() => Err(ApiError::BadRequest(format!(
@@ -216,9 +218,9 @@ mod tests {
     fn yaml_duplicates_come_first_among_strict_problems() {
         let dups = vec!["line 3: key \"a\" already set in map".to_string()];
         let obj = json!({"kind": "ConfigMap", "a": 2});
-        let got = typed_check(configmaps(), &obj, FieldValidation::Warn, &dups).map(|(_, w)| w);
+        let got = typed_check(configmaps(), obj.clone(), FieldValidation::Warn, &dups).map(|(_, w)| w);
         assert_eq!(got.ok(), Some(vec![dups[0].clone(), "unknown field \"a\"".to_string()]));
-        let err = typed_check(configmaps(), &obj, FieldValidation::Strict, &dups).err().map(|e| e.to_string());
+        let err = typed_check(configmaps(), obj, FieldValidation::Strict, &dups).err().map(|e| e.to_string());
         let want = "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: \
                     line 3: key \"a\" already set in map, unknown field \"a\"";
         assert!(err.as_deref().is_some_and(|e| e.contains(want)), "{err:?}");

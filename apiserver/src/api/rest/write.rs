@@ -147,7 +147,7 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
     let (raw, dups) = decode_body(c.def, body, content_type, mode)?;
-    let (obj, warnings) = typed_check(c.def, &raw, mode, &dups)?;
+    let (obj, warnings) = typed_check(c.def, raw, mode, &dups)?;
     // Namespace in the body must agree with the path.
     if c.def.namespaced {
         let body_ns = meta::namespace(&obj).to_string();
@@ -386,7 +386,7 @@ pub async fn update(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
     let (raw, dups) = decode_body(c.def, body, content_type, mode)?;
-    let (new, warnings) = typed_check(c.def, &raw, mode, &dups)?;
+    let (new, warnings) = typed_check(c.def, raw, mode, &dups)?;
     let name = c.info.name.clone();
     let body_name = meta::name(&new);
     if !body_name.is_empty() && body_name != name {
@@ -489,7 +489,7 @@ pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Rep
                 vec![FieldError::immutable("metadata.name", &json!(meta::name(&patched)))],
             ));
         }
-        let (new, warnings) = typed_check(c.def, &patched, mode, &[])?;
+        let (new, warnings) = typed_check(c.def, patched, mode, &[])?;
         match finish_write(c, &old, kv.mod_rev, new, warnings, dry_run, Ownership::Update(&manager)).await {
             Err(ApiError::Conflict { .. }) if !pinned => continue,
             other => return other,
@@ -571,7 +571,7 @@ async fn server_side_apply(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
                 meta::meta_mut(&mut obj).insert("name".into(), json!(name));
             }
             let managed = obj.pointer("/metadata/managedFields").cloned();
-            let (mut obj, warnings) = typed_check(c.def, &obj, mode, &[])?;
+            let (mut obj, warnings) = typed_check(c.def, obj, mode, &[])?;
             if let Some(managed) = managed {
                 meta::meta_mut(&mut obj).insert("managedFields".into(), managed);
             }
@@ -584,7 +584,7 @@ async fn server_side_apply(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
         let old = meta::from_stored(&kv)?;
         let outcome = apply::apply(&schema, Some(&old), &config, &writer, force).map_err(apply_error)?;
         let managed = outcome.object.pointer("/metadata/managedFields").cloned();
-        let (mut new, warnings) = typed_check(c.def, &outcome.object, mode, &[])?;
+        let (mut new, warnings) = typed_check(c.def, outcome.object, mode, &[])?;
         match managed {
             Some(managed) => meta::meta_mut(&mut new).insert("managedFields".into(), managed),
             None => meta::meta_mut(&mut new).remove("managedFields"),

@@ -227,7 +227,7 @@ fn decode_token_request(
     if let Some(m) = raw.as_object_mut() {
         m.remove("status");
     }
-    let (mut obj, warnings) = rest::typed_check(def, &raw, mode, &dups)?;
+    let (mut obj, warnings) = rest::typed_check(def, raw, mode, &dups)?;
     let in_body = meta::namespace(&obj).to_string();
     if in_body.is_empty() {
         meta::meta_mut(&mut obj).insert("namespace".into(), json!(url_namespace));
