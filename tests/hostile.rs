@@ -31,17 +31,6 @@ const BOUND_BASE: u64 = 64 << 20;
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The environment the server runs with, so that its address space follows its memory
-/// (`RLIMIT_AS` counts reservations too). glibc gives each thread that calls `malloc` (SQLite
-/// does, from the blocking threads) an arena reserving 64 MiB, up to eight per core: two
-/// arenas at most. mimalloc reserves arenas of up to 1 GiB (128 MiB under the limit) and
-/// keeps them: without them it maps what it needs and unmaps it when freed. Measured: idle
-/// address space 185 MiB instead of 480 MiB, and back near it after a 3 MiB attack instead
-/// of creeping to the limit.
-fn server_env() -> Vec<(String, String)> {
-    vec![("MALLOC_ARENA_MAX".into(), "2".into()), ("MIMALLOC_ARENA_RESERVE".into(), "0".into())]
-}
-
 /// The server process, read through /proc.
 struct Proc {
     pid: u32,
@@ -356,7 +345,7 @@ fn print_report(rows: &[Row], idle: (u64, u64), end: (u64, u64)) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_corpus_under_a_memory_limit() {
-    let mut s = Server::start_limited(&[], MemoryLimit { address_space: ADDRESS_SPACE, env: server_env() });
+    let mut s = Server::start_limited(&[], MemoryLimit { address_space: ADDRESS_SPACE, env: Vec::new() });
     let (mut clients, ctx) = prepare(&s).await;
     let built = Instant::now();
     let cases = corpus::all(&ctx);

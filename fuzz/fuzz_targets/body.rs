@@ -49,7 +49,7 @@ fuzz_target!(|data: &[u8]| {
         };
         let Some(def) = def_for(probe.as_ref().unwrap_or(&Value::Null)) else { return };
         let Ok((v, dups)) = decode_body(def, &body, content_type, FieldValidation::Warn) else { continue };
-        if let Ok((obj, _warnings)) = typed_check(def, &v, FieldValidation::Warn, &dups) {
+        if let Ok((obj, _warnings)) = typed_check(def, v, FieldValidation::Warn, &dups) {
             let _ = def.strategy.validate(&obj);
         }
     }
