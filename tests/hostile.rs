@@ -255,13 +255,14 @@ async fn prepare(s: &Server) -> (Clients, Ctx) {
     admin.extend(admin_cert);
     let http = s.http();
     let as_node = s.http_with_identity(&node_user.identity);
-    send(
+    let registered = send(
         as_node
             .post(format!("{}/api/v1/nodes", s.url))
             .json(&json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})),
     )
-    .await
-    .expect_code(201, "the node registers itself");
+    .await;
+    registered.expect_code(201, "the node registers itself");
+    let node_uid = registered.body["metadata"]["uid"].as_str().expect("the Node's uid").to_string();
     let lease = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
         "metadata": {"name": node, "namespace": "kube-node-lease"}, "spec": {"holderIdentity": node, "leaseDurationSeconds": 40}});
     send(as_node.post(format!("{}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases", s.url)).json(&lease))
@@ -297,7 +298,7 @@ async fn prepare(s: &Server) -> (Clients, Ctx) {
     s.wait_for_object(&things, "the custom resource is served", Duration::from_secs(30), |_| true).await;
     let clients =
         Clients { url: s.url.clone(), ca: s.ca_pem(), admin, node: node_user.identity, bootstrap, service_account };
-    (clients, Ctx { node, ns, crd_plural: "things" })
+    (clients, Ctx { node, node_uid, ns, crd_plural: "things" })
 }
 
 fn print_report(rows: &[Row], idle: (u64, u64), end: (u64, u64)) {

@@ -359,15 +359,7 @@ async fn resource(
     }
     let pretty = params.flag("pretty").unwrap_or(false);
     let content_type = http::negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
-    let body = match axum::body::to_bytes(req.into_body(), api::rest::MAX_BODY).await {
-        Ok(b) => b,
-        Err(_) => {
-            return Err(ApiError::RequestEntityTooLarge(format!(
-                "Request entity too large: limit is {}",
-                api::rest::MAX_BODY
-            )));
-        }
-    };
+    let body = read_body(req.into_body(), api::rest::MAX_BODY).await?;
     let call = Call { state, def, info, user, params, out: out.clone() };
     let reply: Reply = match (info.verb.as_str(), handler) {
         ("create", _) if def.create_only => api::reviews::create(&call, &body, &content_type).await?,
@@ -388,6 +380,43 @@ async fn resource(
     };
     Ok(api::rest::render(reply.code, &reply.body, &out, &headers, pretty, &reply.warnings))
 }
+
+/// The request body, at most `limit` bytes; past that a 413. The rest of an oversized body is
+/// read and thrown away for a while (at most [`DRAIN_BYTES`], [`DRAIN_TIME`]) by a task of its
+/// own, as Go's server lingers before closing: a client still sending (a chunked body has no
+/// length to refuse up front) then reads the 413 instead of a reset connection.
+async fn read_body(body: axum::body::Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    use http_body_util::BodyExt as _;
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        if buf.len() + data.len() > limit {
+            tokio::spawn(async move {
+                let mut left = DRAIN_BYTES;
+                let _ = tokio::time::timeout(DRAIN_TIME, async {
+                    while let Some(Ok(frame)) = body.frame().await {
+                        let n = frame.data_ref().map_or(0, |d| d.len());
+                        left = left.saturating_sub(n);
+                        if left == 0 {
+                            break;
+                        }
+                    }
+                })
+                .await;
+            });
+            return Err(ApiError::RequestEntityTooLarge(format!("Request entity too large: limit is {limit}")));
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf.freeze())
+}
+
+/// What is read and discarded of a body past the limit, at most.
+const DRAIN_BYTES: usize = 64 << 20;
+/// How long a body past the limit is read and discarded, at most.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Create what a fresh cluster has: the four system namespaces.
 pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {

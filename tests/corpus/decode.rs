@@ -273,8 +273,9 @@ fn repeated(c: &mut Vec<Case>, ctx: &Ctx) {
     let node = &ctx.node;
     // A node's mirror pod with 1M empty containers; its own Node with 1M empty images.
     let pod = format!(
-        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"m-{node}","namespace":"{ns}","annotations":{{"kubernetes.io/config.mirror":"x"}}}},"spec":{{"nodeName":"{node}","containers":[{empties}]}}}}"#,
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"m-{node}","namespace":"{ns}","annotations":{{"kubernetes.io/config.mirror":"x"}},"ownerReferences":[{owner}]}},"spec":{{"nodeName":"{node}","containers":[{empties}]}}}}"#,
         ns = ctx.ns,
+        owner = ctx.node_owner(),
     );
     c.push(
         Case::post(
@@ -399,8 +400,9 @@ fn numbers(c: &mut Vec<Case>, ctx: &Ctx) {
         ("a 100k-digit string", format!("\"{digits}\"")),
     ] {
         let pod = format!(
-            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"{ns}","annotations":{{"kubernetes.io/config.mirror":"x"}}}},"spec":{{"nodeName":"{node}","containers":[{{"name":"c","image":"i","livenessProbe":{{"httpGet":{{"port":{port}}}}}}}]}}}}"#,
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"{ns}","annotations":{{"kubernetes.io/config.mirror":"x"}},"ownerReferences":[{owner}]}},"spec":{{"nodeName":"{node}","containers":[{{"name":"c","image":"i","livenessProbe":{{"httpGet":{{"port":{port}}}}}}}]}}}}"#,
             ns = ctx.ns,
+            owner = ctx.node_owner(),
         );
         c.push(
             Case::post(
@@ -414,8 +416,9 @@ fn numbers(c: &mut Vec<Case>, ctx: &Ctx) {
         );
     }
     let pod = format!(
-        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"{ns}","annotations":{{"kubernetes.io/config.mirror":"x"}}}},"spec":{{"nodeName":"{node}","containers":[{{"name":"c","image":"i","resources":{{"limits":{{"cpu":"{digits}"}},"requests":{{"cpu":"1e999999999"}}}}}}]}}}}"#,
+        r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"p","namespace":"{ns}","annotations":{{"kubernetes.io/config.mirror":"x"}},"ownerReferences":[{owner}]}},"spec":{{"nodeName":"{node}","containers":[{{"name":"c","image":"i","resources":{{"limits":{{"cpu":"{digits}"}},"requests":{{"cpu":"1e999999999"}}}}}}]}}}}"#,
         ns = ctx.ns,
+        owner = ctx.node_owner(),
     );
     c.push(
         Case::post(

@@ -185,11 +185,20 @@ impl Case {
 pub struct Ctx {
     /// The node the node identity is (`system:node:<node>`); its Node and its Lease exist.
     pub node: String,
+    /// The uid of that Node: mirror pods name it as their owner.
+    pub node_uid: String,
     /// A namespace of the corpus's own.
     pub ns: String,
     /// The plural of a custom resource (group `hostile.kustos.dev`, version v1, namespaced,
     /// any fields kept) whose definition exists.
     pub crd_plural: &'static str,
+}
+
+impl Ctx {
+    /// The owner reference a mirror pod of this node carries (NodeRestriction requires it).
+    pub fn node_owner(&self) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "v1", "kind": "Node", "name": self.node, "uid": self.node_uid, "controller": true})
+    }
 }
 
 pub const CRD_GROUP: &str = "hostile.kustos.dev";

@@ -17,7 +17,8 @@ fn mirror_pod(
     extra_meta: serde_json::Value,
     containers: serde_json::Value,
 ) -> serde_json::Value {
-    let mut meta = json!({"name": name, "namespace": ctx.ns, "annotations": {"kubernetes.io/config.mirror": "x"}});
+    let mut meta = json!({"name": name, "namespace": ctx.ns, "annotations": {"kubernetes.io/config.mirror": "x"},
+        "ownerReferences": [ctx.node_owner()]});
     if let (Some(m), Some(extra)) = (meta.as_object_mut(), extra_meta.as_object()) {
         for (k, v) in extra {
             m.insert(k.clone(), v.clone());

@@ -459,7 +459,11 @@ pub fn apply(
         previous =
             updated_entries(schema, &super::typed::empty_object(), &live_obj, Vec::new(), &before).unwrap_or_default();
     }
-    let config = without_managed_fields(config);
+    // `managedFields` is absent or null here: a copy without it only in the second case.
+    let config = match config.pointer("/metadata/managedFields") {
+        Some(_) => std::borrow::Cow::Owned(without_managed_fields(config)),
+        None => std::borrow::Cow::Borrowed(config),
+    };
 
     let applied = to_field_set(schema, &config)?.recursive_difference(writer.reset_fields);
     let mut merged = merge(schema, &live_obj, &config)?;

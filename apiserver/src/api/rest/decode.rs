@@ -120,6 +120,17 @@ fn unknown_fields(input: &Value, pruned: &Value, path: &mut FieldPath, out: &mut
     }
 }
 
+/// `obj` decoded into the kind's typed form and encoded back (within the typed decoding
+/// budget), or the 400 `<Kind> in version "<v>" cannot be handled as a <Kind>: ...`.
+pub fn typed_roundtrip(def: &ResourceDef, obj: &Value) -> Result<Value> {
+    def.strategy.roundtrip(obj).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {e}",
+            def.kind, def.version, def.kind
+        ))
+    })
+}
+
 /// Decode through the typed model: type errors → 400; unknown fields pruned and reported,
 /// after the `duplicates` [`decode_body`] found, per `fieldValidation` (Strict → 400, Warn →
 /// warnings, Ignore → nothing). Takes the object by value: no copy of it lives beside its
@@ -136,12 +147,7 @@ pub fn typed_check(
         m.insert("apiVersion".into(), json!(def.api_version()));
         m.insert("kind".into(), json!(def.kind));
     }
-    let pruned = def.strategy.roundtrip(&for_check).map_err(|e| {
-        ApiError::BadRequest(format!(
-            "{} in version \"{}\" cannot be handled as a {}: {e}",
-            def.kind, def.version, def.kind
-        ))
-    })?;
+    let pruned = typed_roundtrip(def, &for_check)?;
     // At most MAX_STRICT_ERRORS distinct problems, as upstream's strict decoder keeps.
     let mut found = StrictErrors::default();
     for problem in duplicates {

@@ -518,6 +518,11 @@ fn apply_error(e: ApplyError) -> ApiError {
     }
 }
 
+/// `metadata.managedFields` moved out of `obj` (not copied: it can be as large as the rest).
+fn take_managed_fields(obj: &mut Value) -> Option<Value> {
+    obj.get_mut("metadata").and_then(Value::as_object_mut).and_then(|m| m.remove("managedFields"))
+}
+
 /// PATCH with `application/apply-patch+yaml`: server-side apply of the configuration in the
 /// body by `?fieldManager=` (required), taking conflicting fields when `force=true`. A
 /// missing object is created (201) through the create path; an existing one goes through the
@@ -532,6 +537,10 @@ async fn server_side_apply(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
     }
     let config = patch::decode_apply_body(body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     check_type_meta(c.def, &config)?;
+    // The configuration must read as the kind, as upstream types an apply patch before it
+    // merges it; the typed decoding budget this passes also bounds what the merge and the
+    // field sets below build.
+    drop(typed_roundtrip(c.def, &config)?);
     let name = c.info.name.clone();
     let body_name = meta::name(&config);
     if !body_name.is_empty() && body_name != name {
@@ -570,7 +579,7 @@ async fn server_side_apply(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
             if meta::name(&obj).is_empty() {
                 meta::meta_mut(&mut obj).insert("name".into(), json!(name));
             }
-            let managed = obj.pointer("/metadata/managedFields").cloned();
+            let managed = take_managed_fields(&mut obj);
             let (mut obj, warnings) = typed_check(c.def, obj, mode, &[])?;
             if let Some(managed) = managed {
                 meta::meta_mut(&mut obj).insert("managedFields".into(), managed);
@@ -583,8 +592,9 @@ async fn server_side_apply(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
         };
         let old = meta::from_stored(&kv)?;
         let outcome = apply::apply(&schema, Some(&old), &config, &writer, force).map_err(apply_error)?;
-        let managed = outcome.object.pointer("/metadata/managedFields").cloned();
-        let (mut new, warnings) = typed_check(c.def, outcome.object, mode, &[])?;
+        let mut object = outcome.object;
+        let managed = take_managed_fields(&mut object);
+        let (mut new, warnings) = typed_check(c.def, object, mode, &[])?;
         match managed {
             Some(managed) => meta::meta_mut(&mut new).insert("managedFields".into(), managed),
             None => meta::meta_mut(&mut new).remove("managedFields"),
