@@ -16,12 +16,14 @@
 //! (see [`super::fieldset`]); a conflict report lists at most [`MAX_CONFLICT_REPORT`] bytes
 //! of fields and counts the rest.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
 
 use serde_json::{json, Map, Value};
 
 use super::fieldset::{FieldSet, FieldsV1Error, Path};
+use super::last_applied;
 use super::schema::Schema;
 use super::typed::{compare, merge, remove_unowned, to_field_set, TypedError};
 
@@ -372,16 +374,27 @@ fn without_managed_fields(obj: &Value) -> Value {
     o
 }
 
+/// Whether a write may take fields other managers own.
+#[derive(Debug, Clone, Copy)]
+enum Force<'a> {
+    /// Every changed field another manager owns is a conflict.
+    No,
+    /// Changed fields move to the writer (`force=true`, and every Update).
+    Yes,
+    /// As `No` but for these fields; when only they conflict, as `Yes`.
+    Except(&'a FieldSet),
+}
+
 /// Ownership after `old` became `new`, for every manager but `writer_id`: fields another
-/// manager owns that changed are conflicts (moved to the writer when `force`), fields removed
-/// leave their owners.
+/// manager owns that changed are conflicts (see [`Force`]), and move to the writer when
+/// there are none; fields removed leave their owners.
 fn update_owners(
     schema: &Schema,
     old: &Value,
     new: &Value,
     entries: &mut [ManagedEntry],
     writer_id: &Identity<'_>,
-    force: bool,
+    force: Force<'_>,
     reset: &FieldSet,
 ) -> Result<super::typed::Comparison, ApplyError> {
     let mut cmp = compare(schema, old, new)?;
@@ -389,8 +402,13 @@ fn update_owners(
     cmp.modified = cmp.modified.recursive_difference(reset);
     cmp.removed = cmp.removed.recursive_difference(reset);
     let changed = cmp.modified.union(&cmp.added);
-    if !force {
-        let (listed, unlisted) = find_conflicts(entries, writer_id, &changed);
+    let contested = match force {
+        Force::Yes => None,
+        Force::No => Some(Cow::Borrowed(&changed)),
+        Force::Except(allowed) => Some(Cow::Owned(changed.difference(allowed))),
+    };
+    if let Some(contested) = contested {
+        let (listed, unlisted) = find_conflicts(entries, writer_id, &contested);
         if !listed.is_empty() {
             return Err(ApplyError::Conflicts(listed, unlisted));
         }
@@ -425,13 +443,39 @@ fn finish(entries: Vec<ManagedEntry>, writer_id: &Identity<'_>, touch: bool, tim
 }
 
 /// Server-side apply of `config` (the decoded apply body) to `live` (`None`: the object
-/// does not exist and apply creates it).
+/// does not exist and apply creates it). For the manager `kubectl`, conflicts on fields the
+/// live object still has as client-side apply last applied them are no conflicts, and the
+/// last-applied annotation follows the configuration (see [`super::last_applied`]).
 pub fn apply(
     schema: &Schema,
     live: Option<&Value>,
     config: &Value,
     writer: &Writer,
     force: bool,
+) -> Result<Outcome, ApplyError> {
+    let kubectl = writer.manager == last_applied::KUBECTL_MANAGER;
+    let mut outcome = match apply_fields(schema, live, config, writer, if force { Force::Yes } else { Force::No }) {
+        Err(conflicts @ ApplyError::Conflicts(..)) if kubectl => {
+            match live.and_then(|l| last_applied::takeover_fields(schema, l, writer.api_version)) {
+                Some(takeover) => apply_fields(schema, live, config, writer, Force::Except(&takeover))?,
+                None => return Err(conflicts),
+            }
+        }
+        other => other?,
+    };
+    if kubectl && last_applied::sync_annotation(&mut outcome.object, config) {
+        outcome.changed = true;
+    }
+    Ok(outcome)
+}
+
+/// [`apply`] without the last-applied rules.
+fn apply_fields(
+    schema: &Schema,
+    live: Option<&Value>,
+    config: &Value,
+    writer: &Writer,
+    force: Force<'_>,
 ) -> Result<Outcome, ApplyError> {
     if !config.is_object() {
         return Err(ApplyError::BadRequest("apply configuration must be an object".into()));
@@ -577,7 +621,7 @@ fn updated_entries(
     writer: &Writer,
 ) -> Option<Vec<ManagedEntry>> {
     let my_id: Identity<'_> = (writer.manager, Operation::Update, writer.subresource, writer.api_version);
-    let cmp = update_owners(schema, live_obj, new_obj, &mut entries, &my_id, true, writer.reset_fields).ok()?;
+    let cmp = update_owners(schema, live_obj, new_obj, &mut entries, &my_id, Force::Yes, writer.reset_fields).ok()?;
     let gained = cmp.modified.union(&cmp.added);
     let touch = !gained.difference(&stripped()).is_empty();
     match entries.iter_mut().find(|e| e.identity() == my_id) {
