@@ -238,6 +238,9 @@ pub async fn run(args: SaSignerArgs) -> anyhow::Result<()> {
     if args.refresh_hint.as_secs() == 0 {
         anyhow::bail!("--refresh-hint must be at least 1s");
     }
+    if let Some(path) = endpoint.path() {
+        check_parent(path)?;
+    }
     let group = args.socket_group.as_deref().map(group_id).transpose()?;
     let legacy = legacy_keys(&args.legacy_key_file)?;
     let pki = args.data_dir.join("pki");

@@ -1,13 +1,20 @@
 //! `kustos sa-signer` (the `k8s.io/externaljwt` v1 signer on a Unix socket) and an apiserver
 //! started with `--service-account-signing-endpoint` pointing at it:
 //! - a gRPC client of this test's own signs, fetches the keys and reads the metadata, on a
-//!   socket path (mode 0600) and on an abstract socket; the assembled token verifies with
-//!   the key `FetchKeys` serves;
+//!   socket path (mode 0600; 0660 and the group's with `--socket-group`) and on an abstract
+//!   socket; the assembled token verifies with the key `FetchKeys` serves; the signer's
+//!   `/metrics` counts the calls;
 //! - `kubectl create token` on the apiserver gives tokens the signer signed, which
-//!   authenticate, whose key `/openid/v1/jwks` publishes, capped at the signer's lifetime;
+//!   authenticate, whose key `/openid/v1/jwks` publishes, capped at the signer's lifetime; a
+//!   `--legacy-key-file` key is served excluded from discovery: its tokens verify, the JWKS
+//!   leaves it out;
 //! - `kustos sa-key rotate` on the signer's data directory under a load of token requests and
-//!   authenticated calls: no request fails, nothing restarts, the old key keeps verifying;
-//!   `kustos sa-key revoke` then makes the old key's tokens fail within a key refresh;
+//!   authenticated calls: no request fails, nothing restarts, the old key keeps verifying,
+//!   `sa-key status` shows it retired, the apiserver's `apiserver_externaljwt_*` metrics count
+//!   the calls; `kustos sa-key revoke` then makes the old key's tokens fail within a key
+//!   refresh;
+//! - `kustos server` signs through the signer too; on etcd the signer follows a rotation
+//!   made on another member of the shared PKI;
 //! - bad endpoints and conflicting flags stop the start with a one-line error.
 //!
 //! Every wait is bounded; nothing asserts on how long anything took.
@@ -213,6 +220,30 @@ async fn a_grpc_client_signs_fetches_keys_and_reads_metadata() {
     );
     let keys = c.fetch_keys(FetchKeysRequest {}).await.expect("FetchKeys").into_inner();
     assert_eq!(keys.keys[0].key_id, signing_kid(&tmp.path().join("abstract")));
+
+    // With --socket-group: 0660, owned by that group. As root, a group other than its own, by
+    // name (from /etc/group); otherwise its own group, by id.
+    use std::os::unix::fs::MetadataExt as _;
+    let mine = std::fs::metadata(tmp.path()).expect("the temporary directory");
+    let (group, gid) = if mine.uid() == 0 {
+        let groups = std::fs::read_to_string("/etc/group").expect("reading /etc/group");
+        groups
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                Some((f.first()?.to_string(), f.get(2)?.parse::<u32>().ok()?))
+            })
+            .find(|(_, gid)| *gid != mine.gid())
+            .expect("a second group in /etc/group")
+    } else {
+        (mine.gid().to_string(), mine.gid())
+    };
+    let grouped = tmp.path().join("grouped.sock");
+    let grouped_signer =
+        Signer::start(grouped.to_str().expect("UTF-8"), &tmp.path().join("grouped"), &["--socket-group", &group]);
+    let meta = std::fs::metadata(&grouped).expect("the socket");
+    assert_eq!((meta.permissions().mode() & 0o777, meta.gid()), (0o660, gid), "0660, the group's");
+    assert!(grouped_signer.client().await.metadata(MetadataRequest {}).await.is_ok());
 }
 
 async fn token_request(s: &Server, ns: &str, sa: &str) -> Result<String, String> {
@@ -312,11 +343,28 @@ async fn an_apiserver_signs_through_kustos_sa_signer_and_follows_rotate_and_revo
     let tmp = tempfile::tempdir().expect("tempdir");
     let socket = tmp.path().join("signer.sock");
     let signer_dir = tmp.path().join("signer");
+    // A key that signs elsewhere (legacy tokens): it verifies, is never published, never signs.
+    let legacy_pem = rcgen::KeyPair::generate().expect("a key").serialize_pem();
+    let legacy_file = tmp.path().join("legacy.key");
+    std::fs::write(&legacy_file, &legacy_pem).expect("writing the legacy key");
+    let legacy = kustos_ca::jwt::SigningKey::from_pem(&legacy_pem).expect("the legacy key");
+    let legacy_kid = legacy.public_key().key_id().to_string();
     let signer = Signer::start(
         socket.to_str().expect("UTF-8"),
         &signer_dir,
-        &["--service-account-max-token-expiration", "2h", "--refresh-hint", "2s"],
+        &[
+            "--service-account-max-token-expiration",
+            "2h",
+            "--refresh-hint",
+            "2s",
+            "--legacy-key-file",
+            legacy_file.to_str().expect("UTF-8"),
+        ],
     );
+    let served = signer.client().await.fetch_keys(FetchKeysRequest {}).await.expect("FetchKeys").into_inner();
+    let excluded: Vec<(&str, bool)> =
+        served.keys.iter().map(|k| (k.key_id.as_str(), k.exclude_from_oidc_discovery)).collect();
+    assert_eq!(excluded, [(signing_kid(&signer_dir).as_str(), false), (legacy_kid.as_str(), true)]);
     let s = Arc::new(Server::apiserver_with(&[
         "--service-account-signing-endpoint",
         socket.to_str().expect("UTF-8"),
@@ -339,16 +387,19 @@ async fn an_apiserver_signs_through_kustos_sa_signer_and_follows_rotate_and_revo
     let body: Value = serde_json::from_slice(&out.stdout).expect("a TokenRequest");
     assert_eq!(body["spec"]["expirationSeconds"], 7200, "{body}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("shortened to 7200 seconds"), "{out:?}");
-    // A token signed by the data directory's own key does not verify.
+    // A token signed by the data directory's own key does not verify; one signed by the
+    // signer's legacy key does, though the JWKS does not publish that key.
+    let uid = s.kubectl_ok(&["get", "serviceaccount", "robot", "-n", &ns, "-o", "jsonpath={.metadata.uid}"]);
+    let now = chrono::Utc::now().timestamp();
+    let claims = json!({"iss": "https://kustos.example", "sub": format!("system:serviceaccount:{ns}:robot"),
+        "aud": ["https://kustos.example"], "exp": now + 600, "iat": now, "nbf": now,
+        "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": "robot", "uid": uid.trim()}}});
     let pem = std::fs::read_to_string(s.data_dir.join("pki/sa.key")).expect("sa.key");
-    let forged = kustos_ca::jwt::SigningKey::from_pem(&pem)
-        .expect("a key")
-        .sign(&json!({"iss": "https://kustos.example", "sub": format!("system:serviceaccount:{ns}:robot"),
-            "aud": ["https://kustos.example"], "exp": chrono::Utc::now().timestamp() + 600,
-            "iat": chrono::Utc::now().timestamp(), "nbf": chrono::Utc::now().timestamp(),
-            "kubernetes.io": {"namespace": ns, "serviceaccount": {"name": "robot", "uid": "x"}}}))
-        .expect("signing");
+    let forged = kustos_ca::jwt::SigningKey::from_pem(&pem).expect("a key").sign(&claims).expect("signing");
     assert_eq!(whoami(&s, &forged).await, Err(401));
+    let by_legacy = legacy.sign(&claims).expect("signing");
+    assert_eq!(kid(&by_legacy), legacy_kid);
+    assert_eq!(whoami(&s, &by_legacy).await, Ok(format!("system:serviceaccount:{ns}:robot")));
 
     // Rotation under load.
     let (server_pid, signer_pid) = (s.pid(), signer.pid());
@@ -376,10 +427,20 @@ async fn an_apiserver_signs_through_kustos_sa_signer_and_follows_rotate_and_revo
     assert!(whoami(&s, &first).await.is_ok(), "the old key verifies until its end");
     let metrics = send(s.http().get(format!("{}/metrics", s.url))).await;
     for want in [
-        "apiserver_externaljwt_sign_request_total{code=\"OK\"}",
-        "apiserver_externaljwt_fetch_keys_request_total{code=\"OK\"}",
+        "apiserver_externaljwt_sign_request_total{code=\"OK\"} ",
+        "apiserver_externaljwt_fetch_keys_request_total{code=\"OK\"} ",
+        "apiserver_externaljwt_fetch_keys_success_timestamp ",
+        "apiserver_externaljwt_fetch_keys_data_timestamp ",
+        "apiserver_externaljwt_request_duration_seconds_count{method=\"/v1.ExternalJWTSigner/Sign\",code=\"OK\"} ",
+        "apiserver_externaljwt_request_duration_seconds_count{method=\"/v1.ExternalJWTSigner/FetchKeys\",code=\"OK\"} ",
+        "apiserver_externaljwt_request_duration_seconds_count{method=\"/v1.ExternalJWTSigner/Metadata\",code=\"OK\"} 1",
     ] {
-        assert!(metrics.text.contains(want), "{want} missing from /metrics");
+        assert!(metrics.text.contains(want), "{want} missing from /metrics:\n{}", metrics.text);
+    }
+    // `kustos sa-key status` on the signer's directory.
+    let status = kustos_ok(&["sa-key", "status", "--data-dir", dir, "--kubeconfig", "/dev/null"]);
+    for want in [format!("{new}\tcurrent\t"), format!("{old}\tretired\t")] {
+        assert!(status.contains(&want), "{want:?} missing from:\n{status}");
     }
 
     // Revocation: the old key's tokens fail once the apiserver fetches the keys again.
@@ -397,6 +458,7 @@ async fn an_apiserver_signs_through_kustos_sa_signer_and_follows_rotate_and_revo
     }
     assert!(whoami(&s, &fresh).await.is_ok(), "the new key's tokens still authenticate");
     assert_eq!(jwks_kids(&s).await, vec![new.clone()]);
+    assert!(whoami(&s, &by_legacy).await.is_ok(), "the legacy key still verifies");
 }
 
 /// `kustos <args>` must fail with one line on stderr containing `want`.
@@ -480,7 +542,8 @@ fn bad_endpoints_and_conflicting_flags_stop_the_start() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_apiserver_refuses_a_longer_maximum_than_the_signer_signs_and_a_second_signer_on_one_socket() {
+async fn a_longer_maximum_than_the_signer_signs_and_a_second_signer_on_one_socket_are_refused_and_kustos_server_signs_through_it(
+) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let socket = tmp.path().join("signer.sock");
     let socket = socket.to_str().expect("UTF-8");
@@ -510,4 +573,55 @@ async fn the_apiserver_refuses_a_longer_maximum_than_the_signer_signs_and_a_seco
     // The first still serves.
     let mut c = client(socket).await;
     assert!(c.metadata(MetadataRequest {}).await.is_ok());
+    // `kustos server` signs through it too; its serviceaccount-token controller does not run,
+    // as kube-controller-manager's without a key of its own.
+    let server = Server::start_with(&["--service-account-signing-endpoint", socket]);
+    let ns = server.create_namespace("extsrv").await;
+    server.kubectl_ok(&["create", "serviceaccount", "robot", "-n", &ns]);
+    let token = server.kubectl_ok(&["create", "token", "robot", "-n", &ns]);
+    assert_eq!(kid(token.trim()), signing_kid(&tmp.path().join("signer")));
+    assert_eq!(whoami(&server, token.trim()).await, Ok(format!("system:serviceaccount:{ns}:robot")));
+    let log = std::fs::read_to_string(server.work_dir().join("stderr-0.log")).expect("the server's log");
+    assert!(log.contains("no service-account private key to sign tokens with"), "{}", server.stderr_tail());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_etcd_the_signer_takes_part_in_the_shared_pki_and_follows_a_rotation_made_elsewhere() {
+    let etcd = common::etcd::Etcd::start();
+    let mut flags = etcd.server_args();
+    flags.extend(["--etcd-prefix".to_string(), "/ext-signer".to_string()]);
+    let s = Server::start_with(&flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let old = signing_kid(&s.data_dir);
+    // The signer's directory holds nothing but the key that opens the shared record.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let signer_dir = tmp.path().join("signer");
+    std::fs::create_dir_all(signer_dir.join("pki")).expect("creating pki/");
+    std::fs::set_permissions(signer_dir.join("pki"), std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    std::fs::copy(s.data_dir.join("pki/sync.key"), signer_dir.join("pki/sync.key")).expect("copying sync.key");
+    let socket = tmp.path().join("signer.sock");
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend(["--refresh-hint", "1s"]);
+    let signer = Signer::start(socket.to_str().expect("UTF-8"), &signer_dir, &args);
+    assert_eq!(signing_kid(&signer_dir), old, "the signer took the cluster's key from etcd");
+    let mut c = signer.client().await;
+    let kids = |r: &kustos_apiserver::pki::externaljwt::proto::FetchKeysResponse| {
+        r.keys.iter().map(|k| k.key_id.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(kids(&c.fetch_keys(FetchKeysRequest {}).await.expect("FetchKeys").into_inner()), [old.clone()]);
+
+    // A rotation on the apiserver's directory reaches the signer through etcd.
+    let out = kustos_ok(&["sa-key", "rotate", "--data-dir", s.data_dir.to_str().expect("UTF-8")]);
+    let new = out.lines().find_map(|l| l.strip_prefix("signing key: ")).expect("the new kid").to_string();
+    let claims = b64(&json!({"sub": "system:serviceaccount:ns:robot"}));
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let signed = c.sign(SignJwtRequest { claims: claims.clone() }).await.expect("Sign").into_inner();
+        if kid(&format!("{}.{claims}.{}", signed.header, signed.signature)) == new {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the signer never signed with the new key {new}:\n{}", signer.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let served = kids(&c.fetch_keys(FetchKeysRequest {}).await.expect("FetchKeys").into_inner());
+    assert!(served.contains(&old) && served.contains(&new), "{served:?}");
 }
