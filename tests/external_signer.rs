@@ -475,6 +475,9 @@ fn fails_with(args: &[&str], env: &[(&str, &str)], want: &str) {
     assert!(last.starts_with("error: ") && last.contains(want), "kustos {args:?}: want {want:?} in:\n{stderr}");
 }
 
+/// A start that must fail: its arguments, its environment, what its error says.
+type Case<'a> = (Vec<String>, Vec<(&'a str, &'a str)>, &'a str);
+
 #[test]
 fn bad_endpoints_and_conflicting_flags_stop_the_start() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -492,7 +495,7 @@ fn bad_endpoints_and_conflicting_flags_stop_the_start() {
         format!("{plain} is not a Unix socket"),
         format!("while setting up external-jwt-signer: while initially filling key cache from {absent}"),
     );
-    let cases: Vec<(Vec<String>, Vec<(&str, &str)>, &str)> = vec![
+    let cases: Vec<Case> = vec![
         (
             server(&["--service-account-signing-endpoint", "relative.sock"]),
             vec![],
@@ -607,7 +610,7 @@ async fn on_etcd_the_signer_takes_part_in_the_shared_pki_and_follows_a_rotation_
     let kids = |r: &kustos_apiserver::pki::externaljwt::proto::FetchKeysResponse| {
         r.keys.iter().map(|k| k.key_id.clone()).collect::<Vec<_>>()
     };
-    assert_eq!(kids(&c.fetch_keys(FetchKeysRequest {}).await.expect("FetchKeys").into_inner()), [old.clone()]);
+    assert_eq!(kids(&c.fetch_keys(FetchKeysRequest {}).await.expect("FetchKeys").into_inner()), [old.as_str()]);
 
     // A rotation on the apiserver's directory reaches the signer through etcd.
     let out = kustos_ok(&["sa-key", "rotate", "--data-dir", s.data_dir.to_str().expect("UTF-8")]);

@@ -104,7 +104,7 @@ pub fn check_keys(resp: &FetchKeysResponse) -> Result<KeySnapshot, String> {
             return Err("found empty public key".into());
         }
         match <x509_parser::x509::SubjectPublicKeyInfo as x509_parser::prelude::FromDer<_>>::from_der(&k.key) {
-            Ok((rest, _)) if rest.is_empty() => {}
+            Ok(([], _)) => {}
             _ => return Err("while parsing external public keys: not a PKIX public key".into()),
         }
         match PublicKey::from_spki_der(&k.key) {
