@@ -31,6 +31,7 @@ use super::proto::external_jwt_signer_server::ExternalJwtSigner;
 use super::proto::{
     FetchKeysRequest, FetchKeysResponse, Key, MetadataRequest, MetadataResponse, SignJwtRequest, SignJwtResponse,
 };
+pub use super::signer_metrics::Roles;
 use super::signer_metrics::SignerMetrics;
 use crate::pki::sa_keys::{self, RetiredKey};
 
@@ -66,15 +67,6 @@ impl std::fmt::Debug for KeySet {
 pub trait KeySetSource: Send + Sync + 'static {
     /// The key set as it is now (read again when its source changed).
     fn current(&self) -> Result<Arc<KeySet>, String>;
-}
-
-/// How many keys of each role a `FetchKeys` answered.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Roles {
-    pub signing: usize,
-    pub next: usize,
-    pub retired: usize,
-    pub legacy: usize,
 }
 
 /// The keys `FetchKeys` answers at `now` (`max_token_seconds`: this signer's longest token

@@ -20,7 +20,15 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::metrics::code_name;
-use super::service::Roles;
+
+/// How many keys of each role a `FetchKeys` answered (`service::served_keys`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Roles {
+    pub signing: usize,
+    pub next: usize,
+    pub retired: usize,
+    pub legacy: usize,
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
