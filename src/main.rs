@@ -15,6 +15,7 @@ mod logging;
 mod pki_cmd;
 mod pki_followers;
 mod sa_key_cmd;
+mod sa_signer_cmd;
 mod secure_serving;
 mod storage_cmd;
 mod token;
@@ -51,6 +52,9 @@ enum Command {
     SaKey(sa_key_cmd::SaKeyCommand),
     /// The shared PKI record in etcd: rotate the key that seals it.
     Pki(pki_cmd::PkiCommand),
+    /// The k8s.io/externaljwt v1 signer on a Unix socket, for kube-apiserver's
+    /// --service-account-signing-endpoint: signs with the data directory's service-account keys.
+    SaSigner(sa_signer_cmd::SaSignerArgs),
 }
 
 #[derive(Args, Clone)]
@@ -110,6 +114,11 @@ struct ServerArgs {
     /// 0: no cap (2^32 seconds).
     #[arg(long = "service-account-max-token-expiration", value_parser = parse_duration)]
     service_account_max_token_expiration: Option<std::time::Duration>,
+    /// Unix socket of an external signer (`k8s.io/externaljwt` v1, e.g. `kustos sa-signer`): it
+    /// signs service-account tokens and serves the keys that verify them (`@name`: abstract
+    /// socket). Excludes --service-account-key-file.
+    #[arg(long = "service-account-signing-endpoint")]
+    service_account_signing_endpoint: Option<String>,
     /// API Priority and Fairness: classify every request by FlowSchema and share the
     /// server's seats among priority levels (`=false`: plain max-in-flight limits).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -387,6 +396,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.service_account_key_files = args.service_account_key_file.clone();
     cfg.api_audiences = args.api_audiences.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
     cfg.service_account_max_token_expiration = args.service_account_max_token_expiration;
+    cfg.service_account_signing_endpoint = args.service_account_signing_endpoint.clone();
     cfg.verbosity = args.verbosity;
     let running = kustos_apiserver::start(cfg)
         .await
@@ -415,11 +425,14 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
             legacy_token_clean_up_period: chrono::Duration::from_std(args.legacy_service_account_token_clean_up_period)
                 .context("--legacy-service-account-token-clean-up-period is too long")?,
             // Legacy tokens are signed with the key the apiserver signs with, and follow a
-            // `kustos sa-key rotate`.
-            token_generator: match running.state.security.service_accounts.clone() {
-                Some(tokens) => {
-                    Some(std::sync::Arc::new(sa_key_cmd::FollowingSigner::new(tokens, running.pki.dir.clone())))
-                }
+            // `kustos sa-key rotate`. With an external signer there is no such key: as
+            // kube-controller-manager without --service-account-private-key-file, the
+            // serviceaccount-token controller does not run.
+            token_generator: match running.state.security.service_accounts.as_ref() {
+                Some(tokens) => tokens.local().map(|keys| {
+                    std::sync::Arc::new(sa_key_cmd::FollowingSigner::new(keys.clone(), running.pki.dir.clone()))
+                        as std::sync::Arc<dyn kustos_controllers::TokenGenerator>
+                }),
                 None => Some(std::sync::Arc::new(kustos_controllers::serviceaccount_token::PemSigner::new(
                     running.pki.sa_key_pem.clone(),
                 )?)),
@@ -562,6 +575,7 @@ fn main() {
             Command::Ca(c) => ca_cmd::run(c).await,
             Command::SaKey(c) => sa_key_cmd::run(c).await,
             Command::Pki(c) => pki_cmd::run(c).await,
+            Command::SaSigner(a) => sa_signer_cmd::run(a).await,
         }
     });
     if let Err(e) = result {

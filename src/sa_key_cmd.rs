@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
 use kube::Api;
 use kustos_apiserver::pki::sa_keys::{self, KeyState};
-use kustos_apiserver::pki::service_account::ServiceAccountTokens;
+use kustos_apiserver::pki::service_account::LocalKeys;
 use kustos_controllers::serviceaccount_token::{count_by_kid, SECRET_TYPE};
 
 use crate::kubeconfig_cmd;
@@ -210,12 +210,12 @@ fn render(
 /// key the apiserver signs with now (it follows `DIR/pki`), re-issued when signed by a key
 /// `sa-keys.json` lists as retired (the apiserver drops retired keys at their end).
 pub struct FollowingSigner {
-    tokens: Arc<ServiceAccountTokens>,
+    tokens: Arc<LocalKeys>,
     pki: PathBuf,
 }
 
 impl FollowingSigner {
-    pub fn new(tokens: Arc<ServiceAccountTokens>, pki: PathBuf) -> Self {
+    pub fn new(tokens: Arc<LocalKeys>, pki: PathBuf) -> Self {
         FollowingSigner { tokens, pki }
     }
 }

@@ -499,6 +499,9 @@ pub struct Config {
     /// `--service-account-max-token-expiration` (None: a year,
     /// [`pki::service_account::DEFAULT_MAX_EXPIRATION`]; zero: no cap).
     pub service_account_max_token_expiration: Option<std::time::Duration>,
+    /// `--service-account-signing-endpoint`: an external signer's Unix socket (a path, or
+    /// `@name`) signs the tokens and serves the keys that verify them (`pki::externaljwt`).
+    pub service_account_signing_endpoint: Option<String>,
     /// How often `DIR/pki/ca.crt` is checked for a new client CA bundle (and `DIR/pki`'s
     /// service-account keys for a rotation).
     pub client_ca_reload_interval: std::time::Duration,
@@ -540,6 +543,7 @@ impl Config {
             service_account_key_files: Vec::new(),
             api_audiences: Vec::new(),
             service_account_max_token_expiration: None,
+            service_account_signing_endpoint: None,
             client_ca_reload_interval: std::time::Duration::from_secs(1),
             enable_priority_and_fairness: true,
             max_requests_inflight: 400,
@@ -639,6 +643,11 @@ async fn open_storage(cfg: &Config) -> anyhow::Result<Arc<dyn Storage>> {
 
 /// Start the apiserver: PKI, store, bootstrap objects, admin kubeconfig, HTTPS listener.
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
+    pki::service_account::signing_endpoint(
+        cfg.service_account_signing_endpoint.as_deref(),
+        &cfg.service_account_key_files,
+    )
+    .map_err(anyhow::Error::msg)?;
     pki::data_dir::secure(&cfg.data_dir)?;
     let now = chrono::Utc::now();
     let store = open_storage(&cfg).await?;
@@ -666,8 +675,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         // Other apiservers write RBAC objects too.
         authz::rbac::cache::spawn_follower(&rbac_cache);
     }
-    let sa_tokens = Arc::new(pki::service_account::ServiceAccountTokens::load(&cfg, &pki, &server_address)?);
-    pki::service_account::spawn_follower(Arc::downgrade(&sa_tokens), pki.dir.clone(), cfg.client_ca_reload_interval);
+    let sa_tokens = Arc::new(pki::service_account::ServiceAccountTokens::start(&cfg, &pki, &server_address).await?);
     let sa_authn = authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?;
     let api_audiences = sa_tokens.api_audiences().to_vec();
     let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?

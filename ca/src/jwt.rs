@@ -248,6 +248,12 @@ impl PublicKey {
         &self.key_id
     }
 
+    /// The same key under another key id: the one an external signer names it by.
+    pub fn with_key_id(mut self, key_id: impl Into<String>) -> Self {
+        self.key_id = key_id.into();
+        self
+    }
+
     /// Canonical PKIX DER.
     pub fn spki_der(&self) -> &[u8] {
         &self.spki_der
@@ -414,17 +420,22 @@ impl SigningKey {
         let header = serde_json::to_vec(&header).map_err(|_| JwtError::Sign)?;
         let payload = serde_json::to_vec(claims).map_err(|_| JwtError::Sign)?;
         let signing_input = format!("{}.{}", URL_SAFE_NO_PAD.encode(header), URL_SAFE_NO_PAD.encode(payload));
+        let sig = self.sign_input(signing_input.as_bytes())?;
+        Ok(format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(sig)))
+    }
+
+    /// The JWS signature (raw bytes) of a signing input `base64url(header).base64url(payload)`
+    /// built elsewhere (an external signer's `Sign`).
+    pub fn sign_input(&self, signing_input: &[u8]) -> Result<Vec<u8>> {
         let rng = ring::rand::SystemRandom::new();
-        let sig = match &self.signer {
-            Signer::Ecdsa(k) => k.sign(&rng, signing_input.as_bytes()).map_err(|_| JwtError::Sign)?.as_ref().to_vec(),
+        match &self.signer {
+            Signer::Ecdsa(k) => Ok(k.sign(&rng, signing_input).map_err(|_| JwtError::Sign)?.as_ref().to_vec()),
             Signer::Rsa(k) => {
                 let mut sig = vec![0u8; k.public().modulus_len()];
-                k.sign(&signature::RSA_PKCS1_SHA256, &rng, signing_input.as_bytes(), &mut sig)
-                    .map_err(|_| JwtError::Sign)?;
-                sig
+                k.sign(&signature::RSA_PKCS1_SHA256, &rng, signing_input, &mut sig).map_err(|_| JwtError::Sign)?;
+                Ok(sig)
             }
-        };
-        Ok(format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(sig)))
+        }
     }
 }
 

@@ -359,7 +359,7 @@ impl TokenAuthenticator for ServiceAccountAuthenticator {
         if !legacy && !self.tokens.issuers().contains(&issuer) {
             return TokenResult::NotMine;
         }
-        let claims = match jwt::verify(token, &self.tokens.verification_keys()) {
+        let claims = match jwt::verify(token, &self.tokens.verification_keys_for(token).await) {
             Ok(c) => c,
             Err(JwtError::Malformed(_)) => return TokenResult::NotMine,
             Err(e) => return TokenResult::Invalid(e.to_string()),
@@ -712,7 +712,7 @@ mod tests {
                 other_key.sign(&Value::Object(claims.clone())).unwrap(),
                 Some("invalid signature, no keys found"),
             ),
-            ("expired", e.tokens.issue(&expired).unwrap(), Some("service account token has expired")),
+            ("expired", e.tokens.issue(&expired).await.unwrap(), Some("service account token has expired")),
             ("exp 0 is the epoch", with_exp(Some(json!(0))), Some("service account token has expired")),
             ("exp negative", with_exp(Some(json!(-1))), Some("service account token has expired")),
             ("exp fraction of the first second", with_exp(Some(json!(0.5))), Some("service account token has expired")),
@@ -725,6 +725,7 @@ mod tests {
                         issuer: "https://old-issuer.example".into(),
                         ..BoundClaims::from_claims(&claims).unwrap()
                     })
+                    .await
                     .unwrap(),
                 Some(""),
             ),

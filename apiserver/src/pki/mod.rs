@@ -32,6 +32,8 @@
 
 pub mod cluster_info;
 pub mod data_dir;
+pub mod externaljwt;
+pub mod key_source;
 pub mod rotation;
 pub mod sa_keys;
 pub mod service_account;
@@ -351,6 +353,14 @@ fn ensure_serving(
         "issued the serving certificate"
     );
     Ok((issued.cert_pem, key_pem))
+}
+
+/// `DIR/pki/sa.key` and `sa.pub`, created when absent (what `kustos sa-signer` needs of a
+/// data directory).
+pub fn ensure_sa_keys(dir: &Path) -> anyhow::Result<()> {
+    let pki_dir = dir.join("pki");
+    ensure_private_dir(&pki_dir)?;
+    ensure_sa(&pki_dir).map(|_| ())
 }
 
 fn ensure_sa(pki_dir: &Path) -> anyhow::Result<(String, String)> {

@@ -186,7 +186,7 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
         if let Some(s) = secret_ref {
             claims = claims.with_secret(s);
         }
-        tokens.issue(&claims).map_err(|e| ApiError::internal(format!("failed to generate token: {e}")))?
+        tokens.issue(&claims).await.map_err(|e| ApiError::internal(format!("failed to generate token: {e}")))?
     };
     let mut metadata = obj.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
     metadata.insert("name".into(), json!(name));
@@ -331,7 +331,7 @@ mod tests {
         assert_eq!(expires.timestamp(), iat + 1200);
         assert!(uuid::Uuid::parse_str(&claims.jti).is_ok());
         let (header, _) = jwt::decode_unverified(token).unwrap();
-        assert_eq!(header.kid.as_deref(), Some(e.tokens.signing_key().public_key().key_id()));
+        assert_eq!(header.kid.as_deref(), Some(e.tokens.signing_key().unwrap().public_key().key_id()));
 
         let (user, auds) = authenticated(e.check(token, &["x"]).await);
         assert_eq!(auds, ["x"]);
