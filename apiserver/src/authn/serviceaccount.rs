@@ -2,7 +2,8 @@
 //! `pkg/serviceaccount`.
 //!
 //! Bound tokens (TokenRequest) must name a service account that still exists with the same
-//! uid, and, when bound to a Secret, a Secret that still exists with the same uid. Legacy
+//! uid, and, when bound to a Secret, Pod or Node, that object still existing with the same uid
+//! (a pod-bound token's node claim is carried into the user's extra, not checked). Legacy
 //! tokens (issuer `kubernetes/serviceaccount`) must be the `data.token` of a live
 //! `kubernetes.io/service-account-token` Secret; their use is recorded in the
 //! `kubernetes.io/legacy-token-last-used` label (at most one write per Secret and day), and
@@ -40,6 +41,12 @@ use crate::storage::{KeyValue, Storage};
 pub const ALL_SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
 /// The user extra naming the credential (`JTI=<jti>` for bound tokens).
 pub const CREDENTIAL_ID_EXTRA: &str = "authentication.kubernetes.io/credential-id";
+/// The user extras of a pod-bound token: the pod's name and uid.
+pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
+/// The user extras of a token that names a Node (bound to it, or to a pod on it).
+pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+pub const NODE_UID_EXTRA: &str = "authentication.kubernetes.io/node-uid";
 /// The Secret type holding legacy tokens.
 pub const SERVICE_ACCOUNT_TOKEN_SECRET_TYPE: &str = "kubernetes.io/service-account-token";
 /// Label with the day (UTC, `YYYY-MM-DD`) a legacy token was last used.
@@ -68,11 +75,16 @@ pub enum Rejection {
     ServiceAccountDeleted { namespace: String, name: String },
     #[error("service account UID ({stored}) does not match claim ({claimed})")]
     ServiceAccountUid { stored: String, claimed: String },
-    /// A bound token whose Secret is gone, or bound to a Pod or Node (not served here).
+    /// A bound token whose Secret, Pod or Node is gone (or being deleted for longer than the
+    /// leeway).
     #[error("service account token has been invalidated")]
     TokenInvalidated,
     #[error("secret UID ({stored}) does not match service account secret ref claim ({claimed})")]
     SecretUid { stored: String, claimed: String },
+    #[error("pod UID ({stored}) does not match service account pod ref claim ({claimed})")]
+    PodUid { stored: String, claimed: String },
+    #[error("node UID ({stored}) does not match service account node ref claim ({claimed})")]
+    NodeUid { stored: String, claimed: String },
     /// A legacy token whose Secret is gone, being deleted or not a service-account-token one.
     #[error("token has been invalidated")]
     LegacyTokenInvalidated,
@@ -143,14 +155,23 @@ fn deletion_time(obj: &Value) -> Option<DateTime<Utc>> {
     )
 }
 
-/// A bound token's claims against the stored service account and bound Secret (`None` =
-/// not found) at `now`. Objects deleted more than the leeway ago count as gone, as upstream.
-pub fn check_bound(
-    claims: &BoundClaims,
-    service_account: Option<&Value>,
-    secret: Option<&Value>,
-    now: DateTime<Utc>,
-) -> Result<UserInfo, Rejection> {
+/// The stored objects a bound token is checked against (`None` = not found): its service
+/// account, and the Secret, Pod or Node it is bound to.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stored<'a> {
+    pub service_account: Option<&'a Value>,
+    pub secret: Option<&'a Value>,
+    pub pod: Option<&'a Value>,
+    /// Read only for a token bound to a Node itself (a pod-bound token's node claim is
+    /// information, not a binding, as upstream).
+    pub node: Option<&'a Value>,
+}
+
+/// A bound token's claims against the stored objects at `now`. Objects deleted more than the
+/// leeway ago count as gone, as upstream. The user carries the credential id, and the pod's
+/// and node's name and uid from the claims (`authentication.kubernetes.io/pod-name`...).
+pub fn check_bound(claims: &BoundClaims, stored: &Stored<'_>, now: DateTime<Utc>) -> Result<UserInfo, Rejection> {
+    let Stored { service_account, secret, pod, node } = *stored;
     claims.check_time(now)?;
     let ns = &claims.namespace;
     let sa_ref = &claims.service_account;
@@ -159,27 +180,55 @@ pub fn check_bound(
     let sa = service_account
         .filter(|_| !ns.is_empty() && !sa_ref.name.is_empty())
         .ok_or_else(|| Rejection::ServiceAccountNotFound(sa_ref.name.clone()))?;
-    if deleted_long_ago(sa) {
-        return Err(Rejection::ServiceAccountDeleted { namespace: ns.clone(), name: sa_ref.name.clone() });
-    }
     if meta::uid(sa) != sa_ref.uid {
         return Err(Rejection::ServiceAccountUid { stored: meta::uid(sa).into(), claimed: sa_ref.uid.clone() });
     }
+    if deleted_long_ago(sa) {
+        return Err(Rejection::ServiceAccountDeleted { namespace: ns.clone(), name: sa_ref.name.clone() });
+    }
     if let Some(secret_ref) = &claims.secret {
         let secret = secret.ok_or(Rejection::TokenInvalidated)?;
-        if deleted_long_ago(secret) {
-            return Err(Rejection::TokenInvalidated);
-        }
         if meta::uid(secret) != secret_ref.uid {
             return Err(Rejection::SecretUid { stored: meta::uid(secret).into(), claimed: secret_ref.uid.clone() });
         }
+        if deleted_long_ago(secret) {
+            return Err(Rejection::TokenInvalidated);
+        }
     }
-    // Pods and nodes are not served here: a token bound to one cannot be checked.
-    if claims.pod.is_some() || claims.node.is_some() {
-        return Err(Rejection::TokenInvalidated);
+    if let Some(pod_ref) = &claims.pod {
+        let pod = pod.ok_or(Rejection::TokenInvalidated)?;
+        if meta::uid(pod) != pod_ref.uid {
+            return Err(Rejection::PodUid { stored: meta::uid(pod).into(), claimed: pod_ref.uid.clone() });
+        }
+        if deleted_long_ago(pod) {
+            return Err(Rejection::TokenInvalidated);
+        }
+    }
+    if let (Some(node_ref), None) = (&claims.node, &claims.pod) {
+        let node = node.ok_or(Rejection::TokenInvalidated)?;
+        if meta::uid(node) != node_ref.uid {
+            return Err(Rejection::NodeUid { stored: meta::uid(node).into(), claimed: node_ref.uid.clone() });
+        }
+        if deleted_long_ago(node) {
+            return Err(Rejection::TokenInvalidated);
+        }
     }
     let credential_id = (!claims.jti.is_empty()).then(|| format!("JTI={}", claims.jti));
-    Ok(service_account_user(ns, &sa_ref.name, &sa_ref.uid, credential_id))
+    let mut user = service_account_user(ns, &sa_ref.name, &sa_ref.uid, credential_id);
+    let mut extra = |key: &str, value: &str| {
+        user.extra.insert(key.to_string(), vec![value.to_string()]);
+    };
+    if let Some(p) = claims.pod.as_ref().filter(|p| !p.name.is_empty() && !p.uid.is_empty()) {
+        extra(POD_NAME_EXTRA, &p.name);
+        extra(POD_UID_EXTRA, &p.uid);
+    }
+    if let Some(n) = claims.node.as_ref().filter(|n| !n.name.is_empty()) {
+        extra(NODE_NAME_EXTRA, &n.name);
+        if !n.uid.is_empty() {
+            extra(NODE_UID_EXTRA, &n.uid);
+        }
+    }
+    Ok(user)
 }
 
 /// The `data.token` of a Secret, decoded.
@@ -259,6 +308,8 @@ pub struct ServiceAccountAuthenticator {
     store: Arc<dyn Storage>,
     service_accounts: ResourceDef,
     secrets: ResourceDef,
+    pods: ResourceDef,
+    nodes: ResourceDef,
 }
 
 fn core_def(registry: &Registry, resource: &str) -> anyhow::Result<ResourceDef> {
@@ -273,6 +324,8 @@ impl ServiceAccountAuthenticator {
             store,
             service_accounts: core_def(&registry, "serviceaccounts")?,
             secrets: core_def(&registry, "secrets")?,
+            pods: core_def(&registry, "pods")?,
+            nodes: core_def(&registry, "nodes")?,
         })
     }
 
@@ -282,10 +335,11 @@ impl ServiceAccountAuthenticator {
         namespace: &str,
         name: &str,
     ) -> Result<Option<(KeyValue, Value)>, Rejection> {
-        if namespace.is_empty() || name.is_empty() {
+        if (def.namespaced && namespace.is_empty()) || name.is_empty() {
             return Ok(None);
         }
-        let kv = self.store.get(&def.key(Some(namespace), name)).await?;
+        let namespace = def.namespaced.then_some(namespace);
+        let kv = self.store.get(&def.key(namespace, name)).await?;
         match kv {
             None => Ok(None),
             Some(kv) => {
@@ -304,7 +358,21 @@ impl ServiceAccountAuthenticator {
             Some(r) => self.read(&self.secrets, ns, &r.name).await?,
             None => None,
         };
-        check_bound(&claims, sa.as_ref().map(|(_, o)| o), secret.as_ref().map(|(_, o)| o), now)
+        let pod = match &claims.pod {
+            Some(r) => self.read(&self.pods, ns, &r.name).await?,
+            None => None,
+        };
+        let node = match (&claims.node, &claims.pod) {
+            (Some(r), None) => self.read(&self.nodes, "", &r.name).await?,
+            _ => None,
+        };
+        let stored = Stored {
+            service_account: sa.as_ref().map(|(_, o)| o),
+            secret: secret.as_ref().map(|(_, o)| o),
+            pod: pod.as_ref().map(|(_, o)| o),
+            node: node.as_ref().map(|(_, o)| o),
+        };
+        check_bound(&claims, &stored, now)
     }
 
     async fn authenticate_legacy(
@@ -461,6 +529,8 @@ mod tests {
             "jti-1",
         );
         let bound = base.clone().with_secret(ObjectRef::new("s", "secret-uid"));
+        let pod_bound = base.clone().with_pod(ObjectRef::new("p", "pod-uid"), Some(ObjectRef::new("n1", "node-uid")));
+        let node_bound = base.clone().with_node(ObjectRef::new("n1", "node-uid"));
         let sa = obj("sa-uid", None);
         let secret = obj("secret-uid", None);
         let just_deleted = "2023-11-14T22:13:00Z"; // 20 s before now
@@ -529,19 +599,47 @@ mod tests {
                 now,
                 Err("secret UID (new) does not match service account secret ref claim (secret-uid)".into()),
             ),
+            ("pod bound", pod_bound.clone(), Some(sa.clone()), Some(obj("pod-uid", None)), now, Ok(())),
+            ("pod gone", pod_bound.clone(), Some(sa.clone()), None, now, invalidated()),
             (
-                "pod bound",
-                BoundClaims { pod: Some(ObjectRef::new("p", "u")), ..base.clone() },
+                "pod recreated",
+                pod_bound.clone(),
                 Some(sa.clone()),
-                None,
+                Some(obj("new", None)),
+                now,
+                Err("pod UID (new) does not match service account pod ref claim (pod-uid)".into()),
+            ),
+            (
+                "pod deleted long ago",
+                pod_bound.clone(),
+                Some(sa.clone()),
+                Some(obj("pod-uid", Some(long_deleted))),
                 now,
                 invalidated(),
             ),
             (
-                "node bound",
-                BoundClaims { node: Some(ObjectRef::new("n", "u")), ..base.clone() },
+                "pod deletion within the leeway",
+                pod_bound.clone(),
                 Some(sa.clone()),
-                None,
+                Some(obj("pod-uid", Some(just_deleted))),
+                now,
+                Ok(()),
+            ),
+            ("node bound", node_bound.clone(), Some(sa.clone()), Some(obj("node-uid", None)), now, Ok(())),
+            ("node gone", node_bound.clone(), Some(sa.clone()), None, now, invalidated()),
+            (
+                "node replaced",
+                node_bound.clone(),
+                Some(sa.clone()),
+                Some(obj("new", None)),
+                now,
+                Err("node UID (new) does not match service account node ref claim (node-uid)".into()),
+            ),
+            (
+                "node deleted long ago",
+                node_bound.clone(),
+                Some(sa.clone()),
+                Some(obj("node-uid", Some(long_deleted))),
                 now,
                 invalidated(),
             ),
@@ -554,14 +652,71 @@ mod tests {
                 not_found(),
             ),
         ];
-        for (what, claims, sa, secret, now, want) in cases {
-            let got = check_bound(&claims, sa.as_ref(), secret.as_ref(), now);
+        for (what, claims, sa, bound_to, now, want) in cases {
+            // The bound object stands for whichever kind the claims name.
+            let b = bound_to.as_ref();
+            let stored = Stored { service_account: sa.as_ref(), secret: b, pod: b, node: b };
+            let got = check_bound(&claims, &stored, now);
             assert_eq!(got.as_ref().map(|_| ()).map_err(ToString::to_string), want, "{what}");
             if let Ok(u) = got {
                 assert_eq!(u.name, "system:serviceaccount:ns:sa", "{what}");
                 assert_eq!(u.uid, "sa-uid", "{what}");
                 assert_eq!(u.extra.get(CREDENTIAL_ID_EXTRA), Some(&strings(&["JTI=jti-1"])), "{what}");
             }
+        }
+    }
+
+    #[test]
+    fn bound_token_user_extra() {
+        let now = at(1_700_000_000);
+        let base = BoundClaims::new(DEFAULT_ISSUER, "ns", ObjectRef::new("sa", "sa-uid"), vec![], now, 3600, "j1");
+        let sa = obj("sa-uid", None);
+        let extra = |pairs: &[(&str, &str)]| -> BTreeMap<String, Vec<String>> {
+            pairs.iter().map(|(k, v)| (k.to_string(), vec![v.to_string()])).collect()
+        };
+        let cases: Vec<(&str, BoundClaims, Value, BTreeMap<String, Vec<String>>)> = vec![
+            ("unbound", base.clone(), json!(null), extra(&[(CREDENTIAL_ID_EXTRA, "JTI=j1")])),
+            ("no jti: no credential id", BoundClaims { jti: String::new(), ..base.clone() }, json!(null), extra(&[])),
+            (
+                "pod on a node",
+                base.clone().with_pod(ObjectRef::new("p", "pod-uid"), Some(ObjectRef::new("n1", "node-uid"))),
+                obj("pod-uid", None),
+                extra(&[
+                    (CREDENTIAL_ID_EXTRA, "JTI=j1"),
+                    (POD_NAME_EXTRA, "p"),
+                    (POD_UID_EXTRA, "pod-uid"),
+                    (NODE_NAME_EXTRA, "n1"),
+                    (NODE_UID_EXTRA, "node-uid"),
+                ]),
+            ),
+            (
+                "pod on a node that did not exist: name only",
+                base.clone().with_pod(ObjectRef::new("p", "pod-uid"), Some(ObjectRef::new("n1", ""))),
+                obj("pod-uid", None),
+                extra(&[
+                    (CREDENTIAL_ID_EXTRA, "JTI=j1"),
+                    (POD_NAME_EXTRA, "p"),
+                    (POD_UID_EXTRA, "pod-uid"),
+                    (NODE_NAME_EXTRA, "n1"),
+                ]),
+            ),
+            (
+                "pod not scheduled",
+                base.clone().with_pod(ObjectRef::new("p", "pod-uid"), None),
+                obj("pod-uid", None),
+                extra(&[(CREDENTIAL_ID_EXTRA, "JTI=j1"), (POD_NAME_EXTRA, "p"), (POD_UID_EXTRA, "pod-uid")]),
+            ),
+            (
+                "node",
+                base.clone().with_node(ObjectRef::new("n1", "node-uid")),
+                obj("node-uid", None),
+                extra(&[(CREDENTIAL_ID_EXTRA, "JTI=j1"), (NODE_NAME_EXTRA, "n1"), (NODE_UID_EXTRA, "node-uid")]),
+            ),
+        ];
+        for (what, claims, bound_to, want) in cases {
+            let b = Some(&bound_to).filter(|v| !v.is_null());
+            let stored = Stored { service_account: Some(&sa), secret: b, pod: b, node: b };
+            assert_eq!(check_bound(&claims, &stored, now).unwrap().extra, want, "{what}");
         }
     }
 
