@@ -182,6 +182,22 @@ async fn nodes_get_tokens_of_their_own_pods_bound_to_pod_and_node() {
     assert_ne!(uid(&replaced), uid(&node1));
     assert_status(&whoami(&s, &node_token).await, 401, Some("Unauthorized"), "the Node was replaced");
 
+    // kubectl binds to a Node too.
+    let by_kubectl = s.kubectl_ok(&[
+        "create",
+        "token",
+        "builder",
+        "-n",
+        &ns,
+        "--bound-object-kind",
+        "Node",
+        "--bound-object-name",
+        &n2,
+    ]);
+    let node2 = send(admin.get(format!("{}/api/v1/nodes/{n2}", s.url))).await;
+    assert_eq!(claims(by_kubectl.trim())["kubernetes.io"]["node"], json!({"name": n2, "uid": uid(&node2.body)}));
+    whoami(&s, by_kubectl.trim()).await.expect_code(201, "kubectl's Node-bound token");
+
     // The TokenRequest's uid must be the service account's.
     let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                       "metadata": {"uid": "8c0ab2f4-0000-4000-8000-000000000000"}, "spec": {}});

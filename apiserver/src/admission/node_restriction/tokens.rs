@@ -147,7 +147,7 @@ pub fn audience_problem(audience: &str, errors: &[String], authorized: bool, use
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::type_complexity)]
     use serde_json::json;
 
     use super::*;

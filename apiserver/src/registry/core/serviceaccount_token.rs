@@ -603,9 +603,9 @@ mod tests {
         assert_eq!(user.uid, meta::uid(&sa));
         let extra = |k: &str| user.extra.get(k).cloned().unwrap_or_default();
         assert_eq!(extra(POD_NAME_EXTRA), ["web"]);
-        assert_eq!(extra(POD_UID_EXTRA), [pod_uid.clone()]);
+        assert_eq!(extra(POD_UID_EXTRA), [pod_uid.as_str()]);
         assert_eq!(extra(NODE_NAME_EXTRA), ["n1"]);
-        assert_eq!(extra(NODE_UID_EXTRA), [node_uid.clone()]);
+        assert_eq!(extra(NODE_UID_EXTRA), [node_uid.as_str()]);
         assert_eq!(extra(CREDENTIAL_ID_EXTRA), [format!("JTI={}", claims.jti)]);
         // A pod on a Node that does not exist: the node's name only; not scheduled: no node.
         let on_missing = claims_of(&e.token("team", "builder", bind("Pod", "elsewhere")).await);
