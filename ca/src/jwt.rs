@@ -711,6 +711,20 @@ impl BoundClaims {
         self
     }
 
+    /// Bind the token to a Pod; `node` is the Node it runs on, when it is bound to one (its
+    /// uid empty when that Node does not exist), carried along for whoever reads the token.
+    pub fn with_pod(mut self, pod: ObjectRef, node: Option<ObjectRef>) -> Self {
+        self.pod = Some(pod);
+        self.node = node;
+        self
+    }
+
+    /// Bind the token to a Node: it dies with that Node.
+    pub fn with_node(mut self, node: ObjectRef) -> Self {
+        self.node = Some(node);
+        self
+    }
+
     /// The JWT payload.
     pub fn to_json(&self) -> Value {
         let mut m = Map::new();
@@ -1299,6 +1313,42 @@ mod tests {
             })
         );
         assert_eq!(BoundClaims::from_claims(v.as_object().unwrap()).unwrap(), c);
+    }
+
+    #[test]
+    fn pod_and_node_bound_claims() {
+        let base = BoundClaims::new("iss", "ns1", ObjectRef::new("sa", "sa-uid"), vec!["api".into()], at(0), 600, "j");
+        let k8s = |c: &BoundClaims| c.to_json()["kubernetes.io"].clone();
+        let cases: Vec<(&str, BoundClaims, Value)> = vec![
+            (
+                "pod on a node",
+                base.clone().with_pod(ObjectRef::new("p", "pod-uid"), Some(ObjectRef::new("n1", "node-uid"))),
+                json!({"pod": {"name": "p", "uid": "pod-uid"}, "node": {"name": "n1", "uid": "node-uid"}}),
+            ),
+            (
+                "pod on a node that does not exist: its name only",
+                base.clone().with_pod(ObjectRef::new("p", "pod-uid"), Some(ObjectRef::new("n1", ""))),
+                json!({"pod": {"name": "p", "uid": "pod-uid"}, "node": {"name": "n1"}}),
+            ),
+            (
+                "pod not scheduled",
+                base.clone().with_pod(ObjectRef::new("p", "pod-uid"), None),
+                json!({"pod": {"name": "p", "uid": "pod-uid"}}),
+            ),
+            (
+                "node",
+                base.clone().with_node(ObjectRef::new("n1", "node-uid")),
+                json!({"node": {"name": "n1", "uid": "node-uid"}}),
+            ),
+        ];
+        for (what, c, bound) in cases {
+            let mut want = json!({"namespace": "ns1", "serviceaccount": {"name": "sa", "uid": "sa-uid"}});
+            for (k, v) in bound.as_object().unwrap() {
+                want[k] = v.clone();
+            }
+            assert_eq!(k8s(&c), want, "{what}");
+            assert_eq!(BoundClaims::from_claims(c.to_json().as_object().unwrap()).unwrap(), c, "{what}");
+        }
     }
 
     #[test]

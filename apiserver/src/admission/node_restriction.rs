@@ -12,7 +12,9 @@
 //! - creates only its own mirror pods, deletes, evicts and writes the status only of pods
 //!   bound to it ([`pods`]);
 //! - creates kubelet client and serving certificate requests only in its own name
-//!   ([`certificates`]).
+//!   ([`certificates`]);
+//! - asks for service-account tokens only bound to pods bound to it, for the audiences those
+//!   pods use ([`tokens`]).
 //!
 //! The Node authorizer ([`crate::authz::rbac::node`]) limits a node by the name in the URL; a
 //! create has no name in the URL, so the name in the body is checked here, and what a pod is
@@ -26,6 +28,7 @@
 
 pub mod certificates;
 pub mod pods;
+pub mod tokens;
 
 use std::collections::BTreeSet;
 
@@ -49,6 +52,7 @@ const HANDLED: &[(&str, &str)] =
 const PODS: &str = "pods";
 const CSR_GROUP: &str = "certificates.k8s.io";
 const CSRS: &str = "certificatesigningrequests";
+const SERVICEACCOUNTS: &str = "serviceaccounts";
 
 /// Labels a kubelet sets on its own Node (`k8s.io/kubelet/pkg/apis.KubeletLabels`).
 const KUBELET_LABELS: &[&str] = &[
@@ -280,6 +284,9 @@ impl crate::admission::Plugin for NodeRestriction {
     }
     fn handles(&self, a: &crate::admission::Attributes<'_>) -> bool {
         let csr = (a.def.group, a.def.resource) == (CSR_GROUP, CSRS);
+        if (a.def.group, a.def.resource) == ("", SERVICEACCOUNTS) {
+            return a.op == Operation::Create && a.info.subresource == "token";
+        }
         HANDLED.contains(&(a.def.group, a.def.resource))
             && matches!(a.op, Operation::Create | Operation::Update | Operation::Delete)
             && (!csr || a.op == Operation::Create)
@@ -301,6 +308,9 @@ impl crate::admission::Plugin for NodeRestriction {
             new,
             old,
         };
+        if (write.group, write.resource) == ("", SERVICEACCOUNTS) {
+            return admit_token_request(state, a.user, &write).await;
+        }
         let (mut node, mut pod) = (None, None);
         if let (Some(name), ("", PODS, Operation::Create)) =
             (crate::authz::rbac::node::node_name(a.user), (write.group, write.resource, write.op))
@@ -319,6 +329,65 @@ impl crate::admission::Plugin for NodeRestriction {
             }
         }
         admit(a.user, &write, &pods::Lookups { node: node.as_ref(), pod: pod.as_ref() })
+    }
+}
+
+/// A TokenRequest by a node ([`tokens`]): the pure checks, with the pod, the objects its
+/// volumes lead to and the authorizer's word read in between.
+async fn admit_token_request(state: &crate::AppState, user: &UserInfo, write: &Write<'_>) -> Result<(), ApiError> {
+    let Some(node) = crate::authz::rbac::node::node_name(user) else { return Ok(()) };
+    let sa_name = write.url_name;
+    let forbidden = |why: String| {
+        ApiError::forbidden("", SERVICEACCOUNTS, sa_name, format!("{SERVICEACCOUNTS} {sa_name:?} is forbidden: {why}"))
+    };
+    let refuse = |r: pods::Refusal| match r {
+        pods::Refusal::Forbidden(why) => forbidden(why),
+        pods::Refusal::PodNotFound(name) => ApiError::not_found("", PODS, &name),
+        pods::Refusal::NodeNotFound => ApiError::not_found("", NODES, node),
+    };
+    if node.is_empty() {
+        return Err(forbidden(format!("could not determine node from user {:?}", user.name)));
+    }
+    let request = write.new.unwrap_or(&Value::Null);
+    let (pod_name, uid) = tokens::pod_binding(request).map_err(refuse)?;
+    let pod = read(state, "", PODS, Some(write.namespace), pod_name).await?;
+    if let Some(r) = tokens::pod_problem(node, pod_name, uid, pod.as_ref()) {
+        return Err(refuse(r));
+    }
+    let Some(pod) = pod else { return Err(ApiError::not_found("", PODS, pod_name)) };
+    let audience = tokens::requested_audience(request).map_err(refuse)?;
+    let mut errors = Vec::new();
+    for source in tokens::audience_sources(&pod, &audience) {
+        let driver = match source {
+            tokens::AudienceSource::Projected => return Ok(()),
+            tokens::AudienceSource::Driver(d) => d,
+            // Neither claims nor volumes are served here: a claim is never found.
+            tokens::AudienceSource::Claim(claim) => {
+                errors.push(format!("persistentvolumeclaim {claim:?} not found"));
+                continue;
+            }
+        };
+        match read(state, STORAGE_GROUP, "csidrivers", None, &driver).await? {
+            Some(d) if tokens::driver_has_audience(&d, &audience) => return Ok(()),
+            Some(_) => {}
+            None => errors.push(format!("csidriver.{STORAGE_GROUP} {driver:?} not found")),
+        }
+    }
+    let authorized = errors.is_empty() && {
+        let info = crate::http::request_info::RequestInfo {
+            is_resource_request: true,
+            verb: tokens::AUDIENCE_VERB.into(),
+            api_version: "v1".into(),
+            namespace: write.namespace.into(),
+            resource: audience.clone(),
+            name: sa_name.into(),
+            ..Default::default()
+        };
+        state.security.authz.authorize(&crate::authz::Attributes { user, info: &info }).await.allowed()
+    };
+    match tokens::audience_problem(&audience, &errors, authorized, &user.name) {
+        Some(r) => Err(refuse(r)),
+        None => Ok(()),
     }
 }
 
