@@ -318,7 +318,7 @@ mod tests {
         }
         let cases = [
             (bomb.as_str(), "yaml: document contains excessive aliasing"),
-            ("clusters: [[[", "did not find expected node content"),
+            ("clusters: [[[", "yaml: unclosed bracket"),
             ("clusters: 3", "invalid type"),
         ];
         for (text, want) in cases {

@@ -4,7 +4,8 @@
 //! with a 400 `Status` as a create body and as an apply patch, sent by the identities that
 //! can send them in a cluster (a bootstrap token, a node), and the server keeps serving with
 //! its peak memory far below what the expansion would take. The command line reads a
-//! kubeconfig bomb with a one-line error.
+//! kubeconfig bomb with a one-line error. A 3 MiB YAML list costs the server a bounded
+//! multiple of its size, and merge keys merge.
 
 mod common;
 
@@ -49,6 +50,9 @@ fn bombs(head: &str) -> Vec<(&'static str, String, &'static str)> {
     let merge_one =
         format!("{head}x-a: &a {{k: [{}]}}\nx-b: [{}]\n", vec!["v"; 200].join(","), vec!["{<<: *a}"; 3000].join(","));
     let deep = format!("{head}x-deep: {}1{}\n", "[".repeat(5_000), "]".repeat(5_000));
+    // 200 KB: a parser that reads it all before counting levels takes minutes of CPU.
+    let deeper = format!("{head}x-deep: {}1{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let deep_maps = format!("{head}x-deep: {}1{}\n", "{a: ".repeat(50_000), "}".repeat(50_000));
     vec![
         ("a 10 KB string aliased from a ladder", string_ladder, aliasing),
         ("billion laughs", laughs, aliasing),
@@ -56,6 +60,8 @@ fn bombs(head: &str) -> Vec<(&'static str, String, &'static str)> {
         ("merge keys naming lists of aliases, nested", merge, aliasing),
         ("a merge key naming one alias, thousands of times", merge_one, aliasing),
         ("nesting 5,000 deep", deep, "yaml: the document nests more than 127 levels deep"),
+        ("flow lists nested 100,000 deep", deeper, "yaml: the document nests more than 127 levels deep"),
+        ("flow mappings nested 50,000 deep", deep_maps, "yaml: the document nests more than 127 levels deep"),
     ]
 }
 
@@ -187,4 +193,45 @@ fn the_command_line_refuses_a_kubeconfig_bomb_in_one_line() {
         assert_eq!(stderr.trim_end().lines().count(), 1, "{shape}: {stderr}");
         assert!(stderr.contains(want), "{shape}: {stderr}");
     }
+}
+
+/// What a 3 MiB YAML body may add to the server's peak resident size: the JSON value it
+/// becomes is ~20 times the text of a list of one-digit numbers; a parser that keeps every
+/// event of the document first (what this replaced) took ~75 times.
+const MAX_WIDE_BODY_GROWTH_KB: u64 = 40 * 3 * 1024;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_yaml_body_costs_a_bounded_multiple_of_its_size() {
+    let s = Server::start();
+    let head = "apiVersion: authentication.k8s.io/v1\nkind: SelfSubjectReview\nx-list: [";
+    let mut body = String::with_capacity(3 << 20);
+    body.push_str(head);
+    while body.len() < (3 << 20) - 16 {
+        body.push_str("1,");
+    }
+    body.push_str("1]\n");
+    let before = peak_rss_kb(&s);
+    let r = send(s.http().post(format!("{}{SSR}", s.url)).header("content-type", "application/yaml").body(body)).await;
+    assert!(r.code < 500, "a 3 MiB list: {} {}", r.code, &r.text[..r.text.len().min(300)]);
+    let growth = peak_rss_kb(&s).saturating_sub(before);
+    assert!(growth < MAX_WIDE_BODY_GROWTH_KB, "a 3 MiB YAML list raised the peak by {growth} KiB");
+    still_serving(&s, "a 3 MiB list").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merge_keys_in_a_body_are_merged() {
+    let s = common::shared();
+    let name = unique("yaml-merge");
+    let body = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}}}\ndata:\n  <<: [{{a: \"1\", b: \"1\"}}, {{c: \"3\", a: \"0\"}}]\n  b: \"2\"\n"
+    );
+    let r = send(
+        s.http()
+            .post(format!("{}/api/v1/namespaces/default/configmaps", s.url))
+            .header("content-type", "application/yaml")
+            .body(body),
+    )
+    .await;
+    assert_eq!(r.code, 201, "a ConfigMap with a merge key: {}", r.text);
+    assert_eq!(r.body["data"], serde_json::json!({"a": "1", "b": "2", "c": "3"}));
 }
