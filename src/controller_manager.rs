@@ -66,6 +66,10 @@ pub struct ControllerManagerArgs {
     /// legacy-serviceaccount-token-cleaner marks it invalid (and, as long again, deletes it).
     #[arg(long, default_value = "8760h", value_parser = parse_duration)]
     legacy_service_account_token_clean_up_period: Duration,
+    /// How old a PodCertificateRequest gets before podcertificaterequest-cleaner deletes it
+    /// (upstream's fixed 30 minutes; kustos' own flag).
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pod_certificate_request_cleaner_threshold: Duration,
     #[command(flatten)]
     signing: SigningArgs,
     #[command(flatten)]
@@ -159,6 +163,8 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         root_ca_file,
         token_generator,
         legacy_token_clean_up_period,
+        pcr_cleaner_threshold: chrono::Duration::from_std(args.pod_certificate_request_cleaner_threshold)
+            .context("--pod-certificate-request-cleaner-threshold is too long")?,
         csr_signing,
         node_lifecycle,
         metrics: metrics.clone(),
@@ -249,5 +255,8 @@ mod tests {
         assert_eq!(a.controllers, ["*"], "controllers");
         assert_eq!(a.log_format, "text", "log format");
         assert!(a.kubeconfig.is_none(), "kubeconfig");
+        assert_eq!(a.pod_certificate_request_cleaner_threshold, Duration::from_secs(1800), "upstream's 30 minutes");
+        let a = parse(&["--pod-certificate-request-cleaner-threshold=90s"]);
+        assert_eq!(a.pod_certificate_request_cleaner_threshold, Duration::from_secs(90));
     }
 }

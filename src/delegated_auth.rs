@@ -71,7 +71,7 @@ impl Reviewer for KubeReviewer {
     async fn review_token(&self, token: &str) -> anyhow::Result<Option<UserInfo>> {
         let api: kube::Api<TokenReview> = kube::Api::all(self.authentication.clone());
         let review = TokenReview {
-            spec: TokenReviewSpec { token: Some(token.to_string()), ..Default::default() },
+            spec: TokenReviewSpec { token: token.to_string(), ..Default::default() },
             ..Default::default()
         };
         // The error names the request only; the token is in the body, never in the error.

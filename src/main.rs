@@ -91,6 +91,10 @@ struct ServerArgs {
     /// legacy-serviceaccount-token-cleaner marks it invalid (and, as long again, deletes it).
     #[arg(long, default_value = "8760h", value_parser = parse_duration)]
     legacy_service_account_token_clean_up_period: std::time::Duration,
+    /// How old a PodCertificateRequest gets before podcertificaterequest-cleaner deletes it
+    /// (upstream's fixed 30 minutes; kustos' own flag).
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    pod_certificate_request_cleaner_threshold: std::time::Duration,
     /// Controllers to run (`server` only): `*` (every controller that is on by default),
     /// `name`, `-name`. The default also runs bootstrapsigner and tokencleaner (off in `*`,
     /// as upstream), as kubeadm runs kube-controller-manager, and nodelifecycle (off in `*`,
@@ -424,6 +428,8 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
             root_ca_file: Some(running.pki.dir.join("ca.crt")),
             legacy_token_clean_up_period: chrono::Duration::from_std(args.legacy_service_account_token_clean_up_period)
                 .context("--legacy-service-account-token-clean-up-period is too long")?,
+            pcr_cleaner_threshold: chrono::Duration::from_std(args.pod_certificate_request_cleaner_threshold)
+                .context("--pod-certificate-request-cleaner-threshold is too long")?,
             // Legacy tokens are signed with the key the apiserver signs with, and follow a
             // `kustos sa-key rotate`. With an external signer there is no such key: as
             // kube-controller-manager without --service-account-private-key-file, the

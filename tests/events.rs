@@ -1,4 +1,4 @@
-//! events.k8s.io/v1 Events and the served API level (1.35) against the real binary: raw HTTP
+//! events.k8s.io/v1 Events and the served API level (1.37) against the real binary: raw HTTP
 //! as client-go's `tools/events` recorder speaks it (POST, then a strategic-merge PATCH of the
 //! series), the same objects read and written through core/v1, validation, selectors, patch
 //! types and server-side apply, watch, discovery and OpenAPI; kubectl (the default one and
@@ -58,15 +58,15 @@ fn causes(reply: &common::Reply) -> Vec<(String, String)> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn version_discovery_and_openapi_serve_1_35_and_events_k8s_io() {
+async fn version_discovery_and_openapi_serve_1_37_and_events_k8s_io() {
     let s = shared();
     let http = s.http();
     let v = send(http.get(format!("{}/version", s.url))).await;
     v.expect_code(200, "/version");
-    assert_eq!((v.body["major"].as_str(), v.body["minor"].as_str()), (Some("1"), Some("35")), "{}", v.text);
-    assert_eq!(v.body["emulationMinor"], "35", "{}", v.text);
-    assert_eq!(v.body["minCompatibilityMinor"], "34", "{}", v.text);
-    assert!(v.body["gitVersion"].as_str().unwrap_or("").starts_with("v1.35."), "{}", v.text);
+    assert_eq!((v.body["major"].as_str(), v.body["minor"].as_str()), (Some("1"), Some("37")), "{}", v.text);
+    assert_eq!(v.body["emulationMinor"], "37", "{}", v.text);
+    assert_eq!(v.body["minCompatibilityMinor"], "36", "{}", v.text);
+    assert!(v.body["gitVersion"].as_str().unwrap_or("").starts_with("v1.37."), "{}", v.text);
 
     let groups = send(http.get(format!("{}/apis", s.url))).await;
     let group = groups.body["groups"]
@@ -120,7 +120,7 @@ async fn version_discovery_and_openapi_serve_1_35_and_events_k8s_io() {
     let v2 = send(http.get(format!("{}/openapi/v2", s.url)).header("Accept", "application/json")).await;
     assert!(v2.body["definitions"]["io.k8s.api.events.v1.Event"].is_object(), "OpenAPI v2 has the Event");
     assert!(v2.body["paths"]["/apis/events.k8s.io/v1/namespaces/{namespace}/events/{name}"].is_object());
-    assert_eq!(v2.body["info"]["version"], "v1.35.0");
+    assert_eq!(v2.body["info"]["version"], "v1.37.0");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -424,7 +424,7 @@ async fn kubectl_creates_gets_and_deletes_events_k8s_io_events() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_kubectl_from_1_27_reads_the_1_35_server() {
+async fn every_kubectl_from_1_27_reads_the_1_37_server() {
     let s = shared();
     let ns = s.create_namespace("evskew").await;
     let http = s.http();
@@ -437,15 +437,15 @@ async fn every_kubectl_from_1_27_reads_the_1_35_server() {
         let (ok, out, err) = kubectl_at(&s, bin, &["version", "-o", "json"]);
         assert!(ok, "{bin:?} version: {err}");
         let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{bin:?} version -o json ({e}): {out}"));
-        assert_eq!(v["serverVersion"]["minor"], "35", "{bin:?}: {out}");
-        assert!(v["serverVersion"]["gitVersion"].as_str().unwrap_or("").starts_with("v1.35."), "{out}");
+        assert_eq!(v["serverVersion"]["minor"], "37", "{bin:?}: {out}");
+        assert!(v["serverVersion"]["gitVersion"].as_str().unwrap_or("").starts_with("v1.37."), "{out}");
         let (ok, out, err) = kubectl_at(&s, bin, &["get", "events.v1.events.k8s.io", "-n", &ns]);
         assert!(ok, "{bin:?} get events.v1.events.k8s.io: {err}");
         assert!(out.contains("Scheduled") && out.contains("pod/web"), "{bin:?}:\n{out}");
         let (ok, out, err) = kubectl_at(&s, bin, &["get", "serviceaccounts", "-n", "default"]);
         assert!(ok, "{bin:?} get serviceaccounts: {err}");
         let header: Vec<&str> = out.lines().next().unwrap_or_default().split_whitespace().collect();
-        assert_eq!(header, ["NAME", "AGE"], "{bin:?}: 1.35 prints no SECRETS column:\n{out}");
+        assert_eq!(header, ["NAME", "AGE"], "{bin:?}: 1.37 prints no SECRETS column:\n{out}");
     }
 }
 

@@ -37,6 +37,7 @@ pub mod jwt;
 mod key;
 pub mod name;
 pub mod pem;
+pub mod pod_certificate;
 pub mod rfc3339;
 
 use std::net::IpAddr;

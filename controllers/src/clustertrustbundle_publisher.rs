@@ -11,9 +11,10 @@
 //! the new bundle, then deletes the old one. The bundles carry [`LABEL`]; only bundles with
 //! the label are ever deleted, and a signer whose file does not read keeps its bundles.
 //!
-//! The API version is chosen once at start by discovery: `certificates.k8s.io/v1beta1`, else
-//! `v1alpha1`; against an apiserver that serves neither the controller logs one line and
-//! does nothing.
+//! The API version is chosen once at start by discovery: `certificates.k8s.io/v1`, else
+//! `v1beta1`, else `v1alpha1` (the bundles are written as dynamic objects, so one code path
+//! serves every version); against an apiserver that serves none of them the controller logs
+//! one line and does nothing.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,7 +34,7 @@ pub const KUBE_APISERVER_SERVING: &str = "kubernetes.io/kube-apiserver-serving";
 pub const LABEL: &str = "kustos.dev/published-by";
 const GROUP: &str = "certificates.k8s.io";
 /// API versions tried, in order.
-pub const VERSIONS: [&str; 2] = ["v1beta1", "v1alpha1"];
+pub const VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
 
 /// Upstream's bundle name: the signer with `/` as `:`, then `:` and the hex of the first 12
 /// bytes of the bundle's SHA-256.
@@ -115,7 +116,7 @@ pub fn existing_of(obj: &DynamicObject, owner: &str) -> Existing {
     }
 }
 
-/// The ClusterTrustBundle API the apiserver serves, if any (v1beta1 first).
+/// The ClusterTrustBundle API the apiserver serves, if any (v1 first, then v1beta1, v1alpha1).
 pub async fn served(client: &Client) -> Option<ApiResource> {
     for version in VERSIONS {
         let Ok(list) = client.list_api_group_resources(&format!("{GROUP}/{version}")).await else { continue };
@@ -175,7 +176,7 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     let Some(ar) = served(&client).await else {
         tracing::info!(
             controller = NAME,
-            "the apiserver serves no ClusterTrustBundles (certificates.k8s.io/v1beta1 or v1alpha1): not publishing"
+            "the apiserver serves no ClusterTrustBundles (certificates.k8s.io/v1, v1beta1 or v1alpha1): not publishing"
         );
         return Ok(());
     };

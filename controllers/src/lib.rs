@@ -6,7 +6,8 @@
 //! provides a pure `decide()` over typed objects and a thin registration: either
 //! [`runtime::per_object`] (the CSR controllers `csrapproving`: [`csr_approver`],
 //! `csrsigning`: [`csr_signer`], `csrcleaner`: [`csr_cleaner`], `csrpolicyapproving`:
-//! [`csr_policy_approver`], and `tokencleaner`: [`token_cleaner`]), where a change to an
+//! [`csr_policy_approver`], `tokencleaner`: [`token_cleaner`] and
+//! `podcertificaterequest-cleaner`: [`pcr_cleaner`]), where a change to an
 //! object costs one reconcile of that object, or [`runtime::whole_world`] (the others),
 //! whose one key is requested at start, by every trigger (a watched kind changing, a file
 //! changing) and by the resync period, and which then reads the current state and decides,
@@ -41,6 +42,7 @@ pub mod metrics;
 #[cfg(test)]
 mod mock;
 pub mod node_lifecycle;
+pub mod pcr_cleaner;
 pub mod root_ca_cert_publisher;
 pub mod runtime;
 pub mod serviceaccount;
@@ -70,6 +72,7 @@ pub const ALL: &[&str] = &[
     "kube-apiserver-serving-clustertrustbundle-publisher",
     "nodelifecycle",
     "signers",
+    "podcertificaterequest-cleaner",
 ];
 
 /// Off unless named explicitly: as upstream for the first two; `nodelifecycle` because
@@ -157,6 +160,8 @@ pub struct Config {
     /// and its serving certificate's SANs, `kustos controller-manager` the host it reaches the
     /// apiserver at.
     pub apiserver_addresses: Vec<String>,
+    /// How old a PodCertificateRequest gets before `podcertificaterequest-cleaner` deletes it.
+    pub pcr_cleaner_threshold: chrono::Duration,
 }
 
 impl Default for Config {
@@ -173,6 +178,7 @@ impl Default for Config {
             metrics: metrics::Metrics::default(),
             node_lifecycle: node_lifecycle::Timing::default(),
             apiserver_addresses: Vec::new(),
+            pcr_cleaner_threshold: pcr_cleaner::DEFAULT_THRESHOLD,
         }
     }
 }
@@ -245,6 +251,9 @@ pub async fn run(clients: ClientFor, config: Config, shutdown: impl Future<Outpu
             "signers" => {
                 tasks.spawn(signers::run(client, csrs()?, cfg));
             }
+            "podcertificaterequest-cleaner" => {
+                tasks.spawn(pcr_cleaner::run(client, cfg));
+            }
             other => tracing::info!(controller = %other, "controller not available yet in this build"),
         }
         tracing::info!(controller = %name, "controller enabled");
@@ -291,6 +300,7 @@ mod tests {
                     "clusterrole-aggregation",
                     "kube-apiserver-serving-clustertrustbundle-publisher",
                     "signers",
+                    "podcertificaterequest-cleaner",
                 ])),
             ),
             (

@@ -9,8 +9,10 @@
 //! |---|---|---|
 //! | NamespaceLifecycle | mutating | a namespaced object is created only in a namespace that exists and is not terminating; `default`, `kube-system`, `kube-public` are never deleted |
 //! | NodeRestriction | mutating | a node writes only its own Lease, Node (within limits: no taint changes, no restricted labels) and CSINode, creates only its own mirror pods, writes the status of and deletes only pods bound to it, and asks for kubelet certificates only in its own name ([`crate::admission::node_restriction`]) |
+//! | PodCertificateRequestNodeRestriction | mutating | NodeRestriction for PodCertificateRequests: a node requests certificates only for pods bound to it, for signers they mount ([`pod_certificates`]) |
 //! | CertificateApproval | validating | a write to a CSR's `/approval` needs verb `approve` on `signers` for the signerName or `<domain>/*` |
 //! | CertificateSigning | validating | changing `status.certificate` through `/status` needs `sign` |
+//! | PodCertificateRequestSigning | validating | changing a PodCertificateRequest's status needs `sign` ([`pod_certificates`]) |
 //! | ClusterTrustBundleAttest | validating | creating or changing a ClusterTrustBundle linked to a signer needs verb `attest` on `signers` for the signerName or `<domain>/*`; the signerName never changes |
 //! | CertificateSubjectRestriction | validating | no `system:masters` in a `kube-apiserver-client` request |
 //! | RBACEscalation | validating | no granting or binding of rights the requester lacks ([`crate::authz::rbac::escalation`]; upstream checks this in the RBAC storage) |
@@ -36,6 +38,7 @@
 //! error (403, or 422 for a malformed object). [`node_restriction`] is NodeRestriction.
 
 pub mod node_restriction;
+pub mod pod_certificates;
 
 use std::sync::LazyLock;
 
@@ -154,8 +157,10 @@ pub fn chain() -> &'static Chain {
         plugins: vec![
             Box::new(NamespaceLifecycle),
             Box::new(crate::admission::node_restriction::NodeRestriction),
+            Box::new(pod_certificates::PodCertificateRequestNodeRestriction),
             Box::new(CertificateApproval),
             Box::new(CertificateSigning),
+            Box::new(pod_certificates::PodCertificateRequestSigning),
             Box::new(ClusterTrustBundleAttest),
             Box::new(CertificateSubjectRestriction),
             Box::new(RbacEscalation),
@@ -562,239 +567,4 @@ pub fn restrict_read(info: &RequestInfo, user: &UserInfo, field_selector: Option
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::http::request_info::resolve;
-    use http::Method;
-
-    use std::sync::{Arc, Mutex};
-
-    fn registry() -> crate::registry::Registry {
-        crate::registry::Registry::builtin()
-    }
-
-    #[test]
-    fn the_chain_runs_in_upstreams_order() {
-        assert_eq!(
-            chain().names(),
-            [
-                "NamespaceLifecycle",
-                "NodeRestriction",
-                "CertificateApproval",
-                "CertificateSigning",
-                "ClusterTrustBundleAttest",
-                "CertificateSubjectRestriction",
-                "RBACEscalation",
-                "BootstrapCSRReads",
-            ]
-        );
-    }
-
-    #[test]
-    fn each_plugin_handles_its_kinds_and_operations() {
-        use Operation::*;
-        let reg = registry();
-        let user = UserInfo::default();
-        /// group, resource, operation, namespace, subresource, plugins that run.
-        type Case<'a> = (&'a str, &'a str, Operation, &'a str, &'a str, &'a [&'a str]);
-        let cases: &[Case<'_>] = &[
-            ("", "configmaps", Create, "default", "", &["NamespaceLifecycle"]),
-            ("", "configmaps", Update, "default", "", &[]),
-            ("", "configmaps", Delete, "default", "", &[]),
-            ("", "namespaces", Create, "", "", &[]),
-            ("", "namespaces", Delete, "", "", &["NamespaceLifecycle"]),
-            (
-                "coordination.k8s.io",
-                "leases",
-                Create,
-                "kube-node-lease",
-                "",
-                &["NamespaceLifecycle", "NodeRestriction"],
-            ),
-            ("coordination.k8s.io", "leases", Update, "kube-node-lease", "", &["NodeRestriction"]),
-            ("", "nodes", Create, "", "", &["NodeRestriction"]),
-            ("", "nodes", Update, "", "status", &["NodeRestriction"]),
-            ("", "nodes", Delete, "", "", &["NodeRestriction"]),
-            ("", "nodes", Read, "", "", &[]),
-            (CSR_GROUP, CSRS, Create, "", "", &["NodeRestriction", "CertificateSubjectRestriction"]),
-            ("certificates.k8s.io", "certificatesigningrequests", Update, "", "approval", &["CertificateApproval"]),
-            ("certificates.k8s.io", "certificatesigningrequests", Update, "", "status", &["CertificateSigning"]),
-            ("certificates.k8s.io", "certificatesigningrequests", Update, "", "", &[]),
-            ("certificates.k8s.io", "certificatesigningrequests", Read, "", "", &["BootstrapCSRReads"]),
-            ("certificates.k8s.io", "clustertrustbundles", Create, "", "", &["ClusterTrustBundleAttest"]),
-            ("certificates.k8s.io", "clustertrustbundles", Update, "", "", &["ClusterTrustBundleAttest"]),
-            ("certificates.k8s.io", "clustertrustbundles", Delete, "", "", &[]),
-            (
-                "rbac.authorization.k8s.io",
-                "rolebindings",
-                Create,
-                "default",
-                "",
-                &["NamespaceLifecycle", "RBACEscalation"],
-            ),
-            ("rbac.authorization.k8s.io", "clusterroles", Update, "", "", &["RBACEscalation"]),
-            ("rbac.authorization.k8s.io", "clusterroles", Delete, "", "", &[]),
-            ("", "configmaps", Read, "default", "", &[]),
-        ];
-        for (group, resource, op, ns, sub, want) in cases {
-            let Some(def) = reg.resources.iter().find(|d| d.group == *group && d.resource == *resource) else {
-                panic!("{resource} registered")
-            };
-            let info = RequestInfo { namespace: ns.to_string(), subresource: sub.to_string(), ..Default::default() };
-            let a = Attributes { op: *op, def, info: &info, user: &user, field_selector: None };
-            assert_eq!(chain().handling(&a), *want, "{resource}/{sub} {op:?}");
-        }
-    }
-
-    /// A plugin that records its runs and refuses when told to.
-    struct Probe {
-        name: &'static str,
-        phase: Phase,
-        refuse: bool,
-        log: Arc<Mutex<Vec<&'static str>>>,
-    }
-
-    #[async_trait::async_trait]
-    impl Plugin for Probe {
-        fn name(&self) -> &'static str {
-            self.name
-        }
-        fn phase(&self) -> Phase {
-            self.phase
-        }
-        fn handles(&self, a: &Attributes<'_>) -> bool {
-            a.op != Operation::Delete
-        }
-        async fn admit(
-            &self,
-            _state: &AppState,
-            _a: &Attributes<'_>,
-            _new: Option<&Value>,
-            _old: Option<&Value>,
-        ) -> Result<(), ApiError> {
-            self.log.lock().map_err(|_| ApiError::internal("poisoned"))?.push(self.name);
-            if self.refuse {
-                Err(ApiError::forbidden("", "configmaps", "x", format!("refused by {}", self.name)))
-            } else {
-                Ok(())
-            }
-        }
-    }
-
-    async fn state() -> Arc<AppState> {
-        let Ok(sqlite) = crate::storage::sqlite::SqliteStorage::open_in_memory() else { panic!("in-memory storage") };
-        let (store, rbac) = crate::authz::rbac::cache::install(Arc::new(sqlite));
-        let security = crate::Security {
-            authn: Arc::new(crate::authn::AuthnChain::from_parts(None, vec![], true)),
-            authz: Arc::new(crate::authz::MastersAuthorizer),
-            rbac,
-            service_accounts: None,
-        };
-        let state = AppState::new(store, "127.0.0.1:6443".into(), security);
-        if let Err(e) = crate::bootstrap(&state).await {
-            panic!("bootstrap: {e}");
-        }
-        state
-    }
-
-    #[tokio::test]
-    async fn mutating_then_validating_and_the_first_refusal_is_the_answer() {
-        let state = state().await;
-        let reg = registry();
-        let Some(def) = reg.find("", "v1", "configmaps") else { panic!("configmaps registered") };
-        let user = UserInfo::default();
-        let info = RequestInfo { namespace: "default".into(), ..Default::default() };
-        let run = |refusing: &'static [&'static str]| {
-            let log = Arc::new(Mutex::new(Vec::new()));
-            let probe = |name: &'static str, phase| -> Box<dyn Plugin> {
-                Box::new(Probe { name, phase, refuse: refusing.contains(&name), log: log.clone() })
-            };
-            // Registered with a validating plugin first: mutating ones still run first.
-            let chain = Chain::new(vec![
-                probe("V1", Phase::Validating),
-                probe("M1", Phase::Mutating),
-                probe("R1", Phase::Read),
-                probe("M2", Phase::Mutating),
-                probe("V2", Phase::Validating),
-            ]);
-            (chain, log)
-        };
-        let obj = serde_json::json!({"metadata": {"name": "x"}});
-        for (op, refusing, want_log, want_err) in [
-            (Operation::Create, &[][..], &["M1", "M2", "V1", "V2"][..], None),
-            (Operation::Update, &["M2"][..], &["M1", "M2"][..], Some("refused by M2")),
-            (Operation::Create, &["V1", "V2"][..], &["M1", "M2", "V1"][..], Some("refused by V1")),
-            (Operation::Read, &[][..], &["R1"][..], None),
-            (Operation::Delete, &["M1"][..], &[][..], None),
-        ] {
-            let (chain, log) = run(refusing);
-            let a = Attributes { op, def, info: &info, user: &user, field_selector: None };
-            let got = chain.admit(&state, &a, Some(&obj), None).await;
-            assert_eq!(got.err().map(|e| e.to_string()).as_deref(), want_err, "{op:?} {refusing:?}");
-            let log = log.lock().map(|l| l.clone()).unwrap_or_default();
-            assert_eq!(log, want_log, "{op:?} {refusing:?}");
-        }
-    }
-
-    #[tokio::test]
-    async fn namespace_lifecycle() {
-        let state = state().await;
-        let reg = registry();
-        let (Some(cms), Some(nss)) = (reg.find("", "v1", "configmaps"), reg.find("", "v1", "namespaces")) else {
-            panic!("registered")
-        };
-        let user = UserInfo::default();
-        let obj = serde_json::json!({"metadata": {"name": "x"}});
-        /// kind, operation, namespace, name, refusal (code, message).
-        type Case<'a> = (&'a ResourceDef, Operation, &'a str, &'a str, Option<(u16, &'a str)>);
-        let cases: &[Case<'_>] = &[
-            (cms, Operation::Create, "default", "", None),
-            (cms, Operation::Create, "nowhere", "", Some((404, "namespaces \"nowhere\" not found"))),
-            (
-                nss,
-                Operation::Delete,
-                "",
-                "kube-system",
-                Some((403, "namespaces \"kube-system\" is forbidden: this namespace may not be deleted")),
-            ),
-            (nss, Operation::Delete, "", "kube-node-lease", None),
-        ];
-        for (def, op, ns, name, want) in cases {
-            let info = RequestInfo { namespace: ns.to_string(), name: name.to_string(), ..Default::default() };
-            let a = Attributes { op: *op, def, info: &info, user: &user, field_selector: None };
-            let got =
-                chain().admit(&state, &a, Some(&obj), None).await.err().map(|e| (e.code().as_u16(), e.to_string()));
-            assert_eq!(got.as_ref().map(|(c, m)| (*c, m.as_str())), *want, "{ns}/{name} {op:?}");
-        }
-    }
-
-    #[test]
-    fn bootstrap_tokens_read_csrs_only_by_name() {
-        let boot = UserInfo {
-            name: "system:bootstrap:abcdef".into(),
-            groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
-            ..Default::default()
-        };
-        let node =
-            UserInfo { name: "system:node:n1".into(), groups: vec!["system:nodes".into()], ..Default::default() };
-        let csrs = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
-        let cases: &[(&str, &UserInfo, &str, Option<&str>, bool)] = &[
-            ("list all", &boot, csrs, None, false),
-            ("watch all", &boot, &format!("{csrs}?watch=1"), None, false),
-            ("list by name", &boot, csrs, Some("metadata.name=csr-1"), true),
-            ("list by name ==", &boot, csrs, Some("metadata.name==csr-1"), true),
-            ("list by name among other terms", &boot, csrs, Some("spec.signerName=x,metadata.name=csr-1"), true),
-            ("not-equal is not by name", &boot, csrs, Some("metadata.name!=csr-1"), false),
-            ("empty name", &boot, csrs, Some("metadata.name="), false),
-            ("other selector", &boot, csrs, Some("spec.signerName=x"), false),
-            ("get by name is fine", &boot, &format!("{csrs}/csr-1"), None, true),
-            ("nodes may list", &node, csrs, None, true),
-            ("other resources", &boot, "/api/v1/namespaces/default/configmaps", None, true),
-        ];
-        for (what, user, path, fs, ok) in cases {
-            let (p, q) = path.split_once('?').map_or((*path, None), |(p, q)| (p, Some(q)));
-            let info = resolve(&Method::GET, p, q);
-            assert_eq!(restrict_read(&info, user, *fs).is_ok(), *ok, "{what}");
-        }
-    }
-}
+mod tests;

@@ -20,13 +20,13 @@ use crate::registry::{resource_verbs, subresource_kind, subresource_verbs, Regis
 /// The Kubernetes release whose API kustos speaks (what `/version` and OpenAPI `info` report).
 pub const KUBE_MAJOR: &str = "1";
 /// See [`KUBE_MAJOR`].
-pub const KUBE_MINOR: &str = "35";
+pub const KUBE_MINOR: &str = "37";
 /// The oldest minor release whose API kustos stays compatible with (`/version`'s
 /// `minCompatibilityMinor`: one before [`KUBE_MINOR`], as kube-apiserver reports by default).
-pub const MIN_COMPATIBILITY_MINOR: &str = "34";
+pub const MIN_COMPATIBILITY_MINOR: &str = "36";
 /// `gitVersion` of `/version`: semver with build metadata, like other distributions
-/// (`v1.35.0+k3s1`), so kubectl's version-skew check parses it as 1.35.
-pub const GIT_VERSION: &str = "v1.35.0+kustos";
+/// (`v1.37.0+k3s1`), so kubectl's version-skew check parses it as 1.37.
+pub const GIT_VERSION: &str = "v1.37.0+kustos";
 
 /// Content type of an aggregated discovery response, by version (`v2` or `v2beta1`).
 pub fn aggregated_content_type(version: &str) -> &'static str {
@@ -254,7 +254,7 @@ pub fn aggregated(reg: &Registry, core: bool, version: &str) -> Value {
     })
 }
 
-/// `/version`: the Kubernetes version kustos speaks (1.35), in `version.Info` shape, with the
+/// `/version`: the Kubernetes version kustos speaks (1.37), in `version.Info` shape, with the
 /// emulation and compatibility versions kube-apiserver reports since 1.33 (it emulates its own
 /// release and stays compatible with the one before).
 pub fn version_info() -> Value {
@@ -390,18 +390,18 @@ mod tests {
     }
 
     #[test]
-    fn version_is_1_35() {
+    fn version_is_1_37() {
         let v = version_info();
         assert_eq!(v["major"], "1");
-        assert_eq!(v["minor"], "35");
-        assert_eq!((v["emulationMajor"].as_str(), v["emulationMinor"].as_str()), (Some("1"), Some("35")));
-        assert_eq!((v["minCompatibilityMajor"].as_str(), v["minCompatibilityMinor"].as_str()), (Some("1"), Some("34")));
-        assert!(v["gitVersion"].as_str().unwrap_or("").starts_with("v1.35.0+"));
+        assert_eq!(v["minor"], "37");
+        assert_eq!((v["emulationMajor"].as_str(), v["emulationMinor"].as_str()), (Some("1"), Some("37")));
+        assert_eq!((v["minCompatibilityMajor"].as_str(), v["minCompatibilityMinor"].as_str()), (Some("1"), Some("36")));
+        assert!(v["gitVersion"].as_str().unwrap_or("").starts_with("v1.37.0+"));
         assert!(v["platform"].as_str().unwrap_or("").contains('/'));
     }
 
-    // Defined only when k8s-openapi is built with its `v1_35` feature.
-    k8s_openapi::k8s_if_1_35! { const K8S_OPENAPI_MINOR: &str = "35"; }
+    // Defined only when k8s-openapi is built with its `v1_37` feature.
+    k8s_openapi::k8s_if_1_37! { const K8S_OPENAPI_MINOR: &str = "37"; }
 
     /// The served level is the k8s-openapi feature the types (and so the OpenAPI documents)
     /// come from: building with another feature fails here until `/version` follows.

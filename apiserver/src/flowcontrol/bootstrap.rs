@@ -119,12 +119,12 @@ fn flow_schema(
 ) -> FlowSchema {
     FlowSchema {
         metadata: meta(name),
-        spec: Some(FlowSchemaSpec {
+        spec: FlowSchemaSpec {
             priority_level_configuration: PriorityLevelConfigurationReference { name: priority_level.to_string() },
             matching_precedence: Some(precedence),
             distinguisher_method: distinguisher.map(|t| FlowDistinguisherMethod { type_: t.to_string() }),
             rules: Some(rules),
-        }),
+        },
         status: None,
     }
 }
@@ -140,23 +140,23 @@ fn queuing_level(
 ) -> PriorityLevelConfiguration {
     PriorityLevelConfiguration {
         metadata: meta(name),
-        spec: Some(PriorityLevelConfigurationSpec {
+        spec: PriorityLevelConfigurationSpec {
             type_: "Limited".into(),
             limited: Some(LimitedPriorityLevelConfiguration {
                 nominal_concurrency_shares: Some(shares),
                 lendable_percent: Some(lendable),
                 borrowing_limit_percent: None,
-                limit_response: Some(LimitResponse {
+                limit_response: LimitResponse {
                     type_: "Queue".into(),
                     queuing: Some(QueuingConfiguration {
                         queues: Some(queues),
                         hand_size: Some(hand),
                         queue_length_limit: Some(length),
                     }),
-                }),
+                },
             }),
             exempt: None,
-        }),
+        },
         status: None,
     }
 }
@@ -165,14 +165,14 @@ fn queuing_level(
 pub fn priority_level_exempt() -> PriorityLevelConfiguration {
     PriorityLevelConfiguration {
         metadata: meta(EXEMPT),
-        spec: Some(PriorityLevelConfigurationSpec {
+        spec: PriorityLevelConfigurationSpec {
             type_: "Exempt".into(),
             exempt: Some(ExemptPriorityLevelConfiguration {
                 nominal_concurrency_shares: Some(0),
                 lendable_percent: Some(0),
             }),
             limited: None,
-        }),
+        },
         status: None,
     }
 }
@@ -181,16 +181,16 @@ pub fn priority_level_exempt() -> PriorityLevelConfiguration {
 pub fn priority_level_catch_all() -> PriorityLevelConfiguration {
     PriorityLevelConfiguration {
         metadata: meta(CATCH_ALL),
-        spec: Some(PriorityLevelConfigurationSpec {
+        spec: PriorityLevelConfigurationSpec {
             type_: "Limited".into(),
             limited: Some(LimitedPriorityLevelConfiguration {
                 nominal_concurrency_shares: Some(5),
                 lendable_percent: Some(0),
                 borrowing_limit_percent: None,
-                limit_response: Some(LimitResponse { type_: "Reject".into(), queuing: None }),
+                limit_response: LimitResponse { type_: "Reject".into(), queuing: None },
             }),
             exempt: None,
-        }),
+        },
         status: None,
     }
 }
@@ -371,7 +371,7 @@ mod tests {
     }
 
     fn shares(p: &PriorityLevelConfiguration) -> i32 {
-        p.spec.as_ref().unwrap().limited.as_ref().and_then(|l| l.nominal_concurrency_shares).unwrap_or(0)
+        p.spec.limited.as_ref().and_then(|l| l.nominal_concurrency_shares).unwrap_or(0)
     }
 
     /// The spec's worked example: ServerCL 600 split by the Limited levels' shares
@@ -381,7 +381,7 @@ mod tests {
         let limited: Vec<PriorityLevelConfiguration> = mandatory_priority_levels()
             .into_iter()
             .chain(suggested_priority_levels())
-            .filter(|p| p.spec.as_ref().unwrap().type_ == "Limited")
+            .filter(|p| p.spec.type_ == "Limited")
             .collect();
         let sum: i32 = limited.iter().map(shares).sum();
         assert_eq!(sum, 245, "sum of shares");
@@ -403,9 +403,9 @@ mod tests {
 
     #[test]
     fn key_values() {
-        let precedence = |n: &str| schema(n).spec.unwrap().matching_precedence.unwrap();
-        let pl = |n: &str| schema(n).spec.unwrap().priority_level_configuration.name;
-        let dm = |n: &str| schema(n).spec.unwrap().distinguisher_method.map(|d| d.type_);
+        let precedence = |n: &str| schema(n).spec.matching_precedence.unwrap();
+        let pl = |n: &str| schema(n).spec.priority_level_configuration.name;
+        let dm = |n: &str| schema(n).spec.distinguisher_method.map(|d| d.type_);
         let cases: &[(&str, i32, &str, Option<&str>)] = &[
             ("exempt", 1, "exempt", None),
             ("probes", 2, "exempt", None),
@@ -429,22 +429,22 @@ mod tests {
         assert_eq!(suggested_flow_schemas().len(), 11, "suggested FlowSchemas");
         assert_eq!(suggested_priority_levels().len(), 6, "suggested priority levels");
 
-        let catch_all = level("catch-all").spec.unwrap();
+        let catch_all = level("catch-all").spec;
         let limited = catch_all.limited.unwrap();
-        assert_eq!(limited.limit_response.unwrap().type_, "Reject", "catch-all rejects");
+        assert_eq!(limited.limit_response.type_, "Reject", "catch-all rejects");
         assert_eq!(limited.nominal_concurrency_shares, Some(5), "catch-all shares");
-        let exempt = level("exempt").spec.unwrap();
+        let exempt = level("exempt").spec;
         assert_eq!(exempt.type_, "Exempt", "exempt type");
         assert!(exempt.limited.is_none(), "exempt has no limited section");
-        let le = level("leader-election").spec.unwrap().limited.unwrap();
-        let q = le.limit_response.unwrap().queuing.unwrap();
+        let le = level("leader-election").spec.limited.unwrap();
+        let q = le.limit_response.queuing.unwrap();
         assert_eq!(
             (q.queues, q.hand_size, q.queue_length_limit),
             (Some(16), Some(4), Some(50)),
             "leader-election queuing"
         );
 
-        let subjects = |n: &str| schema(n).spec.unwrap().rules.unwrap()[0].subjects.clone();
+        let subjects = |n: &str| schema(n).spec.rules.unwrap()[0].subjects.clone();
         assert_eq!(subjects("exempt")[0].group.as_ref().unwrap().name, "system:masters", "exempt subject");
         assert_eq!(
             subjects("service-accounts")[0].group.as_ref().unwrap().name,

@@ -64,7 +64,7 @@ fn uid(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Str
 /// A level's settings with v1's defaults for anything unset.
 pub fn level_entry(pl: &fc::PriorityLevelConfiguration) -> Option<LevelEntry> {
     let name = pl.metadata.name.clone()?;
-    let spec = pl.spec.as_ref()?;
+    let spec = &pl.spec;
     let uid = uid(&pl.metadata);
     if spec.type_ == "Exempt" {
         let e = spec.exempt.clone().unwrap_or_default();
@@ -85,7 +85,7 @@ pub fn level_entry(pl: &fc::PriorityLevelConfiguration) -> Option<LevelEntry> {
         lendable_percent: l.lendable_percent.unwrap_or(0).clamp(0, 100) as u32,
         borrowing_limit_percent: l.borrowing_limit_percent.map(|b| b.max(0) as u32),
     };
-    let response = l.limit_response.unwrap_or_default();
+    let response = l.limit_response;
     let queuing = (response.type_ == "Queue").then(|| {
         let q = response.queuing.unwrap_or_default();
         Queuing {
@@ -114,7 +114,7 @@ pub fn digest(
     }
     out_levels.sort_by(|a, b| a.name.cmp(&b.name));
     let entry = |fs: &fc::FlowSchema| -> Option<SchemaEntry> {
-        Some(SchemaEntry { name: fs.metadata.name.clone()?, uid: uid(&fs.metadata), spec: fs.spec.clone()? })
+        Some(SchemaEntry { name: fs.metadata.name.clone()?, uid: uid(&fs.metadata), spec: fs.spec.clone() })
     };
     let mut out_schemas: Vec<SchemaEntry> = schemas.iter().filter_map(entry).collect();
     for m in mandatory_schemas {

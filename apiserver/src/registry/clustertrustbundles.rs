@@ -1,6 +1,10 @@
-//! certificates.k8s.io/v1beta1 `clustertrustbundles` (cluster-scoped), after upstream's
-//! `pkg/registry/certificates/clustertrustbundle/strategy.go` and
+//! certificates.k8s.io `clustertrustbundles` (cluster-scoped), served as `v1` (preferred) and
+//! `v1beta1`, after upstream's `pkg/registry/certificates/clustertrustbundle/strategy.go` and
 //! `ValidateClusterTrustBundle` in `pkg/apis/certificates/validation`.
+//!
+//! Both versions read and write the same stored objects: the storage version is `v1`, and
+//! the two forms differ only in `apiVersion` ([`stored_as`]), so every bundle is seen through
+//! either version and a watch through one sees writes through the other.
 //!
 //! - `spec.trustBundle`: PEM `CERTIFICATE` blocks only, without headers, each one a CA
 //!   certificate (basicConstraints cA), no duplicates, at least one, at most 1 MiB. Text
@@ -17,12 +21,13 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::certificates::v1 as certv1;
 use k8s_openapi::api::certificates::v1beta1 as certv1beta1;
 use serde_json::{json, Value};
 
 use super::certificates::validate_signer_name;
 use super::shared::{col, get_at, invalid_shown, str_at, too_long};
-use super::{decode, typed_roundtrip, Column, ResourceDef, Strategy};
+use super::{decode, typed_roundtrip, Column, ResourceDef, StoredAs, Strategy};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -32,11 +37,11 @@ pub const RESOURCE: &str = "clustertrustbundles";
 /// `certificates.MaxTrustBundleSize`.
 pub const MAX_TRUST_BUNDLE_SIZE: usize = 1024 * 1024;
 
-/// The served resources.
+/// The served resources: `v1` first (the preferred version), then `v1beta1`.
 pub fn resources() -> Vec<ResourceDef> {
-    vec![ResourceDef {
+    let def = |version: &'static str, strategy: ClusterTrustBundleStrategy, schema: super::SchemaFn| ResourceDef {
         group: GROUP,
-        version: "v1beta1",
+        version,
         resource: RESOURCE,
         singular: "clustertrustbundle",
         kind: "ClusterTrustBundle",
@@ -45,13 +50,46 @@ pub fn resources() -> Vec<ResourceDef> {
         categories: &[],
         subresources: &[],
         create_only: false,
-        strategy: Arc::new(ClusterTrustBundleStrategy),
-        schema: |g| g.subschema_for::<certv1beta1::ClusterTrustBundle>(),
-    }]
+        strategy: Arc::new(strategy),
+        schema,
+    };
+    vec![
+        def("v1", ClusterTrustBundleStrategy::V1, |g| g.subschema_for::<certv1::ClusterTrustBundle>()),
+        def("v1beta1", ClusterTrustBundleStrategy::V1beta1, |g| g.subschema_for::<certv1beta1::ClusterTrustBundle>()),
+    ]
 }
 
-/// `clustertrustbundles`.
-pub struct ClusterTrustBundleStrategy;
+/// `clustertrustbundles`, in one of its served versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterTrustBundleStrategy {
+    V1,
+    V1beta1,
+}
+
+/// The stored form: `certificates.k8s.io/v1` (whatever version wrote it).
+const STORAGE_API_VERSION: &str = "certificates.k8s.io/v1";
+
+/// `obj` with `apiVersion` set to `api_version`: the whole conversion between the versions.
+pub fn with_api_version(obj: &Value, api_version: &str) -> Value {
+    let mut out = obj.clone();
+    if let Some(m) = out.as_object_mut() {
+        m.insert("apiVersion".into(), json!(api_version));
+    }
+    out
+}
+
+/// How `version`'s objects are kept: in the `v1` storage, converted by `apiVersion` alone.
+fn stored_as(version: ClusterTrustBundleStrategy) -> StoredAs {
+    StoredAs {
+        gvk: (GROUP, "v1", "ClusterTrustBundle"),
+        resource: RESOURCE,
+        from_stored: match version {
+            ClusterTrustBundleStrategy::V1 => |o| with_api_version(o, STORAGE_API_VERSION),
+            ClusterTrustBundleStrategy::V1beta1 => |o| with_api_version(o, "certificates.k8s.io/v1beta1"),
+        },
+        to_stored: |o| with_api_version(o, STORAGE_API_VERSION),
+    }
+}
 
 /// The problems of one bundle's PEM (`validateTrustBundle`), each upstream's detail.
 pub fn trust_bundle_problems(pem: &str) -> Vec<String> {
@@ -120,8 +158,12 @@ fn bundle_of(obj: &Value) -> &str {
     str_at(obj, &["spec", "trustBundle"]).unwrap_or("")
 }
 
-fn validate_bundle(obj: &Value, parse_bundle: bool) -> Vec<FieldError> {
-    if let Err(errs) = decode::<certv1beta1::ClusterTrustBundle>(obj) {
+fn validate_bundle(version: ClusterTrustBundleStrategy, obj: &Value, parse_bundle: bool) -> Vec<FieldError> {
+    let decoded = match version {
+        ClusterTrustBundleStrategy::V1 => decode::<certv1::ClusterTrustBundle>(obj).map(|_| ()),
+        ClusterTrustBundleStrategy::V1beta1 => decode::<certv1beta1::ClusterTrustBundle>(obj).map(|_| ()),
+    };
+    if let Err(errs) = decoded {
         return errs;
     }
     let mut errs = Vec::new();
@@ -159,7 +201,14 @@ impl Strategy for ClusterTrustBundleStrategy {
                 spec.entry("trustBundle").or_insert_with(|| json!(""));
             }
         }
-        typed_roundtrip::<certv1beta1::ClusterTrustBundle>(&filled)
+        match self {
+            ClusterTrustBundleStrategy::V1 => typed_roundtrip::<certv1::ClusterTrustBundle>(&filled),
+            ClusterTrustBundleStrategy::V1beta1 => typed_roundtrip::<certv1beta1::ClusterTrustBundle>(&filled),
+        }
+    }
+
+    fn stored_as(&self) -> Option<StoredAs> {
+        Some(stored_as(*self))
     }
 
     /// The name rule depends on `spec.signerName`: [`Strategy::validate`] checks it.
@@ -168,12 +217,12 @@ impl Strategy for ClusterTrustBundleStrategy {
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        validate_bundle(obj, true)
+        validate_bundle(*self, obj, true)
     }
 
     /// An unchanged bundle is not parsed again (Go's PEM and X.509 readers may change).
     fn validate_on_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
-        validate_bundle(new, bundle_of(new) != bundle_of(old))
+        validate_bundle(*self, new, bundle_of(new) != bundle_of(old))
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
@@ -282,11 +331,11 @@ mod tests {
             ),
         ];
         for (what, obj, want) in cases {
-            assert_eq!(rendered(&ClusterTrustBundleStrategy.validate(&obj)), want, "{what}");
+            assert_eq!(rendered(&ClusterTrustBundleStrategy::V1beta1.validate(&obj)), want, "{what}");
         }
         let big = bundle("foo", None, &"x".repeat(MAX_TRUST_BUNDLE_SIZE + 1));
         assert_eq!(
-            rendered(&ClusterTrustBundleStrategy.validate(&big)),
+            rendered(&ClusterTrustBundleStrategy::V1beta1.validate(&big)),
             ["spec.trustBundle: Too long: may not be more than 1048576 bytes"],
             "too long"
         );
@@ -299,39 +348,64 @@ mod tests {
         let mut changed = old.clone();
         changed["spec"]["signerName"] = json!("example.com/bar");
         assert_eq!(
-            rendered(&ClusterTrustBundleStrategy.validate_update(&changed, &old)),
+            rendered(&ClusterTrustBundleStrategy::V1beta1.validate_update(&changed, &old)),
             ["spec.signerName: Invalid value: \"example.com/bar\": field is immutable"]
         );
-        assert!(ClusterTrustBundleStrategy.validate_update(&old, &old).is_empty());
+        assert!(ClusterTrustBundleStrategy::V1beta1.validate_update(&old, &old).is_empty());
         // A stored bundle is not parsed again when it is not changed.
         let stored = bundle("foo", None, &leaf());
         let mut relabelled = stored.clone();
         relabelled["metadata"]["labels"] = json!({"a": "b"});
-        assert!(ClusterTrustBundleStrategy.validate_on_update(&relabelled, &stored).is_empty());
+        assert!(ClusterTrustBundleStrategy::V1beta1.validate_on_update(&relabelled, &stored).is_empty());
         let mut replaced = stored.clone();
         replaced["spec"]["trustBundle"] = json!(leaf());
-        assert_eq!(ClusterTrustBundleStrategy.validate_on_update(&replaced, &stored).len(), 1);
+        assert_eq!(ClusterTrustBundleStrategy::V1beta1.validate_on_update(&replaced, &stored).len(), 1);
     }
 
     #[test]
     fn roundtrip_fills_what_go_leaves_empty() {
-        let out = ClusterTrustBundleStrategy.roundtrip(&json!({"metadata": {"name": "x"}})).unwrap();
+        let out = ClusterTrustBundleStrategy::V1beta1.roundtrip(&json!({"metadata": {"name": "x"}})).unwrap();
         assert_eq!(out["spec"], json!({"trustBundle": ""}));
-        assert!(ClusterTrustBundleStrategy
+        assert!(ClusterTrustBundleStrategy::V1beta1
             .roundtrip(&json!({"metadata": {"name": "x"}, "spec": {"trustBundle": 1}}))
             .is_err());
     }
 
     #[test]
+    fn both_versions_keep_one_stored_form() {
+        let stored = bundle("foo", None, "pem");
+        for (version, api_version) in [
+            (ClusterTrustBundleStrategy::V1, "certificates.k8s.io/v1"),
+            (ClusterTrustBundleStrategy::V1beta1, "certificates.k8s.io/v1beta1"),
+        ] {
+            let s = version.stored_as().unwrap();
+            assert_eq!(s.gvk, (GROUP, "v1", "ClusterTrustBundle"));
+            let seen = (s.from_stored)(&stored);
+            assert_eq!(seen["apiVersion"], api_version);
+            assert_eq!(seen["spec"], stored["spec"]);
+            assert_eq!((s.to_stored)(&seen)["apiVersion"], "certificates.k8s.io/v1");
+            assert_eq!(s.prefix(), "/registry/certificates.k8s.io/clustertrustbundles/");
+        }
+        let versions: Vec<&str> = resources().iter().map(|d| d.version).collect();
+        assert_eq!(versions, ["v1", "v1beta1"], "v1 is registered first: the preferred version");
+    }
+
+    #[test]
     fn table_and_fields() {
-        let names: Vec<&str> = ClusterTrustBundleStrategy.columns().iter().map(|c| c.name).collect();
+        let names: Vec<&str> = ClusterTrustBundleStrategy::V1beta1.columns().iter().map(|c| c.name).collect();
         assert_eq!(names, ["SignerName"]);
         let now = chrono::Utc::now();
         let linked = bundle("example.com:foo:abc", Some("example.com/foo"), "");
-        assert_eq!(ClusterTrustBundleStrategy.cells(&linked, now), vec![json!("example.com/foo")]);
-        assert_eq!(ClusterTrustBundleStrategy.cells(&bundle("foo", None, ""), now), vec![json!("<none>")]);
-        assert_eq!(ClusterTrustBundleStrategy.field(&linked, "spec.signerName").as_deref(), Some("example.com/foo"));
-        assert_eq!(ClusterTrustBundleStrategy.field(&bundle("foo", None, ""), "spec.signerName").as_deref(), Some(""));
-        assert_eq!(ClusterTrustBundleStrategy.field(&linked, "spec.trustBundle"), None);
+        assert_eq!(ClusterTrustBundleStrategy::V1beta1.cells(&linked, now), vec![json!("example.com/foo")]);
+        assert_eq!(ClusterTrustBundleStrategy::V1beta1.cells(&bundle("foo", None, ""), now), vec![json!("<none>")]);
+        assert_eq!(
+            ClusterTrustBundleStrategy::V1beta1.field(&linked, "spec.signerName").as_deref(),
+            Some("example.com/foo")
+        );
+        assert_eq!(
+            ClusterTrustBundleStrategy::V1beta1.field(&bundle("foo", None, ""), "spec.signerName").as_deref(),
+            Some("")
+        );
+        assert_eq!(ClusterTrustBundleStrategy::V1beta1.field(&linked, "spec.trustBundle"), None);
     }
 }

@@ -459,7 +459,7 @@ fn validate_conditions(conditions: &[Option<&str>], errs: &mut Vec<FieldError>) 
 pub fn validate_flow_schema(obj: &Value) -> Vec<FieldError> {
     let fs: fcv1::FlowSchema = crate::typed!(decode(obj));
     let name = fs.metadata.name.as_deref().unwrap_or("");
-    let spec = fs.spec.clone().unwrap_or_default();
+    let spec = fs.spec.clone();
     let mut errs = validate_flow_schema_spec(name, &spec);
     if let Some(fixed) = mandatory_flow_schema_spec(name) {
         let have = obj.get("spec").cloned().unwrap_or(Value::Null);
@@ -468,7 +468,7 @@ pub fn validate_flow_schema(obj: &Value) -> Vec<FieldError> {
         }
     }
     let conditions = fs.status.and_then(|s| s.conditions).unwrap_or_default();
-    let types: Vec<Option<&str>> = conditions.iter().map(|c| c.type_.as_deref()).collect();
+    let types: Vec<Option<&str>> = conditions.iter().map(|c| Some(c.type_.as_str())).collect();
     validate_conditions(&types, &mut errs);
     errs
 }
@@ -510,7 +510,7 @@ fn validate_limited(l: &fcv1::LimitedPriorityLevelConfiguration, errs: &mut Vec<
             "must be a non-negative integer",
         ));
     }
-    let lr = l.limit_response.clone().unwrap_or_default();
+    let lr = l.limit_response.clone();
     let lp = format!("{path}.limitResponse");
     match lr.type_.as_str() {
         "Reject" => {
@@ -619,12 +619,12 @@ fn validate_mandatory_priority_level(name: &str, have: &Value) -> Option<FieldEr
 pub fn validate_priority_level(obj: &Value) -> Vec<FieldError> {
     let pl: fcv1::PriorityLevelConfiguration = crate::typed!(decode(obj));
     let name = pl.metadata.name.as_deref().unwrap_or("");
-    let spec = pl.spec.clone().unwrap_or_default();
+    let spec = pl.spec.clone();
     let mut errs = validate_priority_level_spec(name, &spec);
     let have = obj.get("spec").cloned().unwrap_or(Value::Null);
     errs.extend(validate_mandatory_priority_level(name, &have));
     let conditions = pl.status.and_then(|s| s.conditions).unwrap_or_default();
-    let types: Vec<Option<&str>> = conditions.iter().map(|c| c.type_.as_deref()).collect();
+    let types: Vec<Option<&str>> = conditions.iter().map(|c| Some(c.type_.as_str())).collect();
     validate_conditions(&types, &mut errs);
     errs
 }

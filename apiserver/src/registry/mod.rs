@@ -41,6 +41,7 @@ pub mod events;
 pub mod flowcontrol;
 pub mod intern;
 pub mod node;
+pub mod podcertificaterequests;
 pub mod rbac;
 pub mod reviews;
 pub mod schema;
@@ -419,6 +420,7 @@ impl Registry {
         resources.extend(coordination::resources());
         resources.extend(certificates::resources());
         resources.extend(clustertrustbundles::resources());
+        resources.extend(podcertificaterequests::resources());
         resources.extend(rbac::resources());
         resources.extend(reviews::resources());
         resources.extend(apiextensions::resources());

@@ -329,8 +329,9 @@ fn validate_binding(
     namespaced: bool,
 ) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    if role_ref.api_group != GROUP {
-        errs.push(FieldError::not_supported("roleRef.apiGroup", &json!(role_ref.api_group), &[GROUP]));
+    let api_group = role_ref.api_group.as_deref().unwrap_or("");
+    if api_group != GROUP {
+        errs.push(FieldError::not_supported("roleRef.apiGroup", &json!(api_group), &[GROUP]));
     }
     let kinds: &[&str] = if namespaced { &["Role", "ClusterRole"] } else { &["ClusterRole"] };
     if !kinds.contains(&role_ref.kind.as_str()) {
@@ -354,7 +355,8 @@ fn validate_role_ref_update(new: &rbacv1::RoleRef, old: &rbacv1::RoleRef) -> Vec
     if new == old {
         return Vec::new();
     }
-    let shown = format!("rbac.RoleRef{{APIGroup:{:?}, Kind:{:?}, Name:{:?}}}", new.api_group, new.kind, new.name);
+    let group = new.api_group.as_deref().unwrap_or_default();
+    let shown = format!("rbac.RoleRef{{APIGroup:{group:?}, Kind:{:?}, Name:{:?}}}", new.kind, new.name);
     vec![invalid_shown("roleRef", &shown, "cannot change roleRef")]
 }
 

@@ -124,7 +124,7 @@ fn of_service(svc: &Service) -> (String, Vec<Address>) {
 /// The endpoints of an EndpointSlice of `default/kubernetes`: the apiserver's hosts.
 fn of_endpoint_slice(slice: &EndpointSlice) -> (String, Vec<Address>) {
     let owner = format!("{APISERVER} (EndpointSlice {}/{})", slice.namespace().unwrap_or_default(), slice.name_any());
-    let addresses = slice.endpoints.iter().flat_map(|e| e.addresses.iter()).filter_map(|a| Address::parse(a));
+    let addresses = slice.endpoints.iter().flatten().flat_map(|e| e.addresses.iter()).filter_map(|a| Address::parse(a));
     (owner, addresses.collect())
 }
 
@@ -263,7 +263,7 @@ mod tests {
                 ..Default::default()
             },
             address_type: "IPv4".into(),
-            endpoints: vec![Endpoint { addresses: vec!["192.0.2.10".into()], ..Default::default() }],
+            endpoints: Some(vec![Endpoint { addresses: vec!["192.0.2.10".into()], ..Default::default() }]),
             ports: None,
         };
         assert_eq!(

@@ -56,7 +56,7 @@ use crate::api::apply::{Schema as ApplySchema, SchemaError};
 use crate::registry::{Registry, ResourceDef};
 
 /// `info.version` of the documents.
-const INFO_VERSION: &str = "v1.35.0";
+const INFO_VERSION: &str = "v1.37.0";
 /// The protobuf media types of `/openapi/v2` a client may ask for (the first is what client-go
 /// sends), and the one the response names, as kube-apiserver does.
 const V2_PROTOBUF_ACCEPTED: [&str; 2] = [

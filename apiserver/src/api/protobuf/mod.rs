@@ -621,7 +621,7 @@ mod tests {
             })
         );
         let typed: k8s_openapi::api::authentication::v1::TokenRequest = serde_json::from_value(got).unwrap();
-        let bound = typed.spec.bound_object_ref.unwrap();
+        let bound = typed.spec.unwrap().bound_object_ref.unwrap();
         assert_eq!(bound.uid.as_deref(), Some("1234"));
     }
 

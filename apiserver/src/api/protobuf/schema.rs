@@ -540,8 +540,147 @@ pub(super) static MESSAGES: &[Message] = &[
         ],
     },
     Message {
+        name: "k8s.io.api.certificates.v1.ClusterTrustBundle",
+        fields: &[
+            Field {
+                number: 1,
+                json: "metadata",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "spec",
+                ty: Type::Msg("k8s.io.api.certificates.v1.ClusterTrustBundleSpec"),
+                card: Card::One,
+                opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1.ClusterTrustBundleList",
+        fields: &[
+            Field {
+                number: 1,
+                json: "metadata",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "items",
+                ty: Type::Msg("k8s.io.api.certificates.v1.ClusterTrustBundle"),
+                card: Card::Repeated,
+                opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1.ClusterTrustBundleSpec",
+        fields: &[
+            Field { number: 1, json: "signerName", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "trustBundle", ty: Type::Str, card: Card::One, opt: false },
+        ],
+    },
+    Message {
         name: "k8s.io.api.certificates.v1.ExtraValue",
         fields: &[Field { number: 1, json: "items", ty: Type::Str, card: Card::Repeated, opt: false }],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1.PodCertificateRequest",
+        fields: &[
+            Field {
+                number: 1,
+                json: "metadata",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "spec",
+                ty: Type::Msg("k8s.io.api.certificates.v1.PodCertificateRequestSpec"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 3,
+                json: "status",
+                ty: Type::Msg("k8s.io.api.certificates.v1.PodCertificateRequestStatus"),
+                card: Card::One,
+                opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1.PodCertificateRequestList",
+        fields: &[
+            Field {
+                number: 1,
+                json: "metadata",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "items",
+                ty: Type::Msg("k8s.io.api.certificates.v1.PodCertificateRequest"),
+                card: Card::Repeated,
+                opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1.PodCertificateRequestSpec",
+        fields: &[
+            Field { number: 1, json: "signerName", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "podName", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 3, json: "podUID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 4, json: "serviceAccountName", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 5, json: "serviceAccountUID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 6, json: "nodeName", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 7, json: "nodeUID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 8, json: "maxExpirationSeconds", ty: Type::Int, card: Card::One, opt: true },
+            Field { number: 11, json: "unverifiedUserAnnotations", ty: Type::Str, card: Card::Map, opt: false },
+            Field { number: 12, json: "stubPKCS10Request", ty: Type::Bytes, card: Card::One, opt: false },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1.PodCertificateRequestStatus",
+        fields: &[
+            Field {
+                number: 1,
+                json: "conditions",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Condition"),
+                card: Card::Repeated,
+                opt: false,
+            },
+            Field { number: 2, json: "certificateChain", ty: Type::Str, card: Card::One, opt: false },
+            Field {
+                number: 4,
+                json: "notBefore",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Time"),
+                card: Card::One,
+                opt: true,
+            },
+            Field {
+                number: 5,
+                json: "beginRefreshAt",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Time"),
+                card: Card::One,
+                opt: true,
+            },
+            Field {
+                number: 6,
+                json: "notAfter",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Time"),
+                card: Card::One,
+                opt: true,
+            },
+        ],
     },
     Message {
         name: "k8s.io.api.certificates.v1beta1.ClusterTrustBundle",
@@ -586,6 +725,102 @@ pub(super) static MESSAGES: &[Message] = &[
         fields: &[
             Field { number: 1, json: "signerName", ty: Type::Str, card: Card::One, opt: false },
             Field { number: 2, json: "trustBundle", ty: Type::Str, card: Card::One, opt: false },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1beta1.PodCertificateRequest",
+        fields: &[
+            Field {
+                number: 1,
+                json: "metadata",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.ObjectMeta"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "spec",
+                ty: Type::Msg("k8s.io.api.certificates.v1beta1.PodCertificateRequestSpec"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 3,
+                json: "status",
+                ty: Type::Msg("k8s.io.api.certificates.v1beta1.PodCertificateRequestStatus"),
+                card: Card::One,
+                opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1beta1.PodCertificateRequestList",
+        fields: &[
+            Field {
+                number: 1,
+                json: "metadata",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.ListMeta"),
+                card: Card::One,
+                opt: false,
+            },
+            Field {
+                number: 2,
+                json: "items",
+                ty: Type::Msg("k8s.io.api.certificates.v1beta1.PodCertificateRequest"),
+                card: Card::Repeated,
+                opt: false,
+            },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1beta1.PodCertificateRequestSpec",
+        fields: &[
+            Field { number: 1, json: "signerName", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 2, json: "podName", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 3, json: "podUID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 4, json: "serviceAccountName", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 5, json: "serviceAccountUID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 6, json: "nodeName", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 7, json: "nodeUID", ty: Type::Str, card: Card::One, opt: false },
+            Field { number: 8, json: "maxExpirationSeconds", ty: Type::Int, card: Card::One, opt: true },
+            Field { number: 9, json: "pkixPublicKey", ty: Type::Bytes, card: Card::One, opt: false },
+            Field { number: 10, json: "proofOfPossession", ty: Type::Bytes, card: Card::One, opt: false },
+            Field { number: 11, json: "unverifiedUserAnnotations", ty: Type::Str, card: Card::Map, opt: false },
+            Field { number: 12, json: "stubPKCS10Request", ty: Type::Bytes, card: Card::One, opt: false },
+        ],
+    },
+    Message {
+        name: "k8s.io.api.certificates.v1beta1.PodCertificateRequestStatus",
+        fields: &[
+            Field {
+                number: 1,
+                json: "conditions",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Condition"),
+                card: Card::Repeated,
+                opt: false,
+            },
+            Field { number: 2, json: "certificateChain", ty: Type::Str, card: Card::One, opt: false },
+            Field {
+                number: 4,
+                json: "notBefore",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Time"),
+                card: Card::One,
+                opt: true,
+            },
+            Field {
+                number: 5,
+                json: "beginRefreshAt",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Time"),
+                card: Card::One,
+                opt: true,
+            },
+            Field {
+                number: 6,
+                json: "notAfter",
+                ty: Type::Msg("k8s.io.apimachinery.pkg.apis.meta.v1.Time"),
+                card: Card::One,
+                opt: true,
+            },
         ],
     },
     Message {

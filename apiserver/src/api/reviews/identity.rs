@@ -65,7 +65,7 @@ pub fn token_status(outcome: &TokenOutcome) -> Value {
 /// POST `tokenreviews`.
 pub async fn token_review(env: &Env<'_>, obj: &Value) -> Result<Value, ApiError> {
     let review: authnv1::TokenReview = typed("TokenReview", obj)?;
-    let token = review.spec.token.as_deref().unwrap_or("");
+    let token = review.spec.token.as_str();
     if token.is_empty() {
         return Err(ApiError::BadRequest("token is required for TokenReview in authentication".into()));
     }

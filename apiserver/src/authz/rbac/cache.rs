@@ -504,7 +504,7 @@ mod tests {
             ..Default::default()
         };
         let role_ref =
-            |kind: &str, name: &str| RoleRef { api_group: GROUP.into(), kind: kind.into(), name: name.into() };
+            |kind: &str, name: &str| RoleRef { api_group: Some(GROUP.into()), kind: kind.into(), name: name.into() };
         let subj = |kind: &str, name: &str| k8s_openapi::api::rbac::v1::Subject {
             kind: kind.into(),
             name: name.into(),

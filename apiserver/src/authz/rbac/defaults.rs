@@ -10,6 +10,7 @@
 //! - `clusterrole-aggregation-controller`,
 //! - `kube-apiserver-serving-clustertrustbundle-publisher`,
 //! - `legacy-service-account-token-cleaner`,
+//! - `podcertificaterequestcleaner` (podcertificaterequest-cleaner),
 //! - `root-ca-cert-publisher`,
 //! - `service-account-controller`.
 //!
@@ -163,7 +164,7 @@ fn subjects(b: &BindingData) -> Option<Vec<Subject>> {
 }
 
 fn role_ref(kind: &str, name: &str) -> RoleRef {
-    RoleRef { api_group: RBAC_GROUP.into(), kind: kind.into(), name: name.into() }
+    RoleRef { api_group: Some(RBAC_GROUP.into()), kind: kind.into(), name: name.into() }
 }
 
 fn cluster_role_binding(b: &BindingData, labelled: bool) -> ClusterRoleBinding {
@@ -250,8 +251,8 @@ mod tests {
     fn the_data_parses_and_has_every_object() {
         serde_yaml::from_str::<Data>(DATA).unwrap();
         let p = policy();
-        assert_eq!(p.cluster_roles.len(), 31 + 6);
-        assert_eq!(p.cluster_role_bindings.len(), 12 + 6 + 3);
+        assert_eq!(p.cluster_roles.len(), 32 + 7);
+        assert_eq!(p.cluster_role_bindings.len(), 13 + 7 + 3);
         assert_eq!(p.roles.len(), 7 + 1);
         assert_eq!(p.role_bindings.len(), 7 + 1);
         let per_namespace = |ns: &str| {
@@ -263,7 +264,7 @@ mod tests {
         assert_eq!(per_namespace("kube-system"), (6, 6));
         assert_eq!(per_namespace("kube-public"), (2, 2));
         let without = default_policy(&PolicyOptions { tls_bootstrap_bindings: false });
-        assert_eq!(without.cluster_role_bindings.len(), 12 + 6);
+        assert_eq!(without.cluster_role_bindings.len(), 13 + 7);
         assert!(!without.cluster_role_bindings.iter().any(|b| b
             .metadata
             .name
@@ -352,11 +353,12 @@ mod tests {
             ("system:heapster", 2),
             ("system:kube-aggregator", 1),
             ("system:kube-controller-manager", 11),
+            ("system:cluster-trust-bundle-discovery", 1),
             ("system:kube-dns", 1),
             ("system:kube-scheduler", 18),
             ("system:kubelet-api-admin", 3),
             ("system:monitoring", 1),
-            ("system:node", 23),
+            ("system:node", 24),
             ("system:node-bootstrapper", 1),
             ("system:node-problem-detector", 3),
             ("system:node-proxier", 4),
@@ -369,6 +371,7 @@ mod tests {
             ("system:controller:clusterrole-aggregation-controller", 1),
             ("system:controller:kube-apiserver-serving-clustertrustbundle-publisher", 3),
             ("system:controller:legacy-service-account-token-cleaner", 2),
+            ("system:controller:podcertificaterequestcleaner", 1),
             ("system:controller:root-ca-cert-publisher", 2),
             ("system:controller:service-account-controller", 2),
         ];
@@ -407,6 +410,11 @@ mod tests {
             ("system:basic-user", vec![g("system:authenticated")]),
             ("system:discovery", vec![g("system:authenticated")]),
             ("system:service-account-issuer-discovery", vec![g("system:serviceaccounts")]),
+            ("system:cluster-trust-bundle-discovery", vec![g("system:serviceaccounts")]),
+            (
+                "system:controller:podcertificaterequestcleaner",
+                vec![("ServiceAccount".to_string(), "podcertificaterequestcleaner".to_string())],
+            ),
             ("system:node", vec![]),
             ("kubeadm:kubelet-bootstrap", vec![g("system:bootstrappers")]),
             ("kubeadm:node-autoapprove-bootstrap", vec![g("system:bootstrappers")]),

@@ -184,7 +184,9 @@ async fn check_binding(cx: &Context<'_>, resource: &str, new: &Value, old: Optio
         _ => None,
     };
     if let Some(role_resource) = role_resource {
-        if role_ref.api_group == GROUP && authorized(cx, "bind", role_resource, namespace, &role_ref.name).await {
+        if role_ref.api_group.as_deref() == Some(GROUP)
+            && authorized(cx, "bind", role_resource, namespace, &role_ref.name).await
+        {
             return Ok(());
         }
     }

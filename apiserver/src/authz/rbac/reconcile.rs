@@ -660,7 +660,7 @@ mod tests {
                 ..Default::default()
             },
             role_ref: RoleRef {
-                api_group: "rbac.authorization.k8s.io".into(),
+                api_group: Some("rbac.authorization.k8s.io".into()),
                 kind: "ClusterRole".into(),
                 name: role.into(),
             },

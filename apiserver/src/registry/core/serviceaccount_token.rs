@@ -266,17 +266,18 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
     let requested_uid = req.metadata.uid.clone().unwrap_or_default();
     check_service_account_uid(&requested_uid, name, meta::uid(&sa))?;
     let now = Utc::now();
-    let mut audiences = req.spec.audiences.clone();
+    let spec = req.spec.clone().unwrap_or_default();
+    let mut audiences = spec.audiences.clone().unwrap_or_default();
     if audiences.is_empty() {
         audiences = tokens.api_audiences().to_vec();
     }
-    let mut expiration = req.spec.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS);
+    let mut expiration = spec.expiration_seconds.unwrap_or(DEFAULT_EXPIRATION_SECONDS);
     let errs = validate_token_request(expiration);
     if !errs.is_empty() {
         return Err(ApiError::invalid(AUTHENTICATION_GROUP, "TokenRequest", "", errs));
     }
     admission::chain().admit_phase(c.state, &attrs, Phase::Validating, Some(&obj), None).await?;
-    let bound = match &req.spec.bound_object_ref {
+    let bound = match &spec.bound_object_ref {
         Some(r) => resolve_bound(c, namespace, name, r).await?,
         None => Bound::default(),
     };
