@@ -10,11 +10,13 @@ cd "$(dirname "$0")/.."
 # A clean build every time: incremental state would add ~13 GB of disk for nothing.
 export CARGO_INCREMENTAL=0
 
-# System packages: etcd (the second pass stores objects in it) and protoc (building the
-# etcd-client crate needs it, so before clippy and nextest compile anything).
+# System packages: etcd (the second pass stores objects in it), protoc (building the
+# etcd-client crate needs it, so before clippy and nextest compile anything) and prlimit
+# (the hostile-input corpus runs its server under a memory limit).
 missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
+command -v prlimit >/dev/null 2>&1 || missing+=(util-linux)
 if ((${#missing[@]})); then
   echo "installing ${missing[*]}"
   apt_log="$(mktemp)"
@@ -29,7 +31,7 @@ if ((${#missing[@]})); then
     fi
   fi
   rm -f "$apt_log"
-  for tool in etcd protoc; do
+  for tool in etcd protoc prlimit; do
     command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is still not on PATH after apt-get install" >&2; exit 1; }
   done
 fi
@@ -151,7 +153,7 @@ echo "== format and lint"
 step "cargo fmt" cargo fmt --all -- --check
 step "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "== every test, objects in SQLite"
+echo "== every test, objects in SQLite (the hostile-input corpus under a 512 MiB limit among them)"
 step "tests (sqlite)" env KUSTOS_TEST_STORAGE=sqlite cargo nextest run --workspace --locked --no-fail-fast
 
 # The second pass: the integration-test binaries of the kustos package, which start real
@@ -160,14 +162,16 @@ step "tests (sqlite)" env KUSTOS_TEST_STORAGE=sqlite cargo nextest run --workspa
 # - they never start a server: manifests (YAML files and the CLI's flag parsing),
 #   bench_support (the benchmarks' pure helpers), harness (tests/common's own decisions);
 # - they choose the storage of every server themselves (`--storage`) and start the etcds
-#   they need: etcd_cluster, etcd_outage, etcd_tls, storage_contract, storage_migrate.
+#   they need: etcd_cluster, etcd_outage, etcd_tls, storage_contract, storage_migrate;
+# - hostile: the hostile-input corpus under a memory limit attacks what comes before storage
+#   (decoders, patches, headers, tokens, selectors); it ran in the first pass.
 # The unit tests of every crate ran in the first pass. The etcd profile
 # (.config/nextest.toml) runs the tests that compact history alone: etcd's compaction is
 # global, not per prefix.
 echo "== end-to-end suites against etcd ($ETCD_URL, a prefix of its own per server)"
 step "end-to-end tests (etcd)" env KUSTOS_TEST_STORAGE=etcd KUSTOS_TEST_ETCD_SERVERS="$ETCD_URL" \
   cargo nextest run --profile etcd --workspace --locked --no-fail-fast -E 'package(kustos) & kind(test)
-    - binary(manifests) - binary(bench_support) - binary(harness)
+    - binary(manifests) - binary(bench_support) - binary(harness) - binary(hostile)
     - binary(etcd_cluster) - binary(etcd_outage) - binary(etcd_tls) - binary(storage_contract) - binary(storage_migrate)'
 
 # The parsers that read what clients send, each fuzzed for a bounded time (docs/SECURITY.md).

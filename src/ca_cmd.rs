@@ -24,6 +24,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::ListParams;
 use kube::Api;
 use kustos_apiserver::pki::rotation::{self, CaCount, FinishSafety, Goal, IssuedCert, NewCa, Paths, RotationState};
+use kustos_apiserver::pki::sync::generation::{self, Seen};
 use kustos_ca::bundle::{ca_certificates, BundleCert};
 
 use kustos_controllers::signers::rotation::Step;
@@ -276,12 +277,14 @@ fn issued_of(csr: &CertificateSigningRequest) -> Option<IssuedCert> {
 
 async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let now = Utc::now();
+    let mut shared = None;
     let (cas, signer, state, kubeconfig) = match &args.data_dir {
         Some(dir) => {
             let paths = Paths::new(dir);
             let bundle = rotation::load_bundle(&paths)?;
             let signer = kustos_ca::fingerprint(bundle.signer().cert_der());
             let state = rotation::read_state(&paths.pki)?;
+            shared = generation::read(&paths.pki)?;
             let kubeconfig = args.kubeconfig.clone().unwrap_or_else(|| paths.admin_kubeconfig());
             (bundle.ca_certificates().to_vec(), Some(signer), Some(state), kubeconfig)
         }
@@ -300,6 +303,7 @@ async fn status(args: StatusArgs) -> anyhow::Result<()> {
     let issued = issued_certificates(&kubeconfig).await?;
     let counts = rotation::count_issued(&cas, &issued, now);
     print!("{}", render(&cas, &counts, signer.as_deref(), state.as_ref(), now));
+    print!("{}", render_shared(shared.as_ref()));
     Ok(())
 }
 
@@ -365,6 +369,17 @@ fn render(
     out
 }
 
+/// The shared PKI record as this directory's apiserver saw it (on etcd), and the last record
+/// it refused.
+fn render_shared(seen: Option<&Seen>) -> String {
+    let Some(seen) = seen else { return String::new() };
+    let mut out = format!("shared PKI: generation {} in etcd\n", seen.generation);
+    if let Some(r) = &seen.refused {
+        out.push_str(&format!("shared PKI: REFUSED: {r}\n"));
+    }
+    out
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -410,6 +425,13 @@ mod tests {
                 assert!(text.contains(w), "{w:?} missing from:\n{text}");
             }
         }
+        let refused = generation::Refusal { generation: 2, highest: 5, fork: false, at: now, resealed_as: Some(6) };
+        let seen = Seen { generation: 6, digest: "d".into(), refused: Some(refused) };
+        let text = render_shared(Some(&seen));
+        assert!(text.starts_with("shared PKI: generation 6 in etcd\n"), "{text}");
+        assert!(text.contains("REFUSED: refused a record of generation 2, older than generation 5"), "{text}");
+        assert!(render_shared(Some(&Seen { refused: None, ..seen })).lines().count() == 1);
+        assert_eq!(render_shared(None), "", "on SQLite: nothing");
         let none = rotation::count_issued(&cas, &[], now);
         let text = render(&cas, &none, Some(&nfp), Some(&st(Phase::Switched)), now);
         assert!(text.contains("finish: safe (no still-valid"), "{text}");

@@ -139,15 +139,12 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
             anyhow::bail!("--root-ca-file {} holds no PEM certificate", path.display());
         }
     }
-    let client = match &args.kubeconfig {
-        Some(path) => crate::kubeconfig_cmd::client(path).await?,
-        None => {
-            let cfg = kube::Config::infer()
-                .await
-                .context("no --kubeconfig, and neither $KUBECONFIG nor an in-cluster service account works")?;
-            kube::Client::try_from(cfg).context("building the client")?
-        }
-    };
+    let kube_config =
+        crate::kubeconfig_cmd::config_or_in_cluster(args.kubeconfig.clone(), std::env::var_os("KUBECONFIG")).await?;
+    // The host this process reaches the apiserver at is one no kubelet serving certificate
+    // may name.
+    let apiserver_addresses: Vec<String> = kube_config.cluster_url.host().map(str::to_string).into_iter().collect();
+    let client = kube::Client::try_from(kube_config).context("building the client")?;
 
     let metrics = Metrics::new();
     if let Some(le) = &election {
@@ -171,6 +168,7 @@ pub async fn run(args: ControllerManagerArgs) -> anyhow::Result<()> {
         csr_signing,
         node_lifecycle,
         metrics: metrics.clone(),
+        apiserver_addresses,
         ..Default::default()
     };
     let clients: kustos_controllers::ClientFor = {

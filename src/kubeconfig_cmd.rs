@@ -72,34 +72,91 @@ pub fn resolve_path(flag: Option<PathBuf>, env: Option<OsString>) -> anyhow::Res
         .ok_or_else(|| anyhow::anyhow!("no kubeconfig: pass --kubeconfig FILE or set KUBECONFIG"))
 }
 
-/// Read a kubeconfig file (relative file references made absolute).
+/// Read a kubeconfig file (relative file references made absolute). Its YAML is read as
+/// the apiserver reads bodies ([`kustos_apiserver::api::yaml`]: aliases cannot make it cost
+/// more than a bounded multiple of its size), each document into kube's `Kubeconfig` as
+/// JSON, as client-go reads kubeconfigs; documents merge as kube merges them.
 pub fn read(path: &Path) -> anyhow::Result<Kubeconfig> {
     if !path.is_file() {
         anyhow::bail!("kubeconfig {} does not exist or is not a file", path.display());
     }
-    Kubeconfig::read_from(path).map_err(|e| anyhow::anyhow!("reading kubeconfig {}: {e}", path.display()))
+    let fail = |e: &dyn std::fmt::Display| anyhow::anyhow!("reading kubeconfig {}: {e}", path.display());
+    let text = std::fs::read(path).map_err(|e| fail(&e))?;
+    let mut kc = parse(&text).map_err(|e| fail(&e))?;
+    if let Some(dir) = path.parent() {
+        make_paths_absolute(&mut kc, dir);
+    }
+    Ok(kc)
+}
+
+/// A kubeconfig's documents (empty ones skipped), merged.
+fn parse(text: &[u8]) -> anyhow::Result<Kubeconfig> {
+    let mut merged = Kubeconfig::default();
+    for doc in kustos_apiserver::api::yaml::documents(text)? {
+        if doc.is_null() {
+            continue;
+        }
+        let kc: Kubeconfig = serde_json::from_value(doc)?;
+        merged = merged.merge(kc)?;
+    }
+    Ok(merged)
+}
+
+/// Files a kubeconfig names relative to itself, made absolute against `dir` (what kube's
+/// `Kubeconfig::read_from` and client-go do): the CA, client certificate and key, token
+/// file, and an exec command given as a path.
+fn make_paths_absolute(kc: &mut Kubeconfig, dir: &Path) {
+    let absolute = |file: &mut Option<String>| {
+        if let Some(f) = file.as_deref().filter(|f| Path::new(f).is_relative()) {
+            if let Some(abs) = dir.join(f).to_str() {
+                *file = Some(abs.to_string());
+            }
+        }
+    };
+    for cluster in kc.clusters.iter_mut().filter_map(|c| c.cluster.as_mut()) {
+        absolute(&mut cluster.certificate_authority);
+    }
+    for user in kc.auth_infos.iter_mut().filter_map(|u| u.auth_info.as_mut()) {
+        absolute(&mut user.client_certificate);
+        absolute(&mut user.client_key);
+        absolute(&mut user.token_file);
+        if let Some(exec) = user.exec.as_mut() {
+            if exec.command.as_deref().is_some_and(|c| c.contains(std::path::MAIN_SEPARATOR)) {
+                absolute(&mut exec.command);
+            }
+        }
+    }
 }
 
 /// A client for the current context of the kubeconfig at `path`.
 pub async fn client(path: &Path) -> anyhow::Result<kube::Client> {
-    let kc = read(path)?;
-    let config = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
-        .await
-        .map_err(|e| anyhow::anyhow!("loading kubeconfig {}: {e}", path.display()))?;
+    let config = config(path).await?;
     kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("building a client from {}: {e}", path.display()))
 }
 
-/// A client from `--kubeconfig` or `$KUBECONFIG`, or, with neither, from the Pod's
-/// service account (in-cluster config), as a CronJob runs.
-pub async fn client_or_in_cluster(flag: Option<PathBuf>, env: Option<OsString>) -> anyhow::Result<kube::Client> {
+/// The client configuration a kubeconfig file gives.
+pub async fn config(path: &Path) -> anyhow::Result<kube::Config> {
+    let kc = read(path)?;
+    kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+        .await
+        .map_err(|e| anyhow::anyhow!("loading kubeconfig {}: {e}", path.display()))
+}
+
+/// The client configuration from `--kubeconfig` or `$KUBECONFIG`, or, with neither, from the
+/// Pod's service account (in-cluster config), as a CronJob runs.
+pub async fn config_or_in_cluster(flag: Option<PathBuf>, env: Option<OsString>) -> anyhow::Result<kube::Config> {
     match resolve_path(flag, env) {
-        Ok(path) => client(&path).await,
+        Ok(path) => config(&path).await,
         Err(no_kubeconfig) => {
-            let config =
-                kube::Config::incluster().map_err(|e| anyhow::anyhow!("{no_kubeconfig}, and not in a Pod ({e})"))?;
-            kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("building an in-cluster client: {e}"))
+            kube::Config::incluster().map_err(|e| anyhow::anyhow!("{no_kubeconfig}, and not in a Pod ({e})"))
         }
     }
+}
+
+/// A client from [`config_or_in_cluster`].
+pub async fn client_or_in_cluster(flag: Option<PathBuf>, env: Option<OsString>) -> anyhow::Result<kube::Client> {
+    let config = config_or_in_cluster(flag, env).await?;
+    kube::Client::try_from(config).map_err(|e| anyhow::anyhow!("building a client: {e}"))
 }
 
 /// Where a cluster's CA bundle is.
@@ -162,7 +219,7 @@ mod tests {
         let yaml = format!(
             "apiVersion: v1\nkind: Config\nclusters:\n{clusters}\ncontexts:\n{contexts}\ncurrent-context: {current}\n"
         );
-        Kubeconfig::from_yaml(&yaml).unwrap_or_else(|e| panic!("{e}: {yaml}"))
+        parse(yaml.as_bytes()).unwrap_or_else(|e| panic!("{e}: {yaml}"))
     }
 
     #[test]
@@ -240,5 +297,54 @@ mod tests {
                 ),
             }
         }
+    }
+
+    #[test]
+    fn kubeconfigs_are_read_with_bounded_yaml() {
+        let one =
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: a\n  cluster: {server: https://a}\ncurrent-context: c\n";
+        let two = format!("{one}---\n\n---\nclusters:\n- name: a\n  cluster: {{server: https://other}}\n- name: b\n  cluster: {{server: https://b}}\n");
+        let kc = parse(two.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        let servers: Vec<_> =
+            kc.clusters.iter().map(|c| c.cluster.as_ref().and_then(|c| c.server.clone()).unwrap_or_default()).collect();
+        assert_eq!(servers, ["https://a", "https://b"], "the first document to name a cluster wins");
+        assert_eq!(kc.current_context.as_deref(), Some("c"));
+        assert!(parse(b"").is_ok_and(|kc| kc.clusters.is_empty()), "an empty file is an empty kubeconfig");
+
+        let mut bomb =
+            String::from("apiVersion: v1\nkind: Config\nx0: &x0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        for i in 1..12 {
+            bomb.push_str(&format!("x{i}: &x{i} [{}]\n", vec![format!("*x{}", i - 1); 10].join(",")));
+        }
+        let cases = [
+            (bomb.as_str(), "yaml: document contains excessive aliasing"),
+            ("clusters: [[[", "yaml: unclosed bracket"),
+            ("clusters: 3", "invalid type"),
+        ];
+        for (text, want) in cases {
+            let got = parse(text.as_bytes()).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(got.contains(want) && !got.contains('\n'), "{text:?}: {got:?}");
+        }
+    }
+
+    #[test]
+    fn relative_files_are_made_absolute_against_the_kubeconfig() {
+        let text = "clusters:\n- name: a\n  cluster: {server: https://a, certificate-authority: ca.crt}\n\
+                    - name: b\n  cluster: {server: https://b, certificate-authority: /etc/ca.crt}\n\
+                    users:\n- name: u\n  user:\n    client-certificate: sub/u.crt\n    client-key: /abs/u.key\n\
+                    \x20   tokenFile: t\n    exec: {command: ./plugin, apiVersion: client.authentication.k8s.io/v1}\n\
+                    - name: w\n  user:\n    exec: {command: aws, apiVersion: client.authentication.k8s.io/v1}\n";
+        let mut kc = parse(text.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        make_paths_absolute(&mut kc, Path::new("/home/k"));
+        let ca: Vec<_> =
+            kc.clusters.iter().map(|c| c.cluster.as_ref().and_then(|c| c.certificate_authority.clone())).collect();
+        assert_eq!(ca, [Some("/home/k/ca.crt".to_string()), Some("/etc/ca.crt".to_string())]);
+        let u = kc.auth_infos[0].auth_info.clone().unwrap_or_default();
+        assert_eq!(u.client_certificate.as_deref(), Some("/home/k/sub/u.crt"));
+        assert_eq!(u.client_key.as_deref(), Some("/abs/u.key"));
+        assert_eq!(u.token_file.as_deref(), Some("/home/k/t"));
+        assert_eq!(u.exec.and_then(|e| e.command).as_deref(), Some("/home/k/./plugin"));
+        let w = kc.auth_infos[1].auth_info.clone().unwrap_or_default();
+        assert_eq!(w.exec.and_then(|e| e.command).as_deref(), Some("aws"), "a bare command is looked up on PATH");
     }
 }

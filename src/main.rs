@@ -12,8 +12,10 @@ mod controller_manager;
 mod delegated_auth;
 mod kubeconfig_cmd;
 mod logging;
+mod pki_cmd;
 mod pki_followers;
 mod sa_key_cmd;
+mod sa_signer_cmd;
 mod secure_serving;
 mod storage_cmd;
 mod token;
@@ -46,8 +48,13 @@ enum Command {
     Storage(storage_cmd::StorageCommand),
     /// The cluster CA: status, and rotation without a restart (begin, switch, finish).
     Ca(ca_cmd::CaCommand),
-    /// The service-account signing key: status, and rotation without a restart.
+    /// The service-account signing keys: status, rotation without a restart, revocation.
     SaKey(sa_key_cmd::SaKeyCommand),
+    /// The shared PKI record in etcd: rotate the key that seals it.
+    Pki(pki_cmd::PkiCommand),
+    /// The k8s.io/externaljwt v1 signer on a Unix socket, for kube-apiserver's
+    /// --service-account-signing-endpoint: signs with the data directory's service-account keys.
+    SaSigner(sa_signer_cmd::SaSignerArgs),
 }
 
 #[derive(Args, Clone)]
@@ -107,9 +114,15 @@ struct ServerArgs {
     #[arg(long = "api-audiences", value_delimiter = ',')]
     api_audiences: Vec<String>,
     /// The longest lifetime of tokens issued by TokenRequest (e.g. 48h); longer requests are
-    /// shortened. Default: no cap.
+    /// shortened, and a retired service-account key verifies this long (+5m). Default: 8760h;
+    /// 0: no cap (2^32 seconds).
     #[arg(long = "service-account-max-token-expiration", value_parser = parse_duration)]
     service_account_max_token_expiration: Option<std::time::Duration>,
+    /// Unix socket of an external signer (`k8s.io/externaljwt` v1, e.g. `kustos sa-signer`): it
+    /// signs service-account tokens and serves the keys that verify them (`@name`: abstract
+    /// socket). Excludes --service-account-key-file.
+    #[arg(long = "service-account-signing-endpoint")]
+    service_account_signing_endpoint: Option<String>,
     /// API Priority and Fairness: classify every request by FlowSchema and share the
     /// server's seats among priority levels (`=false`: plain max-in-flight limits).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -387,6 +400,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.service_account_key_files = args.service_account_key_file.clone();
     cfg.api_audiences = args.api_audiences.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
     cfg.service_account_max_token_expiration = args.service_account_max_token_expiration;
+    cfg.service_account_signing_endpoint = args.service_account_signing_endpoint.clone();
     cfg.verbosity = args.verbosity;
     let running = kustos_apiserver::start(cfg)
         .await
@@ -417,17 +431,21 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
             pcr_cleaner_threshold: chrono::Duration::from_std(args.pod_certificate_request_cleaner_threshold)
                 .context("--pod-certificate-request-cleaner-threshold is too long")?,
             // Legacy tokens are signed with the key the apiserver signs with, and follow a
-            // `kustos sa-key rotate`.
-            token_generator: match running.state.security.service_accounts.clone() {
-                Some(tokens) => {
-                    Some(std::sync::Arc::new(sa_key_cmd::FollowingSigner::new(tokens, running.pki.dir.clone())))
-                }
+            // `kustos sa-key rotate`. With an external signer there is no such key: as
+            // kube-controller-manager without --service-account-private-key-file, the
+            // serviceaccount-token controller does not run.
+            token_generator: match running.state.security.service_accounts.as_ref() {
+                Some(tokens) => tokens.local().map(|keys| {
+                    std::sync::Arc::new(sa_key_cmd::FollowingSigner::new(keys.clone(), running.pki.dir.clone()))
+                        as std::sync::Arc<dyn kustos_controllers::TokenGenerator>
+                }),
                 None => Some(std::sync::Arc::new(kustos_controllers::serviceaccount_token::PemSigner::new(
                     running.pki.sa_key_pem.clone(),
                 )?)),
             },
             csr_signing,
             node_lifecycle,
+            apiserver_addresses: apiserver_addresses(&running),
             ..Default::default()
         };
         // The controllers' counters are served on the apiserver's /metrics.
@@ -459,6 +477,20 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     }
     running.stop().await;
     Ok(())
+}
+
+/// What no kubelet serving certificate may name (the policy approver's protected addresses):
+/// the address this server is bound to and every SAN of its serving certificate.
+fn apiserver_addresses(running: &kustos_apiserver::Running) -> Vec<String> {
+    let mut out = vec![running.addr.ip().to_string()];
+    match kustos_ca::parse_certificate_pem(&running.pki.serving_cert_pem) {
+        Ok(info) => {
+            out.extend(info.dns_names);
+            out.extend(info.ip_addresses.iter().map(ToString::to_string));
+        }
+        Err(e) => tracing::warn!(error = %e, "reading the serving certificate's SANs"),
+    }
+    out
 }
 
 /// Leader election of `kustos server`'s controllers when several servers share etcd:
@@ -548,6 +580,8 @@ fn main() {
             Command::Storage(s) => storage_cmd::run(s).await,
             Command::Ca(c) => ca_cmd::run(c).await,
             Command::SaKey(c) => sa_key_cmd::run(c).await,
+            Command::Pki(c) => pki_cmd::run(c).await,
+            Command::SaSigner(a) => sa_signer_cmd::run(a).await,
         }
     });
     if let Err(e) = result {

@@ -1,13 +1,13 @@
-//! `kustos sa-key rotate` and `kustos sa-key status`: the service-account signing key of a
-//! `kustos server`, rotated while it runs.
+//! `kustos sa-key rotate`, `kustos sa-key revoke KEY_ID` and `kustos sa-key status`: the
+//! service-account signing key of a `kustos server`, rotated while it runs.
 //!
 //! `rotate` changes files in `DIR/pki` one durable step at a time
 //! (`kustos_apiserver::pki::sa_keys`); the running server follows them: the apiserver signs
-//! new tokens with the new key and keeps verifying the retired ones, and the
-//! serviceaccount-token controller ([`FollowingSigner`]) re-issues legacy token Secrets
-//! signed by a retired key and prunes a retired key once nothing it signed is in use.
-//! `status` reads the keys from the files and counts legacy token Secrets per key through
-//! the API.
+//! new tokens with the new key and keeps verifying the retired ones until their end (and then
+//! drops them), and the serviceaccount-token controller ([`FollowingSigner`]) re-issues
+//! legacy token Secrets signed by a retired key. `revoke` marks a retired key revoked in
+//! `sa-keys.json`: the apiservers stop verifying it at their next pass. `status` reads the
+//! keys from the files and counts legacy token Secrets per key through the API.
 //!
 //! `KUSTOS_SA_KEY_ROTATE_ABORT_AFTER_STEPS=N` makes `rotate` abort (no clean-up, as a
 //! `kill -9`) right after its N-th durable step: how the tests check that a re-run resumes.
@@ -22,8 +22,8 @@ use clap::{Args, Subcommand};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
 use kube::Api;
-use kustos_apiserver::pki::sa_keys::{self, Keep, KeyState};
-use kustos_apiserver::pki::service_account::ServiceAccountTokens;
+use kustos_apiserver::pki::sa_keys::{self, KeyState};
+use kustos_apiserver::pki::service_account::LocalKeys;
 use kustos_controllers::serviceaccount_token::{count_by_kid, SECRET_TYPE};
 
 use crate::kubeconfig_cmd;
@@ -40,11 +40,23 @@ pub struct SaKeyCommand {
 #[derive(Subcommand)]
 enum SaKeyAction {
     /// A new key signs service-account tokens from now on; the old one keeps verifying until
-    /// every token it signed has expired and its legacy token Secrets are re-issued.
+    /// the longest token it could have signed expires.
     Rotate(RotateArgs),
-    /// The keys, their kids, which one signs, when each retired one can go, and how many
-    /// legacy token Secrets each signed.
+    /// Drop a retired key at once: tokens it signed are refused from the apiservers' next
+    /// pass (the key that signs cannot be revoked: rotate first).
+    Revoke(RevokeArgs),
+    /// The keys: kid, role (current, next, retired, revoked), when each stops verifying, and
+    /// how many legacy token Secrets each signed.
     Status(StatusArgs),
+}
+
+#[derive(Args)]
+struct RevokeArgs {
+    /// The kid of the retired key (as `kustos sa-key status` shows it).
+    key_id: String,
+    /// The server's data directory.
+    #[arg(long, default_value = "./kustos-data")]
+    data_dir: PathBuf,
 }
 
 #[derive(Args)]
@@ -73,8 +85,32 @@ pub async fn run(cmd: SaKeyCommand) -> anyhow::Result<()> {
             rotate(&a)?;
             crate::pki_followers::wait(&a.data_dir).await
         }
+        SaKeyAction::Revoke(a) => {
+            revoke(&a)?;
+            crate::pki_followers::wait(&a.data_dir).await
+        }
         SaKeyAction::Status(a) => status(&a).await,
     }
+}
+
+fn revoke(a: &RevokeArgs) -> anyhow::Result<()> {
+    let pki = a.data_dir.join("pki");
+    let signing_path = pki.join(sa_keys::SIGNING_KEY);
+    let signing_pem =
+        std::fs::read_to_string(&signing_path).with_context(|| format!("reading {}", signing_path.display()))?;
+    let signing = sa_keys::kid_of_private(&signing_pem).context("sa.key")?;
+    let next = std::fs::read_to_string(pki.join(sa_keys::NEXT_KEY)).ok().and_then(|p| sa_keys::kid_of_private(&p).ok());
+    let mut outcome = Ok(false);
+    sa_keys::update_state(&pki, |state| {
+        outcome = sa_keys::revoke(state, &a.key_id, &signing, next.as_deref(), Utc::now());
+        outcome == Ok(true)
+    })?;
+    if outcome? {
+        println!("revoked {}: the apiservers refuse the tokens it signed from their next pass", a.key_id);
+    } else {
+        println!("{} was revoked already", a.key_id);
+    }
+    Ok(())
 }
 
 fn rotate(a: &RotateArgs) -> anyhow::Result<()> {
@@ -101,7 +137,10 @@ fn rotate(a: &RotateArgs) -> anyhow::Result<()> {
         println!("nothing to do: the key {kid} signs already");
     } else {
         println!("signing key: {kid}");
-        println!("next: `kustos sa-key status` says when each old key can go; it is pruned then on its own");
+        println!(
+            "next: `kustos sa-key status` says until when each retired key verifies; it is dropped then on its own \
+             (`kustos sa-key revoke KEY_ID` drops one at once)"
+        );
     }
     Ok(())
 }
@@ -144,20 +183,19 @@ fn render(
         Ok(m) => m.get(kid).copied().unwrap_or(0).to_string(),
         Err(_) => "unknown".to_string(),
     };
-    let mut out = String::from("KID\tSIGNS\tRETIRED\tCAN GO\tLEGACY SECRETS\n");
-    out.push_str(&format!("{signing}\tyes\t-\t-\t{}\n", count(signing)));
+    let mut out = String::from("KID\tROLE\tRETIRED\tVERIFIES UNTIL\tLEGACY SECRETS\n");
+    out.push_str(&format!("{signing}\tcurrent\t-\t- (signs)\t{}\n", count(signing)));
+    if let Some(n) = next.filter(|n| *n != signing) {
+        out.push_str(&format!("{n}\tnext\t-\t- (signs once the rotation is done)\t{}\n", count(n)));
+    }
     for k in state.retired.iter().filter(|k| k.kid != signing) {
-        let can_go = match (&legacy, k.tokens_expire_by) {
-            (_, None) => "unknown: no server has recorded its token window yet".to_string(),
-            (Err(_), Some(t)) => format!("after {}, once no legacy Secret holds its tokens", date(t)),
-            (Ok(m), _) => match sa_keys::keep(k, m, now) {
-                Keep::WindowUnknown => "unknown".to_string(),
-                Keep::TokensUntil(t) => format!("after {}", date(t)),
-                Keep::LegacySecrets(n) => format!("once its {n} legacy Secret(s) are re-issued"),
-                Keep::Prunable => "now (pruned at the server's next pass)".to_string(),
-            },
+        let (role, until) = match (k.revoked_at, k.tokens_expire_by) {
+            (Some(at), _) => ("revoked", format!("{} (revoked)", date(at))),
+            (None, None) => ("retired", "not recorded yet: the apiserver records it at its next pass".to_string()),
+            (None, Some(t)) if t <= now => ("retired", format!("{} (passed: dropped at the next pass)", date(t))),
+            (None, Some(t)) => ("retired", date(t)),
         };
-        out.push_str(&format!("{}\tno\t{}\t{can_go}\t{}\n", k.kid, date(k.retired_at), count(&k.kid)));
+        out.push_str(&format!("{}\t{role}\t{}\t{until}\t{}\n", k.kid, date(k.retired_at), count(&k.kid)));
     }
     if let Some(n) = next.filter(|n| *n != signing) {
         out.push_str(&format!("rotation: interrupted on its way to {n}: run `kustos sa-key rotate` again\n"));
@@ -170,15 +208,14 @@ fn render(
 
 /// Legacy tokens for the serviceaccount-token controller of `kustos server`: signed with the
 /// key the apiserver signs with now (it follows `DIR/pki`), re-issued when signed by a key
-/// `sa-keys.json` lists as retired; after each pass the token windows are recorded and the
-/// retired keys nothing uses are pruned.
+/// `sa-keys.json` lists as retired (the apiserver drops retired keys at their end).
 pub struct FollowingSigner {
-    tokens: Arc<ServiceAccountTokens>,
+    tokens: Arc<LocalKeys>,
     pki: PathBuf,
 }
 
 impl FollowingSigner {
-    pub fn new(tokens: Arc<ServiceAccountTokens>, pki: PathBuf) -> Self {
+    pub fn new(tokens: Arc<LocalKeys>, pki: PathBuf) -> Self {
         FollowingSigner { tokens, pki }
     }
 }
@@ -212,17 +249,6 @@ impl kustos_controllers::TokenGenerator for FollowingSigner {
         let retired = std::fs::read_to_string(self.pki.join(sa_keys::STATE_FILE)).unwrap_or_default();
         format!("{}\n{retired}", self.tokens.signing_key().public_key().key_id())
     }
-
-    fn legacy_tokens_counted(&self, by_kid: &BTreeMap<String, usize>) {
-        match sa_keys::maintain(&self.pki, self.tokens.max_token_seconds(), by_kid, Utc::now()) {
-            Ok(pruned) => {
-                for kid in pruned {
-                    tracing::info!(kid = %kid, "pruned a retired service-account key: nothing it signed is in use");
-                }
-            }
-            Err(e) => tracing::warn!(error = %format!("{e:#}"), "maintaining the retired service-account keys"),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -235,56 +261,60 @@ mod tests {
     #[test]
     fn status_report() {
         let now = Utc::now();
-        let key = |kid: &str, until: Option<DateTime<Utc>>| RetiredKey {
+        let key = |kid: &str, until: Option<DateTime<Utc>>, revoked: Option<DateTime<Utc>>| RetiredKey {
             kid: kid.into(),
             public_key: String::new(),
             retired_at: now - Duration::hours(2),
             tokens_expire_by: until,
+            revoked_at: revoked,
         };
         let state = KeyState {
             retired: vec![
-                key("OLD", Some(now + Duration::hours(1))),
-                key("LEG", Some(now - Duration::hours(1))),
-                key("GONE", Some(now - Duration::hours(1))),
-                key("NEW", None),
-                key("UNSEEN", None),
+                key("OLD", Some(now + Duration::hours(1)), None),
+                key("PAST", Some(now - Duration::hours(1)), None),
+                key("REV", Some(now + Duration::hours(1)), Some(now - Duration::minutes(1))),
+                key("NEW", None, None),
+                key("UNSEEN", None, None),
             ],
         };
-        let legacy = BTreeMap::from([("NEW".to_string(), 3), ("LEG".to_string(), 2)]);
-        type Case<'a> = (Result<&'a BTreeMap<String, usize>, String>, Option<&'a str>, Vec<&'a str>, Vec<&'a str>);
+        let legacy = BTreeMap::from([("NEW".to_string(), 3), ("OLD".to_string(), 2)]);
+        let end = date(now + Duration::hours(1));
+        type Case<'a> = (Result<&'a BTreeMap<String, usize>, String>, Option<&'a str>, Vec<String>, Vec<&'a str>);
         let cases: Vec<Case> = vec![
             (
                 Ok(&legacy),
                 None,
                 vec![
-                    "NEW\tyes\t-\t-\t3\n",
-                    "OLD\tno\t",
-                    "\tafter ",
-                    "LEG\tno\t",
-                    "once its 2 legacy Secret(s) are re-issued\t2\n",
-                    "GONE\tno\t",
-                    "now (pruned at the server's next pass)\t0\n",
-                    "UNSEEN\tno\t",
-                    "unknown: no server has recorded its token window yet\t0\n",
+                    "KID\tROLE\tRETIRED\tVERIFIES UNTIL\tLEGACY SECRETS\n".into(),
+                    "NEW\tcurrent\t-\t- (signs)\t3\n".into(),
+                    format!("OLD\tretired\t{}\t{end}\t2\n", date(now - Duration::hours(2))),
+                    "(passed: dropped at the next pass)\t0\n".into(),
+                    format!(
+                        "REV\trevoked\t{}\t{} (revoked)\t0\n",
+                        date(now - Duration::hours(2)),
+                        date(now - Duration::minutes(1))
+                    ),
+                    "UNSEEN\tretired\t".into(),
+                    "not recorded yet".into(),
                 ],
-                vec!["NEW\tno", "rotation:", "not counted"],
+                vec!["NEW\tretired", "\tnext\t", "rotation:", "not counted"],
             ),
             (
                 Err("cannot connect".into()),
                 Some("NEXT"),
                 vec![
-                    "NEW\tyes\t-\t-\tunknown\n",
-                    "once no legacy Secret holds",
-                    "interrupted on its way to NEXT",
-                    "not counted (cannot connect)",
+                    "NEW\tcurrent\t-\t- (signs)\tunknown\n".into(),
+                    "NEXT\tnext\t-\t".into(),
+                    "interrupted on its way to NEXT".into(),
+                    "not counted (cannot connect)".into(),
                 ],
-                vec!["pruned"],
+                vec![],
             ),
         ];
         for (legacy, next, want, not) in cases {
             let text = render("NEW", &state, legacy, next, now);
             for w in want {
-                assert!(text.contains(w), "{w:?} missing from:\n{text}");
+                assert!(text.contains(&w), "{w:?} missing from:\n{text}");
             }
             for n in not {
                 assert!(!text.contains(n), "{n:?} in:\n{text}");

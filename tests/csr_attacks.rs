@@ -10,8 +10,12 @@
 //! - `O=system:masters` as T61String for the kube-apiserver-client signer;
 //! - a mangled PEM block A (END line of another type) followed by a clean block B.
 //!
-//! Each is refused at create: 422 on `spec.request`, saying why. And a certificate from the
-//! cluster CA with such a subject authenticates as Go reads it (last CN, every O).
+//! Each is refused at create: 422 on `spec.request`, saying why (the node's renewal: 403 from
+//! NodeRestriction, which reads the CN first). And a certificate from the cluster CA with such
+//! a subject authenticates as Go reads it (last CN, every O).
+//!
+//! And a node asking for a kubelet client or serving certificate in another node's name is
+//! refused at create by NodeRestriction (403, upstream's message), whoever might approve it.
 
 mod common;
 
@@ -125,7 +129,13 @@ async fn a_node_cannot_renew_into_another_node_with_a_second_common_name() {
         &["digital signature", "client auth"],
     )))
     .await;
-    assert_refused(&s, &r, &name, "subject has 2 common names", "a renewal with two CNs").await;
+    // From a node, NodeRestriction reads the CN first (as upstream's admission runs before
+    // validation): the one CSR reader refuses the request, so the answer is its 403.
+    assert_status(&r, 403, Some("Forbidden"), "a renewal with two CNs");
+    let message = r.body["message"].as_str().unwrap_or_default();
+    assert!(message.contains("unable to parse csr: subject has 2 common names"), "says why: {}", r.text);
+    let stored = send(s.http().get(format!("{}{CSRS}/{name}", s.url))).await;
+    assert_eq!(stored.code, 404, "nothing stored: {}", stored.text);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,4 +206,58 @@ async fn a_mangled_pem_block_before_a_clean_one_is_refused() {
     let name = unique("clean-pem");
     let r = send(s.http().post(format!("{}{CSRS}", s.url)).json(&manifest(&name, CLIENT, &b, &["client auth"]))).await;
     r.expect_code(201, "the clean block alone");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_cannot_ask_for_a_kubelet_certificate_in_another_nodes_name() {
+    let s = shared();
+    let n1 = unique("system:node:n1");
+    let victim = unique("system:node:victim");
+    let node = issue_user(&s, &n1, &["system:nodes"]);
+    let as_node = s.http_with_identity(&node.identity);
+    let subject = |cn: &str| simple_name(&[(O, UTF8, b"system:nodes"), (CN, UTF8, cn.as_bytes())]);
+    let cases = [
+        (KUBELET_CLIENT, &["digital signature", "client auth"][..]),
+        ("kubernetes.io/kubelet-serving", &["digital signature", "server auth"][..]),
+    ];
+    for (signer, usages) in cases {
+        let name = unique("neighbour");
+        let r = send(as_node.post(format!("{}{CSRS}", s.url)).json(&manifest(
+            &name,
+            signer,
+            &request(&subject(&victim)),
+            usages,
+        )))
+        .await;
+        assert_status(&r, 403, Some("Forbidden"), signer);
+        assert_eq!(
+            r.body["message"],
+            json!(format!(
+                "certificatesigningrequests.certificates.k8s.io \"{name}\" is forbidden: can only create a node CSR \
+                 with CN={n1}"
+            )),
+            "{signer}: {}",
+            r.text
+        );
+        let stored = send(s.http().get(format!("{}{CSRS}/{name}", s.url))).await;
+        assert_eq!(stored.code, 404, "{signer}: nothing stored: {}", stored.text);
+
+        let own = unique("own");
+        send(as_node.post(format!("{}{CSRS}", s.url)).json(&manifest(&own, signer, &request(&subject(&n1)), usages)))
+            .await
+            .expect_code(201, "a request in its own name");
+    }
+
+    // A bootstrap token is no node: it asks for the client certificate of the node it is
+    // about to become.
+    let token = common::kubelet::bootstrap_token(&s, 'v').await;
+    let name = unique("bootstrap");
+    let r = send(s.anonymous().post(format!("{}{CSRS}", s.url)).bearer_auth(&token).json(&manifest(
+        &name,
+        KUBELET_CLIENT,
+        &request(&subject(&victim)),
+        &["digital signature", "client auth"],
+    )))
+    .await;
+    r.expect_code(201, "a bootstrap token's request");
 }

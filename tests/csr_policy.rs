@@ -4,8 +4,10 @@
 //! its CIDRs to the loopback range the test node uses plus 10.0.0.0/8), a node (an x509 `system:node:<name>` identity issued by the cluster CA)
 //! asking for serving certificates: a good request is approved and issued by csrsigning, bad
 //! ones are denied with the failed check, and the policy's status counts both. The node's Node
-//! object is registered first: the shipped policy allows only the addresses it publishes.
-//! Every wait is bounded.
+//! object is registered first: the shipped policy allows only the addresses it publishes, and
+//! none that another Node publishes, that is the apiserver's or a Service's cluster IP.
+//! Every wait is bounded. The addresses in the requests are only names in certificates: no
+//! traffic goes to them.
 
 mod common;
 
@@ -21,6 +23,14 @@ const POLICIES: &str = "/apis/kustos.dev/v1alpha1/certificateapprovalpolicies";
 const SERVING: &str = "kubernetes.io/kubelet-serving";
 /// Bound for one wait on the controllers.
 const WAIT: Duration = Duration::from_secs(60);
+
+/// An address in 10.0.0.0/8 (allowed by the edited policy) that no other test of this process
+/// uses.
+fn unique_ip() -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+    format!("10.77.{}.{}", n / 250, n % 250 + 1)
+}
 
 fn repo(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -144,11 +154,12 @@ async fn the_kubelet_serving_policy_approves_a_nodes_own_certificate_and_denies_
     let node = unique("n1");
     let user = format!("system:node:{node}");
     let n1 = issue_user(&s, &user, &["system:nodes"]);
-    register_node(&s, &node, &["127.0.0.1"]);
+    let ip = unique_ip();
+    register_node(&s, &node, &[&ip]);
 
     // A good serving request: approved by the policy, then issued by csrsigning.
     let good = unique("serving");
-    let req = Req { cn: &user, dns: vec![node.clone(), format!("{node}.cluster.local")], ips: vec!["127.0.0.1"] };
+    let req = Req { cn: &user, dns: vec![node.clone(), format!("{node}.cluster.local")], ips: vec![&ip] };
     create_as(&s, &n1, &manifest(&good, &request(&req), None));
     let csr = wait_decided(&s, &good).await;
     let approved = condition(&csr, "Approved").unwrap_or_else(|| panic!("approved: {csr}"));
@@ -164,19 +175,22 @@ async fn the_kubelet_serving_policy_approves_a_nodes_own_certificate_and_denies_
     let info = kustos_ca::parse_certificate_pem(std::str::from_utf8(&pem).expect("PEM")).expect("a certificate");
     assert_eq!(info.common_name, user, "the certificate is the node's");
 
-    // The attacks: each denied, naming the failed check.
+    // Another node's name is refused at create (NodeRestriction), before any policy.
     let other = unique("n2");
-    let prefix = "Denied: CertificateApprovalPolicy \"kubelet-serving\": ";
     let other_user = format!("system:node:{other}");
+    let obj =
+        manifest(&unique("attack"), &request(&Req { cn: &other_user, dns: vec![other.clone()], ips: vec![] }), None);
+    let mut cmd = n1.command(&s, &["create", "-f", "-"]);
+    let out = common::run_bounded(&mut cmd, Some(&obj.to_string()), common::KUBECTL_TIMEOUT, "kubectl create");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "another node's CSR is refused at create");
+    assert!(stderr.contains(&format!("can only create a node CSR with CN={user}")), "{stderr}");
+
+    // The attacks: each denied, naming the failed check.
+    let prefix = "Denied: CertificateApprovalPolicy \"kubelet-serving\": ";
     let evil = vec!["evil.example".to_string()];
     let wildcard = vec![format!("*.{node}.cluster.local")];
     let attacks: Vec<(&str, Req, Option<i64>, String)> = vec![
-        (
-            "another node's name",
-            Req { cn: &other_user, dns: vec![other.clone()], ips: vec!["127.0.0.1"] },
-            None,
-            format!("subject common name \"{other_user}\" is not the requester \"{user}\""),
-        ),
         (
             "a DNS name not prefixed by the node name",
             Req { cn: &user, dns: evil, ips: vec![] },
@@ -323,8 +337,8 @@ async fn pending_csrs_are_decided_once_the_crd_and_a_policy_appear() {
 }
 
 /// The same address check with the controller in `kustos controller-manager`, against an
-/// apiserver that runs no controllers of its own: the controller reads the Node through the
-/// API like any client.
+/// apiserver that runs no controllers of its own: the controller reads and watches Nodes
+/// through the API like any client, and refuses the host it reaches the apiserver at.
 #[tokio::test(flavor = "multi_thread")]
 async fn in_operator_mode_the_policy_refuses_an_address_the_node_does_not_publish() {
     let s = Server::start_apiserver();
@@ -342,13 +356,28 @@ async fn in_operator_mode_the_policy_refuses_an_address_the_node_does_not_publis
     let node = unique("n1");
     let user = format!("system:node:{node}");
     let n1 = issue_user(&s, &user, &["system:nodes"]);
-    register_node(&s, &node, &["127.0.0.1"]);
+    let ip = unique_ip();
+    register_node(&s, &node, &[&ip, "127.0.0.1"]);
 
     let good = unique("serving");
-    let req = Req { cn: &user, dns: vec![node.clone(), format!("{node}.cluster.local")], ips: vec!["127.0.0.1"] };
+    let req = Req { cn: &user, dns: vec![node.clone(), format!("{node}.cluster.local")], ips: vec![&ip] };
     create_as(&s, &n1, &manifest(&good, &request(&req), None));
     let csr = wait_decided(&s, &good).await;
     assert!(condition(&csr, "Approved").is_some(), "the node's own addresses: approved: {csr}");
+
+    // The controller-manager reaches the apiserver at 127.0.0.1: no serving certificate names
+    // it, though the node publishes it.
+    let apiserver = unique("serving");
+    let req = Req { cn: &user, dns: vec![node.clone()], ips: vec!["127.0.0.1"] };
+    create_as(&s, &n1, &manifest(&apiserver, &request(&req), None));
+    let csr = wait_decided(&s, &apiserver).await;
+    let denied = condition(&csr, "Denied").unwrap_or_else(|| panic!("denied: {csr}"));
+    assert_eq!(
+        denied["message"],
+        "Denied: CertificateApprovalPolicy \"kubelet-serving\": ipAddresses[0] 127.0.0.1 is refused (it is an \
+         address of the apiserver).",
+        "{csr}"
+    );
 
     let evil = unique("serving");
     let req = Req { cn: &user, dns: vec![node.clone()], ips: vec!["127.0.0.2"] };
@@ -382,4 +411,124 @@ async fn in_operator_mode_the_policy_refuses_an_address_the_node_does_not_publis
         ),
         "{csr}"
     );
+}
+
+/// Register Node `node` with exactly `addresses` (type, address), as the admin.
+fn register_node_with(s: &Server, node: &str, addresses: &[(&str, &str)]) {
+    let addresses: Vec<Value> = addresses.iter().map(|(t, a)| json!({"type": t, "address": a})).collect();
+    let obj = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node},
+                     "status": {"addresses": addresses}});
+    let out = s.kubectl_with_stdin(&["create", "-f", "-"], Some(&obj.to_string()));
+    assert!(out.status.success(), "registering node {node}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Create a Service with cluster IP `ip` in `namespace`, as the admin.
+fn create_service(s: &Server, namespace: &str, name: &str, ip: &str) {
+    let obj = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace},
+                     "spec": {"clusterIP": ip, "ports": [{"port": 443}]}});
+    let out = s.kubectl_with_stdin(&["create", "-f", "-"], Some(&obj.to_string()));
+    assert!(out.status.success(), "creating Service {name}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Ask, as `user` (node `node`), for a serving certificate for `ip` until it is denied with
+/// `why`: the approver's watches have then seen what was created before (a watch delivers in
+/// order). Bounded: panics after 40 tries. Returns the denial's message.
+async fn until_denied(s: &Server, user: &User, node: &str, ip: &str, why: &str) -> String {
+    let cn = format!("system:node:{node}");
+    for _ in 0..40 {
+        let name = unique("canary");
+        let req = Req { cn: &cn, dns: vec![node.to_string()], ips: vec![ip] };
+        create_as(s, user, &manifest(&name, &request(&req), None));
+        let csr = wait_decided(s, &name).await;
+        if let Some(denied) = condition(&csr, "Denied") {
+            let message = denied["message"].as_str().unwrap_or_default().to_string();
+            assert!(message.contains(why), "denied for {why:?}: {csr}");
+            return message;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("a serving certificate for {ip} was never denied for {why:?}");
+}
+
+/// A compromised node writes its neighbour's, the apiserver's and a Service's addresses into
+/// its own `status.addresses`: the policy still refuses each, whatever form the address takes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_node_gets_no_certificate_for_an_address_of_a_neighbour_the_apiserver_or_a_service() {
+    let s = Server::start();
+    install(&s).await;
+    let ns = s.create_namespace("svc").await;
+    let (node, neighbour, canary) = (unique("n1"), unique("n2"), unique("n3"));
+    let user = format!("system:node:{node}");
+    let n1 = issue_user(&s, &user, &["system:nodes"]);
+    let (own_ip, neighbour_ip, service_ip, canary_ip, canary_service_ip) =
+        (unique_ip(), unique_ip(), unique_ip(), unique_ip(), unique_ip());
+    register_node_with(&s, &neighbour, &[("Hostname", &neighbour), ("InternalIP", &neighbour_ip)]);
+    create_service(&s, &ns, "web", &service_ip);
+    // What n1 publishes: its own address and everything it wants a certificate for.
+    register_node_with(
+        &s,
+        &node,
+        &[
+            ("Hostname", &node),
+            ("InternalIP", &own_ip),
+            ("InternalIP", &format!("::ffff:{neighbour_ip}")),
+            ("InternalIP", "127.0.0.1"),
+            ("InternalIP", "0:0:0:0:0:0:0:1"),
+            ("InternalIP", &service_ip),
+            ("InternalIP", &canary_ip),
+            ("InternalIP", &canary_service_ip),
+        ],
+    );
+    // Made last, each seen by the approver only after what came before it on its watch.
+    register_node_with(&s, &canary, &[("InternalIP", &canary_ip)]);
+    create_service(&s, &ns, "canary", &canary_service_ip);
+    until_denied(&s, &n1, &node, &canary_ip, "another Node publishes it").await;
+    until_denied(&s, &n1, &node, &canary_service_ip, &format!("Service {ns}/canary")).await;
+
+    let prefix = "Denied: CertificateApprovalPolicy \"kubelet-serving\": ";
+    let attacks: Vec<(&str, Vec<String>, Vec<&str>, String)> = vec![
+        (
+            "the neighbour's IP",
+            vec![],
+            vec![&neighbour_ip],
+            format!("ipAddresses[0] {neighbour_ip} is refused (another Node publishes it in status.addresses)"),
+        ),
+        (
+            "the apiserver's address",
+            vec![],
+            vec!["127.0.0.1"],
+            "ipAddresses[0] 127.0.0.1 is refused (it is an address of the apiserver)".into(),
+        ),
+        (
+            "the apiserver's IPv6 loopback",
+            vec![],
+            vec!["::1"],
+            "ipAddresses[0] ::1 is refused (it is an address of the apiserver)".into(),
+        ),
+        (
+            "a Service's cluster IP",
+            vec![],
+            vec![&service_ip],
+            format!("ipAddresses[0] {service_ip} is refused (it is the cluster IP of Service {ns}/web)"),
+        ),
+    ];
+    for (what, dns, ips, why) in attacks {
+        let name = unique("attack");
+        let dns = if dns.is_empty() { vec![node.clone()] } else { dns };
+        create_as(&s, &n1, &manifest(&name, &request(&Req { cn: &user, dns, ips }), None));
+        let csr = wait_decided(&s, &name).await;
+        let denied = condition(&csr, "Denied").unwrap_or_else(|| panic!("{what}: denied: {csr}"));
+        assert_eq!(denied["message"], format!("{prefix}{why}."), "{what}: {csr}");
+        assert!(csr["status"]["certificate"].as_str().is_none_or(str::is_empty), "{what}: never issued: {csr}");
+    }
+
+    // Its own address is still its own.
+    let good = unique("serving");
+    create_as(
+        &s,
+        &n1,
+        &manifest(&good, &request(&Req { cn: &user, dns: vec![node.clone()], ips: vec![&own_ip] }), None),
+    );
+    let csr = wait_decided(&s, &good).await;
+    assert!(condition(&csr, "Approved").is_some(), "its own address: approved: {csr}");
 }

@@ -1,8 +1,9 @@
 //! Request resource limits end to end: bodies of a few hundred KB built to make the server
 //! allocate without bound (duplicate and unknown fields under a long key, `Warning`
 //! headers, self-copying JSON patches, patches nesting an object thousands of levels deep,
-//! objects over etcd's request size) are refused with a `Status`, and the server keeps
-//! serving. Each attack is sent by the identity that could send it in a cluster: a node.
+//! objects over etcd's request size, forged `managedFields` owning many fields below a long
+//! key) are refused with a `Status`, and the server keeps serving. Each attack is sent by the
+//! identity that could send it in a cluster: a node.
 
 mod common;
 
@@ -259,4 +260,97 @@ async fn an_object_grown_by_updates_can_still_be_deleted() {
     )
     .await;
     r.expect_code(200, "the finalizer removed");
+}
+
+/// A managedFields entry as a client would write it.
+fn managed_entry(manager: &str, operation: &str, fields: Value) -> Value {
+    json!({"manager": manager, "operation": operation, "apiVersion": "v1", "time": "2026-01-01T00:00:00Z",
+           "fieldsType": "FieldsV1", "fieldsV1": fields})
+}
+
+/// A mirror pod of node `node`: one container named by `key_len` bytes with `envs` variables.
+/// A mirror pod of `node` (whose Node has uid `node_uid`), as NodeRestriction lets a node
+/// create one: bound to itself and owned by its own Node.
+fn mirror_pod(node: &str, node_uid: &str, name: &str, key_len: usize, envs: usize) -> Value {
+    let env: Vec<Value> = (0..envs).map(|i| json!({"name": format!("e{i}"), "value": "v"})).collect();
+    let owner = json!({"apiVersion": "v1", "kind": "Node", "name": node, "uid": node_uid, "controller": true});
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": "default", "annotations": {"kubernetes.io/config.mirror": "x"},
+                        "ownerReferences": [owner]},
+           "spec": {"nodeName": node, "containers": [{"name": "c".repeat(key_len), "image": "busybox", "env": env}]}})
+}
+
+/// A node creating its own mirror pod may write the pod's `managedFields`. A 2.2 MB dry-run
+/// create whose three forged entries each own the 27,000 fields of 9,000 variables below a
+/// 100 KB container key (copied per field: 8 GB) gets an answer, and the server keeps
+/// serving; entries that do not decode are reset, and names metadata validation refuses are
+/// refused. A large server-side apply by a node (of its own Node) is answered too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_managed_fields_from_a_node_are_bounded() {
+    let s = shared();
+    let (client, node_name) = node(&s);
+    // The node registers its Node first: its mirror pods are owned by it.
+    let r = send(client.post(format!("{}/api/v1/nodes", s.url)).json(&json!({"metadata": {"name": node_name}}))).await;
+    r.expect_code(201, "the node registers its Node");
+    let node_uid = r.body["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+    let pods = format!("{}/api/v1/namespaces/default/pods?dryRun=All&fieldManager=kubelet", s.url);
+
+    let long = "c".repeat(100_000);
+    let owned: serde_json::Map<String, Value> = (0..9_000)
+        .map(|i| (format!("k:{{\"name\":\"e{i}\"}}"), json!({".": {}, "f:name": {}, "f:value": {}})))
+        .collect();
+    let fields = json!({"f:spec": {"f:containers": {format!("k:{}", json!({"name": long})): {"f:env": owned}}}});
+    let mut forged = mirror_pod(&node_name, &node_uid, "forged", 100_000, 9_000);
+    forged["metadata"]["managedFields"] =
+        json!((0..3).map(|i| managed_entry(&format!("m{i}"), "Update", fields.clone())).collect::<Vec<_>>());
+    let body = forged.to_string();
+    assert!(body.len() > 2_100_000 && body.len() < 3_145_728, "{} bytes", body.len());
+    let r = send(client.post(&pods).header("content-type", "application/json").body(body)).await;
+    // A 100 KB container name is no DNS label.
+    assert_status(&r, 422, Some("Invalid"), "the forged mirror pod");
+    assert!(r.text.contains("spec.containers[0].name"), "{}", &r.text[..r.text.len().min(300)]);
+    still_serving(&s, "the forged mirror pod").await;
+
+    // Entries that do not decode (here an unknown operation) are reset: the create records
+    // the writer alone.
+    let mut reset = mirror_pod(&node_name, &node_uid, "reset", 1, 1);
+    reset["metadata"]["managedFields"] = json!([managed_entry("forger", "Steal", json!({"f:spec": {}}))]);
+    let r = send(client.post(&pods).json(&reset)).await;
+    r.expect_code(201, "a mirror pod with an entry that does not decode");
+    let managers: Vec<&Value> = r.body["metadata"]["managedFields"]
+        .as_array()
+        .map(|l| l.iter().map(|e| &e["manager"]).collect())
+        .unwrap_or_default();
+    assert_eq!(managers, [&json!("kubelet")], "{}", r.text);
+
+    // Entries that decode keep what the pod does not set, and are validated as metadata.
+    let mut named = mirror_pod(&node_name, &node_uid, "named", 1, 1);
+    named["metadata"]["managedFields"] =
+        json!([managed_entry(&"m".repeat(129), "Update", json!({"f:spec": {"f:hostname": {}}}))]);
+    let r = send(client.post(&pods).json(&named)).await;
+    assert_status(&r, 422, Some("Invalid"), "a mirror pod with an overlong manager");
+    let causes = r.body["details"]["causes"].as_array().cloned().unwrap_or_default();
+    assert!(
+        causes.iter().any(|c| c["field"]
+            .as_str()
+            .is_some_and(|f| f.starts_with("metadata.managedFields[") && f.ends_with("].manager"))
+            && c["message"].as_str().is_some_and(|m| m.contains("Too long: may not be more than 128 bytes"))),
+        "{}",
+        r.text
+    );
+
+    // A 1.2 MB server-side apply of the node's own Node: 15,000 conditions.
+    let conditions: Vec<Value> = (0..15_000)
+        .map(|i| json!({"type": format!("T{i}-{}", "t".repeat(20)), "status": "True", "reason": "R", "message": "m"}))
+        .collect();
+    let config = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node_name}, "status": {"conditions": conditions}});
+    let r = send(
+        client
+            .patch(format!("{}/api/v1/nodes/{node_name}?fieldManager=kubelet&dryRun=All", s.url))
+            .header("content-type", "application/apply-patch+yaml")
+            .body(config.to_string()),
+    )
+    .await;
+    r.expect_code(200, "a large apply of the node's Node");
+    still_serving(&s, "a large apply").await;
 }

@@ -270,3 +270,106 @@ fn the_manifests_arguments_are_ones_kustos_accepts() {
         assert_eq!(stderr.trim_end().lines().count(), 1, "{what}: one line on stderr:\n{stderr}");
     }
 }
+
+/// `manifests/examples/sa-signer/kube-apiserver.yaml`: a valid Pod (kubernetes-validate
+/// --strict), kube-apiserver pointed at the socket the sidecar serves and given no key files,
+/// checkov finds no failed check on the sidecar in its Pod (kube-apiserver's own container is
+/// kubeadm's, left as it is), and the sidecar's arguments start the real `kustos sa-signer`
+/// (its paths moved into a temporary directory).
+#[test]
+fn the_sa_signer_example_is_valid_and_its_signer_starts() {
+    let path = repo().join("manifests/examples/sa-signer/kube-apiserver.yaml");
+    let text = std::fs::read_to_string(&path).expect("reading the example");
+    let pod: Value = serde_yaml::from_str(&text).expect("YAML");
+    let mut cmd = tool("kubernetes-validate");
+    cmd.args(["--strict", "--kubernetes-version", KUBERNETES_VERSION]).arg(&path);
+    let out = run_bounded(&mut cmd, None, TOOL_TIMEOUT, "kubernetes-validate");
+    assert!(out.status.success(), "kubernetes-validate failed:\n{}", String::from_utf8_lossy(&out.stdout));
+
+    let sidecar = &pod["spec"]["initContainers"][0];
+    assert_eq!(sidecar["restartPolicy"], "Always", "a sidecar, started before kube-apiserver");
+    let args: Vec<&str> = sidecar["args"].as_array().expect("args").iter().filter_map(Value::as_str).collect();
+    let socket = args.iter().find_map(|a| a.strip_prefix("--socket=")).expect("--socket");
+    let command: Vec<&str> =
+        pod["spec"]["containers"][0]["command"].as_array().expect("command").iter().filter_map(Value::as_str).collect();
+    assert!(command.contains(&format!("--service-account-signing-endpoint={socket}").as_str()), "{command:?}");
+    assert!(
+        !command.iter().any(|a| a.starts_with("--service-account-key-file") || a.starts_with("--service-account-signing-key-file")),
+        "key files and the endpoint are mutually exclusive: {command:?}"
+    );
+    let mounts = |c: &Value| -> Vec<(String, String)> {
+        c["volumeMounts"]
+            .as_array()
+            .expect("volumeMounts")
+            .iter()
+            .map(|m| {
+                (
+                    m["name"].as_str().unwrap_or_default().to_string(),
+                    m["mountPath"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect()
+    };
+    let dir = Path::new(socket).parent().expect("the socket's directory").to_string_lossy().to_string();
+    let shared =
+        mounts(sidecar).into_iter().find(|(_, p)| *p == dir).expect("the sidecar mounts the socket's directory");
+    assert!(mounts(&pod["spec"]["containers"][0]).contains(&shared), "kube-apiserver mounts it too");
+
+    // checkov on the Pod with the sidecar as its only container.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut alone = pod.clone();
+    let mut container = sidecar.clone();
+    if let Some(c) = container.as_object_mut() {
+        c.remove("restartPolicy");
+    }
+    alone["spec"]["containers"] = Value::Array(vec![container]);
+    if let Some(spec) = alone["spec"].as_object_mut() {
+        spec.remove("initContainers");
+    }
+    let file = write_temp(tmp.path(), "sidecar.yaml", &serde_yaml::to_string(&alone).expect("YAML"));
+    let (passed, failed, skipped) = checkov(&file, "kubernetes");
+    assert!(passed > 50, "checkov ran its Kubernetes checks ({passed} passed)");
+    assert!(failed.is_empty(), "failed checkov checks on the sidecar:\n{}", failed.join("\n"));
+    for (check, reason) in &skipped {
+        assert!(reason.trim().len() > 10, "{check} is skipped without a reason ({reason:?})");
+    }
+
+    // The sidecar's arguments, with its paths in a temporary directory, start the signer.
+    let legacy = tmp.path().join("legacy-sa.pub");
+    let key = rcgen::KeyPair::generate().expect("a key");
+    std::fs::write(&legacy, key.public_key_pem()).expect("writing a public key");
+    let moved: Vec<String> = args
+        .iter()
+        .map(|a| match a.split_once('=') {
+            Some(("--socket", _)) => format!("--socket={}", tmp.path().join("s.sock").display()),
+            Some(("--data-dir", _)) => format!("--data-dir={}", tmp.path().join("data").display()),
+            Some(("--legacy-key-file", _)) => format!("--legacy-key-file={}", legacy.display()),
+            Some(("--metrics-bind-address", _)) => "--metrics-bind-address=127.0.0.1:0".to_string(),
+            _ => a.to_string(),
+        })
+        .collect();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_kustos"))
+        .args(&moved)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting kustos sa-signer");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead as _;
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let started = loop {
+        match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(l) if l.starts_with("kustos sa-signer is serving on") => break true,
+            Ok(_) => {}
+            Err(_) => break false,
+        }
+    };
+    let _ = child.kill();
+    let out = child.wait_with_output().expect("the signer's output");
+    assert!(started, "kustos {moved:?} did not start:\n{}", String::from_utf8_lossy(&out.stderr));
+}

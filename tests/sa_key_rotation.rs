@@ -178,26 +178,25 @@ async fn the_signing_key_rotates_under_load_with_zero_401s() {
     assert_ne!(reissued, legacy);
     load.progress(40).await;
 
-    // Status: both keys, the new one signs, the old one goes after its token window (the
-    // server records it after its next pass) and holds no legacy Secret any more.
+    // Status: both keys, the new one signs (current), the old one verifies until its end
+    // (the server records it at its next pass) and holds no legacy Secret any more.
     let deadline = Instant::now() + WAIT;
     let text = loop {
         let text = status(&dir);
-        if !text.contains("unknown") {
+        if !text.contains("not recorded yet") && !text.contains("unknown") {
             break text;
         }
-        assert!(Instant::now() < deadline, "the old key's token window was never recorded:\n{text}");
+        assert!(Instant::now() < deadline, "the old key's end was never recorded:\n{text}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let (new_row, old_row) = (row(&text, &new), row(&text, &old));
-    assert_eq!(new_row.get(1).map(String::as_str), Some("yes"), "{text}");
+    assert_eq!(new_row.get(1).map(String::as_str), Some("current"), "{text}");
     assert_eq!(new_row.get(4).map(String::as_str), Some("1"), "{text}");
-    assert_eq!(old_row.get(1).map(String::as_str), Some("no"), "{text}");
-    assert!(old_row.get(3).is_some_and(|c| c.starts_with("after ")), "{text}");
+    assert_eq!(old_row.get(1).map(String::as_str), Some("retired"), "{text}");
     assert_eq!(old_row.get(4).map(String::as_str), Some("0"), "{text}");
     // Which is the retirement plus the 2h maximum plus a margin.
     let retired = chrono::DateTime::parse_from_rfc3339(&old_row[2]).expect("retired at");
-    let until = chrono::DateTime::parse_from_rfc3339(old_row[3].trim_start_matches("after ")).expect("can go after");
+    let until = chrono::DateTime::parse_from_rfc3339(&old_row[3]).expect("verifies until");
     assert_eq!((until - retired).num_seconds(), 2 * 3600 + 300, "{text}");
 
     // A rotation killed after each of its steps: the server keeps working, a re-run resumes.
@@ -233,4 +232,64 @@ async fn the_signing_key_rotates_under_load_with_zero_401s() {
             .expect_code(201, "an old token after a restart");
     }
     assert_eq!(kid(&token_request(&s, &ns, "robot").await), third);
+}
+
+async fn self_review(s: &Server, token: &str) -> u16 {
+    let body = json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"});
+    send(s.anonymous().post(format!("{}{SSR_PATH}", s.url)).bearer_auth(token).json(&body)).await.code
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_key_verifies_for_a_year_by_default_and_revoke_drops_it_at_once() {
+    let s = Server::start();
+    let dir = s.data_dir.to_str().expect("UTF-8 path").to_string();
+    let ns = s.create_namespace("sarevoke").await;
+    let sa = json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "robot"}});
+    send(s.http().post(format!("{}/api/v1/namespaces/{ns}/serviceaccounts", s.url)).json(&sa))
+        .await
+        .expect_code(201, "service account");
+    let before = token_request(&s, &ns, "robot").await;
+    let old = kid(&before);
+
+    let out = kustos_ok(&["sa-key", "rotate", "--data-dir", &dir]);
+    let new = out.lines().find_map(|l| l.strip_prefix("signing key: ")).expect("the new kid").to_string();
+    // The old key's end: retired + a year (the default cap) + 5 minutes, not 2^32 seconds.
+    let deadline = Instant::now() + WAIT;
+    let text = loop {
+        let text = status(&dir);
+        if !text.contains("not recorded yet") {
+            break text;
+        }
+        assert!(Instant::now() < deadline, "the old key's end was never recorded:\n{text}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let old_row = row(&text, &old);
+    assert_eq!(old_row.get(1).map(String::as_str), Some("retired"), "{text}");
+    let retired = chrono::DateTime::parse_from_rfc3339(&old_row[2]).expect("retired at");
+    let until = chrono::DateTime::parse_from_rfc3339(&old_row[3]).expect("verifies until");
+    assert_eq!((until - retired).num_seconds(), 8760 * 3600 + 300, "{text}");
+    assert_eq!(self_review(&s, &before).await, 201, "the old key's token verifies until then");
+
+    // The key that signs, and an unknown one, are refused: one line, non-zero exit.
+    for (kid, want) in [(new.as_str(), "is the key that signs"), ("no-such-kid", "no service-account key no-such-kid")]
+    {
+        let out = common::kustos(&["sa-key", "revoke", kid, "--data-dir", &dir]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want) && err.trim().lines().count() == 1, "{kid}: {err}");
+    }
+    assert_eq!(self_review(&s, &token_request(&s, &ns, "robot").await).await, 201, "the signing key is untouched");
+
+    // Revoked: the old key's token gets 401 from the server's next pass, and the JWKS drops it.
+    let out = kustos_ok(&["sa-key", "revoke", &old, "--data-dir", &dir]);
+    assert!(out.contains(&format!("revoked {old}")), "{out}");
+    let deadline = Instant::now() + WAIT;
+    while self_review(&s, &before).await != 401 {
+        assert!(Instant::now() < deadline, "the revoked key's token still authenticates\n{}", s.stderr_tail());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(jwks_kids(&s).await, vec![new.clone()]);
+    assert_eq!(row(&status(&dir), &old).get(1).map(String::as_str), Some("revoked"));
+    assert_eq!(self_review(&s, &token_request(&s, &ns, "robot").await).await, 201, "tokens of the new key");
+    let again = kustos_ok(&["sa-key", "revoke", &old, "--data-dir", &dir]);
+    assert!(again.contains("revoked already"), "{again}");
 }

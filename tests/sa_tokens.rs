@@ -154,11 +154,20 @@ async fn token_request_errors_over_http() {
     let r = send(
         s.http()
             .post(url("builder"))
+            .json(&tr(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "ConfigMap", "name": "p"}}))),
+    )
+    .await;
+    common::assert_status(&r, 400, Some("BadRequest"), "bound to a ConfigMap");
+    assert_eq!(r.body["message"], "cannot bind token to object of type /v1, Kind=ConfigMap", "{}", r.text);
+    // Pods and Nodes are served: binding to one that does not exist is a 404.
+    let r = send(
+        s.http()
+            .post(url("builder"))
             .json(&tr(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p"}}))),
     )
     .await;
-    common::assert_status(&r, 400, Some("BadRequest"), "bound to a pod");
-    assert_eq!(r.body["message"], "cannot bind token to object of type /v1, Kind=Pod", "{}", r.text);
+    common::assert_status(&r, 404, Some("NotFound"), "bound to a missing pod");
+    assert_eq!(r.body["message"], "pods \"p\" not found", "{}", r.text);
     // Only create is served on the subresource.
     let r = send(s.http().get(url("builder"))).await;
     common::assert_status(&r, 405, Some("MethodNotAllowed"), "GET of serviceaccounts/token");

@@ -1,8 +1,9 @@
 //! Server-side apply end to end: `kubectl apply --server-side` (the default kubectl and every
 //! version beside it, 1.27 to 1.33), a second field manager's conflicting apply (409 naming
 //! the field), `--force-conflicts`, `metadata.managedFields` as `kubectl get
-//! --show-managed-fields` shows them, a custom resource applied server-side, and kube-rs
-//! `Patch::Apply`.
+//! --show-managed-fields` shows them, a custom resource applied server-side, kube-rs
+//! `Patch::Apply`, and server-side apply after client-side apply (fields taken over where
+//! the live value is the last-applied one, the annotation kept current).
 
 mod common;
 
@@ -268,4 +269,156 @@ async fn kube_rs_patch_apply_creates_conflicts_and_forces() {
     let managers: Vec<String> =
         forced.metadata.managed_fields.unwrap_or_default().into_iter().filter_map(|e| e.manager).collect();
     assert_eq!(managers, vec!["intruder"], "the operator owned nothing else");
+}
+
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// An apply body (`application/apply-patch+yaml` takes JSON too) by `manager`.
+async fn apply_as(s: &Server, ns: &str, manager: &str, body: &Value) -> common::Reply {
+    let name = body["metadata"]["name"].as_str().unwrap_or_default();
+    let url = format!("{}/api/v1/namespaces/{ns}/configmaps/{name}?fieldManager={manager}", s.url);
+    common::send(s.http().patch(url).header("Content-Type", "application/apply-patch+yaml").body(body.to_string()))
+        .await
+}
+
+/// What `kubectl apply` (client-side) creates: the object with the annotation holding it,
+/// written by `kubectl-client-side-apply`.
+async fn client_side_create(s: &Server, ns: &str, name: &str, data: Value, last: &Value) {
+    let obj = json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": ns, "annotations": {LAST_APPLIED: format!("{last}\n")}},
+        "data": data,
+    });
+    let url = format!("{}/api/v1/namespaces/{ns}/configmaps?fieldManager=kubectl-client-side-apply", s.url);
+    common::send(s.http().post(url).json(&obj)).await.expect_code(201, "client-side create");
+}
+
+fn cm_config(name: &str, ns: &str, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": ns}, "data": data})
+}
+
+/// The server's rules on their own (no kubectl migrating managedFields afterwards): the
+/// apply of `kubectl` takes over what client-side apply set where the live value is the
+/// last-applied one and rewrites the annotation; another manager, or a live value that
+/// differs from the annotation, still conflicts (409 naming the field).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_side_apply_takes_over_from_client_side_apply_where_the_annotation_agrees() {
+    let s = shared();
+    let ns = s.create_namespace("ssa-csa").await;
+    let data = json!({"color": "red", "size": "small"});
+    client_side_create(&s, &ns, "agrees", data.clone(), &cm_config("agrees", &ns, data.clone())).await;
+
+    // Another manager conflicts, whatever the annotation says.
+    let blue = cm_config("agrees", &ns, json!({"color": "blue", "size": "small"}));
+    let refused = apply_as(&s, &ns, "painter", &blue).await;
+    common::assert_status(&refused, 409, Some("Conflict"), "painter's apply");
+    assert_eq!(
+        refused.body["message"],
+        r#"Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using v1: .data.color"#
+    );
+
+    // kubectl takes it over.
+    let taken = apply_as(&s, &ns, "kubectl", &blue).await;
+    taken.expect_code(200, "kubectl's apply after client-side apply");
+    assert_eq!(taken.body["data"], json!({"color": "blue", "size": "small"}));
+    let entries = taken.body["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
+    let fields = |manager: &str| entries.iter().find(|e| e["manager"] == manager).map(|e| e["fieldsV1"].clone());
+    assert_eq!(fields("kubectl"), Some(json!({"f:data": {"f:color": {}, "f:size": {}}})), "{entries:?}");
+    let csa = fields("kubectl-client-side-apply").unwrap_or_else(|| panic!("{entries:?}"));
+    assert!(csa["f:data"]["f:color"].is_null() && csa["f:data"]["f:size"].is_object(), "{csa}");
+    let last = taken.body["metadata"]["annotations"][LAST_APPLIED].as_str().unwrap_or_default();
+    assert!(last.ends_with('\n'), "{last:?}");
+    assert_eq!(serde_json::from_str::<Value>(last).ok(), Some(blue.clone()), "{last}");
+
+    // The live value differs from the annotation: the conflict stays.
+    let stale = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"color": "green", "size": "small"}});
+    client_side_create(&s, &ns, "disagrees", data.clone(), &stale).await;
+    let refused = apply_as(&s, &ns, "kubectl", &cm_config("disagrees", &ns, json!({"color": "blue"}))).await;
+    common::assert_status(&refused, 409, Some("Conflict"), "kubectl's apply over a stale annotation");
+    assert_eq!(
+        refused.body["message"],
+        r#"Apply failed with 1 conflict: conflict with "kubectl-client-side-apply" using v1: .data.color"#
+    );
+    let unchanged = common::send(s.http().get(format!("{}/api/v1/namespaces/{ns}/configmaps/disagrees", s.url))).await;
+    assert_eq!(unchanged.body["data"], data);
+    assert_eq!(unchanged.body["metadata"]["annotations"][LAST_APPLIED], format!("{stale}\n"));
+
+    // An object whose managedFields were reset (as one written before fields were tracked):
+    // what it holds is first owned by `before-first-apply`, which kubectl takes over too.
+    client_side_create(&s, &ns, "untracked", data.clone(), &cm_config("untracked", &ns, data.clone())).await;
+    let reset = json!({"metadata": {"managedFields": [{}]}});
+    let url = format!("{}/api/v1/namespaces/{ns}/configmaps/untracked", s.url);
+    let reply = common::send(
+        s.http().patch(&url).header("Content-Type", "application/merge-patch+json").body(reset.to_string()),
+    )
+    .await;
+    reply.expect_code(200, "resetting managedFields");
+    assert!(reply.body["metadata"].get("managedFields").is_none(), "{}", reply.body);
+    let blue = cm_config("untracked", &ns, json!({"color": "blue", "size": "small"}));
+    let refused = apply_as(&s, &ns, "painter", &blue).await;
+    common::assert_status(&refused, 409, Some("Conflict"), "painter's apply over an untracked object");
+    assert_eq!(
+        refused.body["message"],
+        r#"Apply failed with 1 conflict: conflict with "before-first-apply" using v1: .data.color"#
+    );
+    let taken = apply_as(&s, &ns, "kubectl", &blue).await;
+    taken.expect_code(200, "kubectl's apply over an untracked object");
+    assert_eq!(taken.body["data"], json!({"color": "blue", "size": "small"}));
+    let last = taken.body["metadata"]["annotations"][LAST_APPLIED].as_str().unwrap_or_default();
+    assert_eq!(serde_json::from_str::<Value>(last).ok(), Some(blue), "{last}");
+}
+
+/// `kubectl apply`, then `kubectl apply --server-side` changing a value the first one set,
+/// then `kubectl apply` again: with every kubectl, the server-side apply succeeds, kubectl
+/// moves the client-side apply's fields to its own apply entry, and the annotation stays
+/// current, so the later client-side apply removes a key only the server-side apply set.
+fn apply_after_client_side_apply(s: &Server, kubectl: &PathBuf) {
+    let ns = unique("ssa-after");
+    ok(s, kubectl, &["create", "namespace", &ns], None);
+    let first = config_map("settings", &ns, "  color: red\n  size: small\n");
+    let out = ok(s, kubectl, &["apply", "-f", "-"], Some(&first));
+    assert!(out.contains("configmap/settings created"), "{out}");
+
+    let server_side = config_map("settings", &ns, "  color: blue\n  size: small\n  shape: round\n");
+    let out = ok(s, kubectl, &["apply", "--server-side", "-f", "-"], Some(&server_side));
+    assert!(out.contains("configmap/settings serverside-applied"), "{kubectl:?}: {out}");
+    let get = |args: &[&str]| -> Value {
+        let mut a = vec!["get", "cm", "settings", "-n", &ns, "-o", "json"];
+        a.extend_from_slice(args);
+        serde_json::from_str(&ok(s, kubectl, &a, None)).unwrap_or_else(|e| panic!("not JSON: {e}"))
+    };
+    let obj = get(&["--show-managed-fields"]);
+    assert_eq!(obj["data"], json!({"color": "blue", "size": "small", "shape": "round"}));
+    let entries = obj["metadata"]["managedFields"].as_array().cloned().unwrap_or_default();
+    let kubectl_entry = entries
+        .iter()
+        .find(|e| e["manager"] == "kubectl" && e["operation"] == "Apply")
+        .unwrap_or_else(|| panic!("{kubectl:?}: no Apply entry of kubectl: {entries:?}"));
+    assert_eq!(kubectl_entry["fieldsV1"]["f:data"], json!({"f:color": {}, "f:shape": {}, "f:size": {}}));
+    assert!(
+        !entries.iter().any(|e| e["manager"] == "kubectl-client-side-apply" && !e["fieldsV1"]["f:data"].is_null()),
+        "{kubectl:?}: client-side apply still owns data: {entries:?}"
+    );
+    let last = obj["metadata"]["annotations"][LAST_APPLIED].as_str().unwrap_or_default();
+    let last: Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {obj}"));
+    assert_eq!(last["data"], json!({"color": "blue", "size": "small", "shape": "round"}), "{obj}");
+
+    let out =
+        ok(s, kubectl, &["apply", "-f", "-"], Some(&config_map("settings", &ns, "  color: green\n  size: small\n")));
+    assert!(out.contains("configmap/settings configured"), "{out}");
+    assert_eq!(get(&[])["data"], json!({"color": "green", "size": "small"}), "{kubectl:?}");
+    // And back to server-side apply once more, over the client-side apply's new value.
+    let out = ok(s, kubectl, &["apply", "--server-side", "-f", "-"], Some(&server_side));
+    assert!(out.contains("serverside-applied"), "{out}");
+    assert_eq!(get(&[])["data"], json!({"color": "blue", "size": "small", "shape": "round"}), "{kubectl:?}");
+    ok(s, kubectl, &["delete", "namespace", &ns, "--wait=false"], None);
+}
+
+#[test]
+fn server_side_apply_after_client_side_apply_with_every_kubectl() {
+    let s = shared();
+    apply_after_client_side_apply(&s, &default_kubectl());
+    for version in ["1.27", "1.28", "1.29", "1.30", "1.31", "1.32", "1.33"] {
+        apply_after_client_side_apply(&s, &common::kubectl_version(version));
+    }
 }

@@ -359,15 +359,7 @@ async fn resource(
     }
     let pretty = params.flag("pretty").unwrap_or(false);
     let content_type = http::negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
-    let body = match axum::body::to_bytes(req.into_body(), api::rest::MAX_BODY).await {
-        Ok(b) => b,
-        Err(_) => {
-            return Err(ApiError::RequestEntityTooLarge(format!(
-                "Request entity too large: limit is {}",
-                api::rest::MAX_BODY
-            )));
-        }
-    };
+    let body = read_body(req.into_body(), api::rest::MAX_BODY).await?;
     let call = Call { state, def, info, user, params, out: out.clone() };
     let reply: Reply = match (info.verb.as_str(), handler) {
         ("create", _) if def.create_only => api::reviews::create(&call, &body, &content_type).await?,
@@ -388,6 +380,43 @@ async fn resource(
     };
     Ok(api::rest::render(reply.code, &reply.body, &out, &headers, pretty, &reply.warnings))
 }
+
+/// The request body, at most `limit` bytes; past that a 413. The rest of an oversized body is
+/// read and thrown away for a while (at most [`DRAIN_BYTES`], [`DRAIN_TIME`]) by a task of its
+/// own, as Go's server lingers before closing: a client still sending (a chunked body has no
+/// length to refuse up front) then reads the 413 instead of a reset connection.
+async fn read_body(body: axum::body::Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
+    use http_body_util::BodyExt as _;
+    let mut body = body;
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else { continue };
+        if buf.len() + data.len() > limit {
+            tokio::spawn(async move {
+                let mut left = DRAIN_BYTES;
+                let _ = tokio::time::timeout(DRAIN_TIME, async {
+                    while let Some(Ok(frame)) = body.frame().await {
+                        let n = frame.data_ref().map_or(0, |d| d.len());
+                        left = left.saturating_sub(n);
+                        if left == 0 {
+                            break;
+                        }
+                    }
+                })
+                .await;
+            });
+            return Err(ApiError::RequestEntityTooLarge(format!("Request entity too large: limit is {limit}")));
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf.freeze())
+}
+
+/// What is read and discarded of a body past the limit, at most.
+const DRAIN_BYTES: usize = 64 << 20;
+/// How long a body past the limit is read and discarded, at most.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Create what a fresh cluster has: the four system namespaces.
 pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
@@ -467,8 +496,12 @@ pub struct Config {
     pub service_account_key_files: Vec<PathBuf>,
     /// `--api-audiences` (empty: the issuers).
     pub api_audiences: Vec<String>,
-    /// `--service-account-max-token-expiration` (None: no cap).
+    /// `--service-account-max-token-expiration` (None: a year,
+    /// [`pki::service_account::DEFAULT_MAX_EXPIRATION`]; zero: no cap).
     pub service_account_max_token_expiration: Option<std::time::Duration>,
+    /// `--service-account-signing-endpoint`: an external signer's Unix socket (a path, or
+    /// `@name`) signs the tokens and serves the keys that verify them (`pki::externaljwt`).
+    pub service_account_signing_endpoint: Option<String>,
     /// How often `DIR/pki/ca.crt` is checked for a new client CA bundle (and `DIR/pki`'s
     /// service-account keys for a rotation).
     pub client_ca_reload_interval: std::time::Duration,
@@ -510,6 +543,7 @@ impl Config {
             service_account_key_files: Vec::new(),
             api_audiences: Vec::new(),
             service_account_max_token_expiration: None,
+            service_account_signing_endpoint: None,
             client_ca_reload_interval: std::time::Duration::from_secs(1),
             enable_priority_and_fairness: true,
             max_requests_inflight: 400,
@@ -609,6 +643,11 @@ async fn open_storage(cfg: &Config) -> anyhow::Result<Arc<dyn Storage>> {
 
 /// Start the apiserver: PKI, store, bootstrap objects, admin kubeconfig, HTTPS listener.
 pub async fn start(cfg: Config) -> anyhow::Result<Running> {
+    pki::service_account::signing_endpoint(
+        cfg.service_account_signing_endpoint.as_deref(),
+        &cfg.service_account_key_files,
+    )
+    .map_err(anyhow::Error::msg)?;
     pki::data_dir::secure(&cfg.data_dir)?;
     let now = chrono::Utc::now();
     let store = open_storage(&cfg).await?;
@@ -636,8 +675,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         // Other apiservers write RBAC objects too.
         authz::rbac::cache::spawn_follower(&rbac_cache);
     }
-    let sa_tokens = Arc::new(pki::service_account::ServiceAccountTokens::load(&cfg, &pki, &server_address)?);
-    pki::service_account::spawn_follower(Arc::downgrade(&sa_tokens), pki.dir.clone(), cfg.client_ca_reload_interval);
+    let sa_tokens = Arc::new(pki::service_account::ServiceAccountTokens::start(&cfg, &pki, &server_address).await?);
     let sa_authn = authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?;
     let api_audiences = sa_tokens.api_audiences().to_vec();
     let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?

@@ -493,10 +493,71 @@ pub fn validate_finalizers(finalizers: Option<&Value>, path: &str) -> Vec<FieldE
     errs
 }
 
+/// Most bytes a field manager's name may have (upstream `FieldManagerMaxLength`).
+pub const FIELD_MANAGER_MAX_LENGTH: usize = 128;
+
+/// Most bytes of a managedFields entry's `subresource` (upstream `MaxSubresourceNameLength`).
+pub const MAX_SUBRESOURCE_NAME_LENGTH: usize = 256;
+
+/// Go's `unicode.IsPrint`, near enough: no control characters, no spaces but U+0020.
+pub fn is_printable(ch: char) -> bool {
+    ch == ' ' || !(ch.is_control() || ch.is_whitespace() || ('\u{e000}'..='\u{f8ff}').contains(&ch))
+}
+
+/// Upstream's `ValidateFieldManager`: at most 128 bytes, printable characters only. Only
+/// the first unprintable character is reported: each report repeats the whole value, so one
+/// per character would make a long value's answer grow with its square.
+pub fn validate_field_manager(manager: &str, path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if manager.len() > FIELD_MANAGER_MAX_LENGTH {
+        errs.push(FieldError::too_long(path, FIELD_MANAGER_MAX_LENGTH));
+    }
+    if let Some((i, ch)) = manager.char_indices().find(|(_, ch)| !is_printable(*ch)) {
+        errs.push(FieldError::invalid(
+            path,
+            &Value::String(manager.to_string()),
+            format!("invalid character U+{:04X} (at position {i})", ch as u32),
+        ));
+    }
+    errs
+}
+
+/// Upstream's `ValidateManagedFields`: each entry's `operation` is `Apply` or `Update`, its
+/// `fieldsType` empty or `FieldsV1`, its `manager` a valid field manager, its `subresource`
+/// at most 256 bytes. (What the entries own is read, or reset, before this: `api::apply`.)
+pub fn validate_managed_fields(list: Option<&Value>, path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let Some(Value::Array(list)) = list else { return errs };
+    for (i, entry) in list.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        let text = |k: &str| entry.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let operation = text("operation");
+        if !matches!(operation.as_str(), "Apply" | "Update") {
+            errs.push(FieldError::invalid(
+                format!("{at}.operation"),
+                &Value::String(operation),
+                "must be `Apply` or `Update`",
+            ));
+        }
+        let fields_type = text("fieldsType");
+        if !fields_type.is_empty() && fields_type != "FieldsV1" {
+            errs.push(FieldError::invalid(
+                format!("{at}.fieldsType"),
+                &Value::String(fields_type),
+                "must be `FieldsV1`",
+            ));
+        }
+        errs.extend(validate_field_manager(&text("manager"), &format!("{at}.manager")));
+        if text("subresource").len() > MAX_SUBRESOURCE_NAME_LENGTH {
+            errs.push(FieldError::too_long(format!("{at}.subresource"), MAX_SUBRESOURCE_NAME_LENGTH));
+        }
+    }
+    errs
+}
+
 /// `ValidateObjectMeta` over wire-form metadata. `name_fn` is the kind's name rule
 /// (`is_dns1123_subdomain`, `is_dns1123_label`, `validate_path_segment_name`, ...);
 /// `path` is normally `metadata`. The name must already be generated from `generateName`.
-/// `managedFields` are not checked.
 pub fn validate_object_meta(
     meta: &Value,
     namespaced: bool,
@@ -553,6 +614,7 @@ pub fn validate_object_meta(
     errs.extend(validate_annotations(meta.get("annotations"), &format!("{path}.annotations")));
     errs.extend(validate_owner_references(meta.get("ownerReferences"), &format!("{path}.ownerReferences")));
     errs.extend(validate_finalizers(meta.get("finalizers"), &format!("{path}.finalizers")));
+    errs.extend(validate_managed_fields(meta.get("managedFields"), &format!("{path}.managedFields")));
     errs
 }
 

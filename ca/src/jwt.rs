@@ -248,6 +248,12 @@ impl PublicKey {
         &self.key_id
     }
 
+    /// The same key under another key id: the one an external signer names it by.
+    pub fn with_key_id(mut self, key_id: impl Into<String>) -> Self {
+        self.key_id = key_id.into();
+        self
+    }
+
     /// Canonical PKIX DER.
     pub fn spki_der(&self) -> &[u8] {
         &self.spki_der
@@ -414,17 +420,22 @@ impl SigningKey {
         let header = serde_json::to_vec(&header).map_err(|_| JwtError::Sign)?;
         let payload = serde_json::to_vec(claims).map_err(|_| JwtError::Sign)?;
         let signing_input = format!("{}.{}", URL_SAFE_NO_PAD.encode(header), URL_SAFE_NO_PAD.encode(payload));
+        let sig = self.sign_input(signing_input.as_bytes())?;
+        Ok(format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(sig)))
+    }
+
+    /// The JWS signature (raw bytes) of a signing input `base64url(header).base64url(payload)`
+    /// built elsewhere (an external signer's `Sign`).
+    pub fn sign_input(&self, signing_input: &[u8]) -> Result<Vec<u8>> {
         let rng = ring::rand::SystemRandom::new();
-        let sig = match &self.signer {
-            Signer::Ecdsa(k) => k.sign(&rng, signing_input.as_bytes()).map_err(|_| JwtError::Sign)?.as_ref().to_vec(),
+        match &self.signer {
+            Signer::Ecdsa(k) => Ok(k.sign(&rng, signing_input).map_err(|_| JwtError::Sign)?.as_ref().to_vec()),
             Signer::Rsa(k) => {
                 let mut sig = vec![0u8; k.public().modulus_len()];
-                k.sign(&signature::RSA_PKCS1_SHA256, &rng, signing_input.as_bytes(), &mut sig)
-                    .map_err(|_| JwtError::Sign)?;
-                sig
+                k.sign(&signature::RSA_PKCS1_SHA256, &rng, signing_input, &mut sig).map_err(|_| JwtError::Sign)?;
+                Ok(sig)
             }
-        };
-        Ok(format!("{signing_input}.{}", URL_SAFE_NO_PAD.encode(sig)))
+        }
     }
 }
 
@@ -697,6 +708,20 @@ impl BoundClaims {
     /// Bind the token to a Secret.
     pub fn with_secret(mut self, secret: ObjectRef) -> Self {
         self.secret = Some(secret);
+        self
+    }
+
+    /// Bind the token to a Pod; `node` is the Node it runs on, when it is bound to one (its
+    /// uid empty when that Node does not exist), carried along for whoever reads the token.
+    pub fn with_pod(mut self, pod: ObjectRef, node: Option<ObjectRef>) -> Self {
+        self.pod = Some(pod);
+        self.node = node;
+        self
+    }
+
+    /// Bind the token to a Node: it dies with that Node.
+    pub fn with_node(mut self, node: ObjectRef) -> Self {
+        self.node = Some(node);
         self
     }
 
@@ -1288,6 +1313,42 @@ mod tests {
             })
         );
         assert_eq!(BoundClaims::from_claims(v.as_object().unwrap()).unwrap(), c);
+    }
+
+    #[test]
+    fn pod_and_node_bound_claims() {
+        let base = BoundClaims::new("iss", "ns1", ObjectRef::new("sa", "sa-uid"), vec!["api".into()], at(0), 600, "j");
+        let k8s = |c: &BoundClaims| c.to_json()["kubernetes.io"].clone();
+        let cases: Vec<(&str, BoundClaims, Value)> = vec![
+            (
+                "pod on a node",
+                base.clone().with_pod(ObjectRef::new("p", "pod-uid"), Some(ObjectRef::new("n1", "node-uid"))),
+                json!({"pod": {"name": "p", "uid": "pod-uid"}, "node": {"name": "n1", "uid": "node-uid"}}),
+            ),
+            (
+                "pod on a node that does not exist: its name only",
+                base.clone().with_pod(ObjectRef::new("p", "pod-uid"), Some(ObjectRef::new("n1", ""))),
+                json!({"pod": {"name": "p", "uid": "pod-uid"}, "node": {"name": "n1"}}),
+            ),
+            (
+                "pod not scheduled",
+                base.clone().with_pod(ObjectRef::new("p", "pod-uid"), None),
+                json!({"pod": {"name": "p", "uid": "pod-uid"}}),
+            ),
+            (
+                "node",
+                base.clone().with_node(ObjectRef::new("n1", "node-uid")),
+                json!({"node": {"name": "n1", "uid": "node-uid"}}),
+            ),
+        ];
+        for (what, c, bound) in cases {
+            let mut want = json!({"namespace": "ns1", "serviceaccount": {"name": "sa", "uid": "sa-uid"}});
+            for (k, v) in bound.as_object().unwrap() {
+                want[k] = v.clone();
+            }
+            assert_eq!(k8s(&c), want, "{what}");
+            assert_eq!(BoundClaims::from_claims(c.to_json().as_object().unwrap()).unwrap(), c, "{what}");
+        }
     }
 
     #[test]

@@ -329,6 +329,8 @@ pub struct CertInfo {
     pub common_name: String,
     /// Every O of the subject, in order, whatever its string type (Go's `Subject.Organization`).
     pub organizations: Vec<String>,
+    /// Every user UID attribute of the subject (OID 1.3.6.1.4.1.57683.2), in order.
+    pub user_uids: Vec<String>,
     /// The issuer's last CN.
     pub issuer_common_name: String,
     pub dns_names: Vec<String>,
@@ -427,11 +429,13 @@ pub fn parse_certificate_der(der: &[u8]) -> Result<CertInfo> {
     let issuer = name::parse(cert.issuer().as_raw()).map_err(|e| Error::Certificate(e.to_string()))?;
     let common_name = subject.common_name().to_string();
     let organizations = subject.organizations();
+    let user_uids = subject.user_uids();
     let issuer_common_name = issuer.common_name().to_string();
 
     let mut info = CertInfo {
         common_name,
         organizations,
+        user_uids,
         issuer_common_name,
         dns_names: Vec::new(),
         ip_addresses: Vec::new(),

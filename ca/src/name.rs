@@ -73,6 +73,9 @@ fn tag_name(tag: u8) -> String {
 pub const OID_COMMON_NAME: [u64; 4] = [2, 5, 4, 3];
 pub const OID_ORGANIZATION: [u64; 4] = [2, 5, 4, 10];
 pub const OID_ORGANIZATIONAL_UNIT: [u64; 4] = [2, 5, 4, 11];
+/// The subject attribute naming a user's UID in a client certificate (kube-apiserver reads it
+/// since 1.33: `AllowParsingUserUIDFromCertAuth`).
+pub const OID_USER_UID: [u64; 8] = [1, 3, 6, 1, 4, 1, 57683, 2];
 
 /// One attribute of a Name.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,6 +118,11 @@ impl Name {
     /// Go's `Subject.Organization`: every O, in order.
     pub fn organizations(&self) -> Vec<String> {
         self.values(&OID_ORGANIZATION).map(|a| a.value.clone()).collect()
+    }
+
+    /// Every user UID attribute ([`OID_USER_UID`]), in order.
+    pub fn user_uids(&self) -> Vec<String> {
+        self.values(&OID_USER_UID).map(|a| a.value.clone()).collect()
     }
 
     /// Every CN, in order.

@@ -24,8 +24,15 @@
 //!
 //! A policy with `requireNodeAddresses` makes the controller read the requesting node's Node
 //! (one GET, from the apiserver rather than a cache, so a Node registered just before its
-//! serving CSR is seen) and compare every SAN with the Node's `status.addresses`. A read that
-//! fails (403 without `get` on nodes, say) is retried with backoff; the CSR stays pending.
+//! serving CSR is seen) and compare every SAN with the Node's `status.addresses`; and refuse
+//! every SAN that another Node publishes. A read that fails (403 without `get` on nodes, say)
+//! is retried with backoff; the CSR stays pending.
+//!
+//! Whatever the policy says, a `kubernetes.io/kubelet-serving` certificate never names the
+//! apiserver (its names, the addresses the process was given, the endpoints of
+//! `default/kubernetes`) nor any Service's cluster IP. The other Nodes', the Services' and the
+//! apiserver's addresses come from watches ([`world`]); a kubelet serving CSR waits until they
+//! have listed once. The address rules themselves are pure ([`addresses`]).
 //!
 //! Without the CRD installed (the policy list answers 404) the controller waits, retrying
 //! with kube's watcher backoff, and leaves every CSR alone until the first policy list
@@ -51,7 +58,13 @@ use kustos_crds::{CertificateApprovalPolicy, CertificateApprovalPolicySpec, Cert
 use crate::csr;
 use crate::runtime::{self, Backoff};
 
+pub mod addresses;
+pub mod world;
+
 pub const NAME: &str = "csrpolicyapproving";
+
+/// The signer whose certificates never name the apiserver or a Service ([`addresses::protected`]).
+pub const KUBELET_SERVING: &str = "kubernetes.io/kubelet-serving";
 
 /// What to do with one CSR.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,13 +77,13 @@ pub enum Decision {
     Deny { policies: Vec<String>, message: String },
 }
 
-/// Decide for `csr` given every policy. `parse` is called at most once, only when a policy
-/// applies to the pending CSR.
+/// Decide for `csr` given every policy and what is known of the cluster's addresses. `parse`
+/// is called at most once, only when a policy applies to the pending CSR.
 pub fn decide(
     csr: &CertificateSigningRequest,
     parse: impl FnOnce(&CertificateSigningRequest) -> Result<CertificateRequest, CsrError>,
     policies: &[Arc<CertificateApprovalPolicy>],
-    node_addresses: NodeAddresses<'_>,
+    world: &World<'_>,
 ) -> Decision {
     if !csr::certificate(csr).is_empty() {
         return Decision::Ignore("already issued".into());
@@ -106,7 +119,7 @@ pub fn decide(
                 continue;
             }
         };
-        match check(&policy.spec, &compiled, csr, &req, node_addresses) {
+        match check(&policy.spec, &compiled, csr, &req, world) {
             Ok(()) => {
                 return Decision::Approve {
                     policy: name.clone(),
@@ -202,6 +215,19 @@ pub enum Denial {
     /// `requireNodeAddresses`: an IP address the Node does not publish.
     #[error("ipAddresses[{index}] {ip} is not among the addresses of Node {node:?} (status.addresses)")]
     IpAddressNotNodeAddress { index: usize, ip: std::net::IpAddr, node: String },
+    /// `requireNodeAddresses`: a DNS name another Node publishes (not named: the requester
+    /// may not read other Nodes).
+    #[error("dnsNames[{index}] {name:?} is refused (another Node publishes it in status.addresses)")]
+    DnsNameOfAnotherNode { index: usize, name: String },
+    /// `requireNodeAddresses`: an IP address another Node publishes.
+    #[error("ipAddresses[{index}] {ip} is refused (another Node publishes it in status.addresses)")]
+    IpAddressOfAnotherNode { index: usize, ip: std::net::IpAddr },
+    /// A kubelet serving certificate: a name of the apiserver (`what` says which).
+    #[error("dnsNames[{index}] {name:?} is refused (it is {what})")]
+    DnsNameProtected { index: usize, name: String, what: String },
+    /// A kubelet serving certificate: an address of the apiserver or a Service's cluster IP.
+    #[error("ipAddresses[{index}] {ip} is refused (it is {what})")]
+    IpAddressProtected { index: usize, ip: std::net::IpAddr, what: String },
 }
 
 /// The requesting node's published addresses (`status.addresses` of its Node object), for
@@ -209,10 +235,38 @@ pub enum Denial {
 /// no policy that applies asks for it ([`node_to_look_up`]).
 pub type NodeAddresses<'a> = Option<&'a [NodeAddress]>;
 
-/// Address types that name a host by DNS, and those that are IP addresses, as a kubelet
-/// fills its serving request from them.
-const DNS_ADDRESS_TYPES: &[&str] = &["Hostname", "InternalDNS", "ExternalDNS"];
-const IP_ADDRESS_TYPES: &[&str] = &["InternalIP", "ExternalIP"];
+/// What the address rules compare a request with ([`addresses`]).
+#[derive(Debug, Clone, Copy)]
+pub struct World<'a> {
+    /// The requesting node's `status.addresses` ([`NodeAddresses`]).
+    pub own: NodeAddresses<'a>,
+    /// Every Node's addresses, by node name.
+    pub nodes: &'a addresses::Index,
+    /// Addresses no kubelet serving certificate names, by what they are.
+    pub protected: &'a [&'a addresses::Index],
+}
+
+impl World<'static> {
+    /// Nothing known of the cluster: for rules that need none of it (a Signer's).
+    pub fn unknown() -> Self {
+        static EMPTY: std::sync::LazyLock<addresses::Index> = std::sync::LazyLock::new(addresses::Index::default);
+        World { own: None, nodes: &EMPTY, protected: &[] }
+    }
+}
+
+/// Whether deciding `csr` needs the watched addresses ([`world`]): it is pending, and a
+/// policy applies to it that checks node addresses, or it is a kubelet serving request.
+pub fn needs_world(csr: &CertificateSigningRequest, policies: &[Arc<CertificateApprovalPolicy>]) -> bool {
+    if !csr::certificate(csr).is_empty() || csr::approval(csr) != (false, false) {
+        return false;
+    }
+    let username = csr.spec.username.as_deref().unwrap_or_default();
+    let groups = csr.spec.groups.as_deref().unwrap_or_default();
+    policies.iter().any(|p| {
+        p.spec.applies_to(&csr.spec.signer_name, username, groups)
+            && (p.spec.require_node_addresses || csr.spec.signer_name == KUBELET_SERVING)
+    })
+}
 
 /// The node whose Node object [`decide`] needs: the requester's, when a policy that applies
 /// to the pending CSR sets `requireNodeAddresses`.
@@ -227,27 +281,6 @@ pub fn node_to_look_up(csr: &CertificateSigningRequest, policies: &[Arc<Certific
         .iter()
         .any(|p| p.spec.require_node_addresses && p.spec.applies_to(&csr.spec.signer_name, username, groups))
         .then(|| node.to_string())
-}
-
-/// The first SAN of `req` that `addresses` (node `node`'s) do not publish.
-fn not_a_node_address(req: &CertificateRequest, node: &str, addresses: &[NodeAddress]) -> Option<Denial> {
-    let dns = || addresses.iter().filter(|a| DNS_ADDRESS_TYPES.contains(&a.type_.as_str()));
-    let ips = || addresses.iter().filter(|a| IP_ADDRESS_TYPES.contains(&a.type_.as_str()));
-    for (index, name) in req.dns_names.iter().enumerate() {
-        if !dns().any(|a| a.address.eq_ignore_ascii_case(name)) {
-            return Some(Denial::DnsNameNotNodeAddress { index, name: name.clone(), node: node.into() });
-        }
-    }
-    for (index, ip) in req.ip_addresses.iter().enumerate() {
-        let ip_canonical = ip.to_canonical();
-        let matches = |a: &NodeAddress| {
-            a.address.parse::<std::net::IpAddr>().is_ok_and(|have| have.to_canonical() == ip_canonical)
-        };
-        if !ips().any(matches) {
-            return Some(Denial::IpAddressNotNodeAddress { index, ip: *ip, node: node.into() });
-        }
-    }
-    None
 }
 
 /// `dnsNames.nodeDomains`, as a denial names them.
@@ -265,7 +298,7 @@ pub fn check(
     compiled: &Compiled,
     csr: &CertificateSigningRequest,
     req: &CertificateRequest,
-    node_addresses: NodeAddresses<'_>,
+    world: &World<'_>,
 ) -> Result<(), Denial> {
     let username = csr.spec.username.as_deref().unwrap_or_default();
     let cn = req.common_name.as_str();
@@ -389,13 +422,21 @@ pub fn check(
             _ => {}
         }
     }
+    if csr.spec.signer_name == KUBELET_SERVING {
+        if let Some(denial) = addresses::protected(req, world.protected) {
+            return Err(denial);
+        }
+    }
     if spec.require_node_addresses {
         // `compile` refuses the field without `subject.nodeIdentity`, so a node name is known.
         let node = node_name.unwrap_or_default();
-        let Some(addresses) = node_addresses else {
+        let Some(own) = world.own else {
             return Err(Denial::NodeNotFound { node: node.into() });
         };
-        if let Some(denial) = not_a_node_address(req, node, addresses) {
+        if let Some(denial) = addresses::not_a_node_address(req, node, own) {
+            return Err(denial);
+        }
+        if let Some(denial) = addresses::another_nodes(req, node, world.nodes) {
             return Err(denial);
         }
     }
@@ -499,6 +540,8 @@ pub struct Context {
     policies: Api<CertificateApprovalPolicy>,
     /// Nodes, read (one GET, when a policy sets `requireNodeAddresses`) for their addresses.
     nodes: Api<Node>,
+    /// Every Node's, Service's and the apiserver's addresses ([`world`]).
+    book: Arc<world::Book>,
     store: Store<CertificateApprovalPolicy>,
     /// The policy list has succeeded once (the CRD is installed).
     ready: Arc<AtomicBool>,
@@ -553,6 +596,11 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
     }
     let name = obj.name_any();
     let policies = ctx.store.state();
+    if needs_world(&obj, &policies) && !ctx.book.ready() {
+        // The first complete lists re-decide every CSR.
+        tracing::trace!(controller = NAME, csr = %name, "waiting for the Node, Service and EndpointSlice lists");
+        return Ok(Action::await_change());
+    }
     let node = match node_to_look_up(&obj, &policies) {
         None => None,
         Some(node) => match ctx.nodes.get_opt(&node).await {
@@ -560,7 +608,9 @@ pub async fn reconcile(obj: Arc<CertificateSigningRequest>, ctx: Arc<Context>) -
             Err(source) => return Err(Error::Node { csr: name, node, source }),
         },
     };
-    let decision = decide(&obj, csr::read_request, &policies, node.as_deref());
+    let decision = ctx.book.read(|nodes, protected| {
+        decide(&obj, csr::read_request, &policies, &World { own: node.as_deref(), nodes, protected })
+    });
     let (approve, message, counted) = match decision {
         Decision::Ignore(why) => {
             tracing::trace!(controller = NAME, csr = %name, why = %why, "left alone");
@@ -673,7 +723,7 @@ async fn watch_policies(
     }
 }
 
-fn is_not_found(e: &watcher::Error) -> bool {
+pub(crate) fn is_not_found(e: &watcher::Error) -> bool {
     match e {
         watcher::Error::InitialListFailed(k) | watcher::Error::WatchStartFailed(k) | watcher::Error::WatchFailed(k) => {
             crate::runtime::is_status(k, 404)
@@ -694,9 +744,12 @@ pub async fn run(
     let ready = Arc::new(AtomicBool::new(false));
     // One pending "re-decide everything" is enough: later ones coalesce into it.
     let (trigger, redecide) = futures::channel::mpsc::channel(1);
+    let book = Arc::new(world::Book::new(&cfg.apiserver_addresses));
+    let addresses = world::run(client.clone(), book.clone(), trigger.clone());
     let ctx = Arc::new(Context {
         csrs: Api::all(client.clone()),
         nodes: Api::all(client),
+        book,
         policies: policies.clone(),
         store,
         ready: ready.clone(),
@@ -705,7 +758,7 @@ pub async fn run(
     });
     let watch = watch_policies(policies, writer, ready, trigger);
     let controller = runtime::per_object(NAME, csrs, cfg.csr_concurrency, &cfg.metrics, ctx, reconcile, redecide);
-    let ((), res) = tokio::join!(watch, controller);
+    let ((), (), res) = tokio::join!(watch, addresses, controller);
     res
 }
 
@@ -1215,7 +1268,7 @@ mod tests {
                     csr::read_request(c)
                 },
                 &policies,
-                Some(&published),
+                &World { own: Some(&published), ..World::unknown() },
             );
             assert!(parses <= 1, "{name}: parsed {parses} times");
             match (&got, want) {
@@ -1382,7 +1435,7 @@ mod tests {
         for (name, node, mutate, want) in cases {
             let mut c = base_csr();
             mutate(&mut c);
-            let got = decide(&c, csr::read_request, &policies, node);
+            let got = decide(&c, csr::read_request, &policies, &World { own: node, ..World::unknown() });
             match (want, &got) {
                 (Ok(()), Decision::Approve { policy, .. }) => assert_eq!(policy, "kubelet-serving", "{name}"),
                 (Err(why), Decision::Deny { message, .. }) => {
@@ -1395,6 +1448,101 @@ mod tests {
                 _ => panic!("{name}: got {got:?}, want {want:?}"),
             }
         }
+    }
+
+    /// What the rest of the cluster publishes bounds a kubelet serving certificate: another
+    /// Node's addresses (with `requireNodeAddresses`), the apiserver's and every Service's
+    /// cluster IPs (always, for the kubelet-serving signer).
+    #[test]
+    fn the_cluster_bounds_kubelet_serving_certificates() {
+        use addresses::{Address, Index};
+        let checking = vec![Arc::new(default_policy())];
+        let lenient = vec![policy("kubelet-serving", |s| {
+            s.require_node_addresses = false;
+            s.ip_addresses.as_mut().unwrap().denied_cidrs.clear();
+        })];
+        let mut other_signer = (*lenient[0]).clone();
+        other_signer.spec.signer_names = vec!["example.com/serving".into()];
+        let other_signer = vec![Arc::new(other_signer)];
+        // n1 publishes every SAN it may ask for here, n2 shares one of them.
+        let n1 = addresses(&[
+            ("Hostname", "n1"),
+            ("InternalDNS", "n1.cluster.example"),
+            ("InternalIP", "10.0.0.5"),
+            ("InternalIP", "10.0.0.6"),
+            ("InternalIP", "10.0.0.1"),
+            ("InternalIP", "10.96.0.1"),
+            ("ExternalIP", "fd00::5"),
+        ]);
+        let mut nodes = Index::default();
+        nodes.set("n1", addresses::node_addresses(&n1));
+        nodes.set("n2", [Address::dns("n2"), Address::parse("::ffff:10.0.0.6").unwrap()]);
+        let mut apiserver = Index::default();
+        apiserver.set(addresses::APISERVER, [Address::parse("10.0.0.1").unwrap()]);
+        let mut services = Index::default();
+        services.set("the cluster IP of Service default/kubernetes", [Address::parse("10.96.0.1").unwrap()]);
+        let protected = [&apiserver, &services];
+        let world = World { own: Some(&n1), nodes: &nodes, protected: &protected };
+        let ips = |ips: &'static [&'static str]| {
+            move |c: &mut CertificateSigningRequest| set_request(c, |r| r.ips = ips.to_vec())
+        };
+        let neighbour = "ipAddresses[0] 10.0.0.6 is refused (another Node publishes it in status.addresses)";
+        let apiserver_ip = "ipAddresses[0] 10.0.0.1 is refused (it is an address of the apiserver)";
+        let service_ip = "ipAddresses[0] 10.96.0.1 is refused (it is the cluster IP of Service default/kubernetes)";
+        type Case<'a> = (
+            &'a str,
+            &'a [Arc<CertificateApprovalPolicy>],
+            Box<dyn Fn(&mut CertificateSigningRequest)>,
+            Result<(), &'a str>,
+        );
+        let cases: Vec<Case> = vec![
+            ("its own addresses", &checking, Box::new(|_| {}), Ok(())),
+            ("an address it shares with another Node", &checking, Box::new(ips(&["10.0.0.6"])), Err(neighbour)),
+            ("the apiserver's address", &checking, Box::new(ips(&["10.0.0.1"])), Err(apiserver_ip)),
+            ("a Service's cluster IP", &lenient, Box::new(ips(&["10.96.0.1"])), Err(service_ip)),
+            ("without requireNodeAddresses: another Node's address", &lenient, Box::new(ips(&["10.0.0.6"])), Ok(())),
+            (
+                "without requireNodeAddresses: still never the apiserver's",
+                &lenient,
+                Box::new(ips(&["10.0.0.1"])),
+                Err(apiserver_ip),
+            ),
+            (
+                "a signer of one's own: not the kubelet serving rule's business",
+                &other_signer,
+                Box::new(|c: &mut CertificateSigningRequest| {
+                    c.spec.signer_name = "example.com/serving".into();
+                    set_request(c, |r| r.ips = vec!["10.0.0.1"]);
+                }),
+                Ok(()),
+            ),
+        ];
+        for (name, policies, mutate, want) in cases {
+            let mut c = base_csr();
+            mutate(&mut c);
+            let got = decide(&c, csr::read_request, policies, &world);
+            match (want, &got) {
+                (Ok(()), Decision::Approve { .. }) => {}
+                (Err(why), Decision::Deny { message, .. }) => {
+                    assert_eq!(
+                        message,
+                        &format!("Denied: CertificateApprovalPolicy \"kubelet-serving\": {why}."),
+                        "{name}"
+                    )
+                }
+                _ => panic!("{name}: got {got:?}, want {want:?}"),
+            }
+            assert!(
+                needs_world(&c, policies) || name.starts_with("a signer"),
+                "{name}: the watched addresses are needed"
+            );
+        }
+        let mut client_csr = base_csr();
+        client_csr.spec.signer_name = "kubernetes.io/kube-apiserver-client-kubelet".into();
+        assert!(!needs_world(&client_csr, &checking), "a CSR no policy applies to does not wait for the watches");
+        let mut decided = base_csr();
+        with_conditions(&mut decided, &["Denied"]);
+        assert!(!needs_world(&decided, &checking), "a decided CSR does not wait for the watches");
     }
 
     #[test]
@@ -1533,7 +1681,11 @@ mod tests {
         for (name, policies, mutate, want) in cases {
             let mut c = base_csr();
             mutate(&mut c);
-            assert_eq!(decide(&c, csr::read_request, &policies, Some(&n1_addresses())), want, "{name}");
+            assert_eq!(
+                decide(&c, csr::read_request, &policies, &World { own: Some(&n1_addresses()), ..World::unknown() }),
+                want,
+                "{name}"
+            );
         }
     }
 
@@ -1574,7 +1726,8 @@ mod tests {
             ("another requester: not this policy's business", user_csr("admin", "admin"), Err("ignore")),
         ];
         for (name, c, want) in cases {
-            let got = decide(&c, csr::read_request, &policies, Some(&n1_addresses()));
+            let got =
+                decide(&c, csr::read_request, &policies, &World { own: Some(&n1_addresses()), ..World::unknown() });
             match (want, &got) {
                 (Ok(()), Decision::Approve { policy, .. }) => assert_eq!(policy, "ci", "{name}"),
                 (Err("ignore"), Decision::Ignore(_)) => {}
@@ -1651,6 +1804,16 @@ mod tests {
         ready: bool,
         metrics: crate::metrics::Metrics,
     ) -> Arc<Context> {
+        ctx_with(client, policies, ready, Arc::new(world::Book::listed_with(Default::default())), metrics)
+    }
+
+    fn ctx_with(
+        client: Client,
+        policies: Vec<CertificateApprovalPolicy>,
+        ready: bool,
+        book: Arc<world::Book>,
+        metrics: crate::metrics::Metrics,
+    ) -> Arc<Context> {
         let (store, mut writer) = reflector::store();
         for p in policies {
             writer.apply_watcher_event(&watcher::Event::Apply(p));
@@ -1658,6 +1821,7 @@ mod tests {
         Arc::new(Context {
             csrs: Api::all(client.clone()),
             nodes: Api::all(client.clone()),
+            book,
             policies: Api::all(client),
             store,
             ready: Arc::new(AtomicBool::new(ready)),
@@ -1807,6 +1971,37 @@ mod tests {
                 assert_eq!(last.body["metadata"]["resourceVersion"], want_rv, "{name}: written over what was read");
             }
         }
+    }
+
+    /// Until the Nodes, Services and EndpointSlices have listed, a serving CSR is left for the
+    /// re-decide that the first complete lists fire; another CSR does not wait. Once listed, a
+    /// neighbour's address is denied through the same path.
+    #[tokio::test]
+    async fn serving_csrs_wait_for_the_address_watches() {
+        use crate::mock::Mock;
+        let mock = Mock::new(vec![]);
+        let waiting = Arc::new(world::Book::new(&[]));
+        let metrics = crate::metrics::Metrics::new();
+        let c = ctx_with(mock.client(), vec![default_policy()], true, waiting, metrics.clone());
+        let got = reconcile(Arc::new(base_csr()), c).await.unwrap();
+        assert_eq!(got, Action::await_change());
+        assert!(mock.lines().is_empty(), "nothing read or written: {:?}", mock.lines());
+
+        let mut nodes = addresses::Index::default();
+        nodes.set("n2", [addresses::Address::parse("10.0.0.5").unwrap()]);
+        let csr_reply = (200, serde_json::to_value(base_csr()).unwrap());
+        let mock = Mock::new(vec![node_reply(), csr_reply, policy_reply(5, "7"), policy_reply(5, "8")]);
+        let book = Arc::new(world::Book::listed_with(nodes));
+        let c = ctx_with(mock.client(), vec![default_policy()], true, book, metrics);
+        reconcile(Arc::new(base_csr()), c).await.unwrap();
+        assert_eq!(mock.lines(), [GET_NODE, APPROVAL, GET_POLICY, PUT_STATUS]);
+        let approval = &mock.calls()[1].body["status"]["conditions"][0];
+        assert_eq!(
+            approval["message"],
+            "Denied: CertificateApprovalPolicy \"kubelet-serving\": ipAddresses[0] 10.0.0.5 is refused (another Node \
+             publishes it in status.addresses).",
+            "{approval}"
+        );
     }
 
     /// Without the CRD the watch waits (404, retried with backoff, CSRs untouched); once the

@@ -123,10 +123,6 @@ pub trait TokenGenerator: Send + Sync {
         Default::default()
     }
 
-    /// Told after each pass how many legacy token Secrets each key id signed, so that a
-    /// retired key nothing uses any more can be pruned.
-    fn legacy_tokens_counted(&self, _by_kid: &std::collections::BTreeMap<String, usize>) {}
-
     /// A value that changes whenever the keys do (which signs, which are retired): the
     /// controller makes a pass when it does. Empty: the keys never change.
     fn key_state(&self) -> String {
@@ -159,6 +155,11 @@ pub struct Config {
     pub metrics: metrics::Metrics,
     /// `nodelifecycle`'s `--node-monitor-*` and `--node-startup-grace-period`.
     pub node_lifecycle: node_lifecycle::Timing,
+    /// The apiserver's own addresses (IP addresses or DNS names) that no kubelet serving
+    /// certificate may name (`csrpolicyapproving`): `kustos server` passes its bind address
+    /// and its serving certificate's SANs, `kustos controller-manager` the host it reaches the
+    /// apiserver at.
+    pub apiserver_addresses: Vec<String>,
     /// How old a PodCertificateRequest gets before `podcertificaterequest-cleaner` deletes it.
     pub pcr_cleaner_threshold: chrono::Duration,
 }
@@ -176,6 +177,7 @@ impl Default for Config {
             csr_concurrency: 32,
             metrics: metrics::Metrics::default(),
             node_lifecycle: node_lifecycle::Timing::default(),
+            apiserver_addresses: Vec::new(),
             pcr_cleaner_threshold: pcr_cleaner::DEFAULT_THRESHOLD,
         }
     }

@@ -10,8 +10,8 @@
 //!
 //! Beyond upstream: a token signed by a retired key (its JWT header's `kid` is one of
 //! [`TokenGenerator::retired_key_ids`], after a `kustos sa-key rotate`) is re-issued with the
-//! key that signs now; after each pass the generator is told how many token Secrets each
-//! key signed, so that a retired key is pruned once none is left.
+//! key that signs now, so that clients reading the Secret hold a token that keeps working
+//! once the retired key stops verifying (at its end, or when revoked).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -251,13 +251,6 @@ pub async fn run(
                         }
                     }
                 }
-            }
-            if !retired.is_empty() {
-                // Counted again after the re-issues: what still holds an old key's token.
-                let left = secrets.list(&ListParams::default().fields(&token_type)).await?.items;
-                gen.legacy_tokens_counted(&count_by_kid(&left));
-            } else {
-                gen.legacy_tokens_counted(&count_by_kid(&tokens));
             }
             Ok(())
         }

@@ -203,7 +203,13 @@ pub fn decide(
         Ok(r) => r,
         Err(e) => return Decision::Fail(format!("unable to parse csr: {e}")),
     };
-    if let Err(rule) = crate::csr_policy_approver::check(&signer.rules, &signer.compiled, csr, &request, None) {
+    if let Err(rule) = crate::csr_policy_approver::check(
+        &signer.rules,
+        &signer.compiled,
+        csr,
+        &request,
+        &crate::csr_policy_approver::World::unknown(),
+    ) {
         return Decision::Fail(rule.to_string());
     }
     let duration = kustos_ca::csr::duration(csr.spec.expiration_seconds.map(i64::from), signer.max_duration);

@@ -129,9 +129,11 @@ pub struct CertificateApprovalPolicySpec {
 
     /// Every DNS and IP subjectAltName must be one of the requesting node's addresses, as its
     /// Node object publishes them in `status.addresses` (DNS names: `Hostname`, `InternalDNS`,
-    /// `ExternalDNS`, compared case-insensitively; IP addresses: `InternalIP`, `ExternalIP`),
-    /// on top of every other rule. Needs `subject.nodeIdentity`. A CSR from a node with no
-    /// Node object is denied. Default false.
+    /// `ExternalDNS`, compared case-insensitively without a trailing dot, never a wildcard; IP
+    /// addresses: `InternalIP`, `ExternalIP`, compared as addresses), and none may be an
+    /// address another Node publishes, on top of every other rule. A node writes its own
+    /// addresses, so this holds it only to addresses no other Node claims. Needs
+    /// `subject.nodeIdentity`. A CSR from a node with no Node object is denied. Default false.
     #[serde(default, skip_serializing_if = "is_false")]
     pub require_node_addresses: bool,
 }

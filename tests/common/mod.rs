@@ -62,6 +62,18 @@ pub struct Server {
     pub etcd_prefix: Option<String>,
     /// The storage flags the harness adds (empty on SQLite), the same on every run.
     storage_args: Vec<String>,
+    /// The hard memory limit the server runs under, if any (the same on every run).
+    limit: Option<MemoryLimit>,
+}
+
+/// A hard memory limit for a server: its address space (`RLIMIT_AS`, set by util-linux's
+/// `prlimit` before it execs the binary, so the server keeps the child's pid) and the
+/// environment its allocators read at start.
+#[derive(Debug, Clone)]
+pub struct MemoryLimit {
+    /// Bytes of address space; an allocation past it fails and the process aborts.
+    pub address_space: u64,
+    pub env: Vec<(String, String)>,
 }
 
 static SHARED: Mutex<Weak<Server>> = Mutex::new(Weak::new());
@@ -210,19 +222,32 @@ impl Server {
         Server::launch("apiserver", args)
     }
 
+    /// Like [`Server::start_with`], under a hard memory limit.
+    pub fn start_limited(args: &[&str], limit: MemoryLimit) -> Server {
+        let tmp = tempfile::Builder::new().prefix("kustos-e2e-").tempdir().expect("creating a temporary directory");
+        let data_dir = tmp.path().join("data");
+        Server::launch_at("server", tmp, data_dir, args, Some(limit))
+    }
+
     fn launch(subcommand: &'static str, args: &[&str]) -> Server {
         let tmp = tempfile::Builder::new().prefix("kustos-e2e-").tempdir().expect("creating a temporary directory");
         let data_dir = tmp.path().join("data");
-        Server::launch_at(subcommand, tmp, data_dir, args)
+        Server::launch_at(subcommand, tmp, data_dir, args, None)
     }
 
     /// Start `kustos <subcommand>` on `data_dir`, with logs and kubectl's cache in `tmp`,
     /// adding the storage flags of the run ([`storage_flags`]).
-    fn launch_at(subcommand: &'static str, tmp: tempfile::TempDir, data_dir: PathBuf, args: &[&str]) -> Server {
+    fn launch_at(
+        subcommand: &'static str,
+        tmp: tempfile::TempDir,
+        data_dir: PathBuf,
+        args: &[&str],
+        limit: Option<MemoryLimit>,
+    ) -> Server {
         let extra_args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
         let (storage_args, etcd_prefix) = storage_args(&extra_args);
         let all_args: Vec<String> = storage_args.iter().chain(&extra_args).cloned().collect();
-        let (child, addr, kubeconfig) = spawn(subcommand, tmp.path(), &data_dir, &all_args, 0);
+        let (child, addr, kubeconfig) = spawn(subcommand, tmp.path(), &data_dir, &all_args, 0, limit.as_ref());
         let server = Server {
             url: format!("https://{addr}"),
             addr,
@@ -235,6 +260,7 @@ impl Server {
             runs: 0,
             etcd_prefix,
             storage_args,
+            limit,
         };
         if server.etcd_prefix.is_some() {
             // Started on etcd: nothing may have opened the SQLite store instead.
@@ -297,7 +323,8 @@ impl Server {
         self.kill9();
         self.runs += 1;
         let all_args: Vec<String> = self.storage_args.iter().chain(&self.extra_args).cloned().collect();
-        let (child, addr, kubeconfig) = spawn(self.subcommand, self.tmp.path(), &self.data_dir, &all_args, self.runs);
+        let (child, addr, kubeconfig) =
+            spawn(self.subcommand, self.tmp.path(), &self.data_dir, &all_args, self.runs, self.limit.as_ref());
         *self.child.lock().unwrap_or_else(|e| e.into_inner()) = Some(child);
         self.url = format!("https://{addr}");
         self.addr = addr;
@@ -463,10 +490,26 @@ impl Drop for Server {
 }
 
 /// Spawn the binary and wait (bounded) for both ready lines. Returns child, addr, kubeconfig.
-fn spawn(subcommand: &str, work: &Path, data_dir: &Path, extra: &[String], run: u32) -> (Child, String, PathBuf) {
+fn spawn(
+    subcommand: &str,
+    work: &Path,
+    data_dir: &Path,
+    extra: &[String],
+    run: u32,
+    limit: Option<&MemoryLimit>,
+) -> (Child, String, PathBuf) {
     let stderr_path = work.join(format!("stderr-{run}.log"));
     let stderr = std::fs::File::create(&stderr_path).expect("creating the stderr log");
-    let mut cmd = Command::new(binary());
+    let mut cmd = match limit {
+        None => Command::new(binary()),
+        Some(limit) => {
+            ensure_prlimit();
+            let mut cmd = Command::new("prlimit");
+            cmd.arg(format!("--as={}", limit.address_space)).arg("--").arg(binary());
+            cmd.envs(limit.env.iter().map(|(k, v)| (k, v)));
+            cmd
+        }
+    };
     cmd.arg(subcommand)
         .arg("--data-dir")
         .arg(data_dir)
@@ -1049,6 +1092,18 @@ impl Server {
     /// [`Server::restart`]).
     pub fn launch_in(subcommand: &'static str, data_dir: &Path, args: &[&str]) -> Server {
         let tmp = tempfile::Builder::new().prefix("kustos-e2e-").tempdir().expect("creating a temporary directory");
-        Server::launch_at(subcommand, tmp, data_dir.to_path_buf(), args)
+        Server::launch_at(subcommand, tmp, data_dir.to_path_buf(), args, None)
     }
+}
+
+/// Panics with a clear message when util-linux's `prlimit` cannot be run.
+fn ensure_prlimit() {
+    static CHECKED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    CHECKED.get_or_init(|| match Command::new("prlimit").arg("--version").output() {
+        Ok(out) if out.status.success() => {}
+        other => panic!(
+            "`prlimit --version` failed ({other:?}): the memory-limited tests start the server under util-linux's \
+             prlimit; install util-linux"
+        ),
+    });
 }

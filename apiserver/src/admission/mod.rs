@@ -8,7 +8,7 @@
 //! | plugin | phase | what |
 //! |---|---|---|
 //! | NamespaceLifecycle | mutating | a namespaced object is created only in a namespace that exists and is not terminating; `default`, `kube-system`, `kube-public` are never deleted |
-//! | NodeRestriction | mutating | a node writes only its own Lease, Node (within limits: no taint changes, no restricted labels) and CSINode ([`crate::admission::node_restriction`]) |
+//! | NodeRestriction | mutating | a node writes only its own Lease, Node (within limits: no taint changes, no restricted labels) and CSINode, creates only its own mirror pods, writes the status of and deletes only pods bound to it, and asks for kubelet certificates only in its own name ([`crate::admission::node_restriction`]) |
 //! | PodCertificateRequestNodeRestriction | mutating | NodeRestriction for PodCertificateRequests: a node requests certificates only for pods bound to it, for signers they mount ([`pod_certificates`]) |
 //! | CertificateApproval | validating | a write to a CSR's `/approval` needs verb `approve` on `signers` for the signerName or `<domain>/*` |
 //! | CertificateSigning | validating | changing `status.certificate` through `/status` needs `sign` |
@@ -23,7 +23,8 @@
 //! (upstream's plugins answer 403 Forbidden, and so do these). A create or update runs the
 //! phases apart ([`Chain::admit_phase`]), as upstream: mutating on the object as sent, then
 //! the strategy's preparation and field validation (every field error of the object in one
-//! 422 `Invalid`), then validating. A delete runs the whole chain before anything is read.
+//! 422 `Invalid`), then validating. A delete runs the whole chain on the stored object, read
+//! (404 when missing) and checked against the preconditions first, as upstream's store does.
 //!
 //! Reads are not admitted upstream. kustos adds one read plugin, BootstrapCSRReads: a
 //! bootstrap token (group `system:bootstrappers`) may list and watch
@@ -135,7 +136,7 @@ pub trait Plugin: Send + Sync {
     /// Whether the plugin looks at this request (kind, operation, subresource).
     fn handles(&self, a: &Attributes<'_>) -> bool;
     /// Admit or refuse: `new` is the object written (None on delete and read), `old` the
-    /// stored one on update.
+    /// stored one on update and delete.
     async fn admit(
         &self,
         state: &AppState,

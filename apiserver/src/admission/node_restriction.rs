@@ -9,14 +9,26 @@
 //!   change labels under `node-restriction.kubernetes.io/` nor `kubernetes.io`/`k8s.io` labels
 //!   outside the set kubelets own ([`is_kubelet_label`]);
 //! - creates, updates and deletes only its own CSINode;
-//! - creates only its own mirror pods and writes the status only of pods bound to it
-//!   ([`pods`]).
+//! - creates only its own mirror pods, deletes, evicts and writes the status only of pods
+//!   bound to it ([`pods`]);
+//! - creates kubelet client and serving certificate requests only in its own name
+//!   ([`certificates`]);
+//! - asks for service-account tokens only bound to pods bound to it, for the audiences those
+//!   pods use ([`tokens`]).
 //!
 //! The Node authorizer ([`crate::authz::rbac::node`]) limits a node by the name in the URL; a
-//! create has no name in the URL, so the name in the body is checked here. Writes by anyone
-//! who is not a node are not this plugin's business.
+//! create has no name in the URL, so the name in the body is checked here, and what a pod is
+//! bound to is read from the stored pod (a delete passes admission with the stored object).
+//! Writes by anyone who is not a node are not this plugin's business.
+//!
+//! In: the write, its user, and what the plugin read for it ([`pods::Lookups`]). Out: the
+//! write, or a 403 Forbidden worded as upstream's (`<resource> "<name>" is forbidden: <why>`,
+//! the name from the URL, else the object's name or generateName, else `Unknown`), or a 404
+//! where upstream's plugin answers NotFound (a mirror pod's Node, an evicted pod).
 
+pub mod certificates;
 pub mod pods;
+pub mod tokens;
 
 use std::collections::BTreeSet;
 
@@ -35,8 +47,12 @@ const CSINODES: &str = "csinodes";
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
 /// The kinds this plugin looks at: (group, resource).
-const HANDLED: &[(&str, &str)] = &[(LEASE_GROUP, LEASES), ("", NODES), (STORAGE_GROUP, CSINODES), ("", PODS)];
+const HANDLED: &[(&str, &str)] =
+    &[(LEASE_GROUP, LEASES), ("", NODES), (STORAGE_GROUP, CSINODES), ("", PODS), (CSR_GROUP, CSRS)];
 const PODS: &str = "pods";
+const CSR_GROUP: &str = "certificates.k8s.io";
+const CSRS: &str = "certificatesigningrequests";
+const SERVICEACCOUNTS: &str = "serviceaccounts";
 
 /// Labels a kubelet sets on its own Node (`k8s.io/kubelet/pkg/apis.KubeletLabels`).
 const KUBELET_LABELS: &[&str] = &[
@@ -80,18 +96,21 @@ impl Write<'_> {
         self.new.map(crate::meta::name).unwrap_or_default()
     }
 
-    /// The name upstream's `admission.NewForbidden` puts in the message: the written
-    /// object's, or `Unknown` when there is none (a delete).
+    /// The name upstream's `admission.NewForbidden` puts in the message: the one in the URL,
+    /// else the written object's name or generateName, else `Unknown`.
     fn subject(&self) -> &str {
-        match self.new.map(crate::meta::name) {
-            Some(name) if !name.is_empty() => name,
-            _ => "Unknown",
+        if !self.url_name.is_empty() {
+            return self.url_name;
         }
+        let generate_name =
+            || self.new.and_then(|o| o.pointer("/metadata/generateName")).and_then(Value::as_str).unwrap_or_default();
+        [self.object_name(), generate_name()].into_iter().find(|n| !n.is_empty()).unwrap_or("Unknown")
     }
 }
 
-/// Admit or refuse a write by `user` (see the module doc).
-pub fn admit(user: &UserInfo, write: &Write<'_>) -> Result<(), ApiError> {
+/// Admit or refuse a write by `user` (see the module doc); `found` is what the plugin read
+/// for a pod write ([`pods::Lookups`]).
+pub fn admit(user: &UserInfo, write: &Write<'_>, found: &pods::Lookups<'_>) -> Result<(), ApiError> {
     if !HANDLED.contains(&(write.group, write.resource)) {
         return Ok(());
     }
@@ -109,7 +128,13 @@ pub fn admit(user: &UserInfo, write: &Write<'_>) -> Result<(), ApiError> {
     }
     let problem = match write.resource {
         NODES => node_problem(node, write),
-        PODS => pods::problem(node, write),
+        CSRS => certificates::problem(node, write),
+        PODS => match pods::problem(node, write, found) {
+            None => None,
+            Some(pods::Refusal::Forbidden(why)) => Some(why),
+            Some(pods::Refusal::NodeNotFound) => return Err(ApiError::not_found("", NODES, node)),
+            Some(pods::Refusal::PodNotFound(name)) => return Err(ApiError::not_found("", PODS, &name)),
+        },
         _ => csinode_problem(node, write),
     };
     problem.map_or(Ok(()), |why| Err(forbidden(why)))
@@ -258,30 +283,131 @@ impl crate::admission::Plugin for NodeRestriction {
         crate::admission::Phase::Mutating
     }
     fn handles(&self, a: &crate::admission::Attributes<'_>) -> bool {
+        let csr = (a.def.group, a.def.resource) == (CSR_GROUP, CSRS);
+        if (a.def.group, a.def.resource) == ("", SERVICEACCOUNTS) {
+            return a.op == Operation::Create && a.info.subresource == "token";
+        }
         HANDLED.contains(&(a.def.group, a.def.resource))
             && matches!(a.op, Operation::Create | Operation::Update | Operation::Delete)
+            && (!csr || a.op == Operation::Create)
     }
     async fn admit(
         &self,
-        _state: &crate::AppState,
+        state: &crate::AppState,
         a: &crate::admission::Attributes<'_>,
         new: Option<&Value>,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        admit(
-            a.user,
-            &Write {
-                group: a.def.group,
-                resource: a.def.resource,
-                subresource: &a.info.subresource,
-                op: a.op,
-                namespace: &a.info.namespace,
-                url_name: &a.info.name,
-                new,
-                old,
-            },
-        )
+        let write = Write {
+            group: a.def.group,
+            resource: a.def.resource,
+            subresource: &a.info.subresource,
+            op: a.op,
+            namespace: &a.info.namespace,
+            url_name: &a.info.name,
+            new,
+            old,
+        };
+        if (write.group, write.resource) == ("", SERVICEACCOUNTS) {
+            return admit_token_request(state, a.user, &write).await;
+        }
+        let (mut node, mut pod) = (None, None);
+        if let (Some(name), ("", PODS, Operation::Create)) =
+            (crate::authz::rbac::node::node_name(a.user), (write.group, write.resource, write.op))
+        {
+            // A mirror pod's owner is checked against the stored Node (its uid); an eviction
+            // against the stored pod it names.
+            match write.subresource {
+                "" => node = read(state, "", NODES, None, name).await?,
+                "eviction" => {
+                    let pod_name = if write.url_name.is_empty() { write.object_name() } else { write.url_name };
+                    if !pod_name.is_empty() {
+                        pod = read(state, "", PODS, Some(write.namespace), pod_name).await?;
+                    }
+                }
+                _ => {}
+            }
+        }
+        admit(a.user, &write, &pods::Lookups { node: node.as_ref(), pod: pod.as_ref() })
     }
+}
+
+/// A TokenRequest by a node ([`tokens`]): the pure checks, with the pod, the objects its
+/// volumes lead to and the authorizer's word read in between.
+async fn admit_token_request(state: &crate::AppState, user: &UserInfo, write: &Write<'_>) -> Result<(), ApiError> {
+    let Some(node) = crate::authz::rbac::node::node_name(user) else { return Ok(()) };
+    let sa_name = write.url_name;
+    let forbidden = |why: String| {
+        ApiError::forbidden("", SERVICEACCOUNTS, sa_name, format!("{SERVICEACCOUNTS} {sa_name:?} is forbidden: {why}"))
+    };
+    let refuse = |r: pods::Refusal| match r {
+        pods::Refusal::Forbidden(why) => forbidden(why),
+        pods::Refusal::PodNotFound(name) => ApiError::not_found("", PODS, &name),
+        pods::Refusal::NodeNotFound => ApiError::not_found("", NODES, node),
+    };
+    if node.is_empty() {
+        return Err(forbidden(format!("could not determine node from user {:?}", user.name)));
+    }
+    let request = write.new.unwrap_or(&Value::Null);
+    let (pod_name, uid) = tokens::pod_binding(request).map_err(refuse)?;
+    let pod = read(state, "", PODS, Some(write.namespace), pod_name).await?;
+    if let Some(r) = tokens::pod_problem(node, pod_name, uid, pod.as_ref()) {
+        return Err(refuse(r));
+    }
+    let Some(pod) = pod else { return Err(ApiError::not_found("", PODS, pod_name)) };
+    let audience = tokens::requested_audience(request).map_err(refuse)?;
+    let mut errors = Vec::new();
+    for source in tokens::audience_sources(&pod, &audience) {
+        let driver = match source {
+            tokens::AudienceSource::Projected => return Ok(()),
+            tokens::AudienceSource::Driver(d) => d,
+            // Neither claims nor volumes are served here: a claim is never found.
+            tokens::AudienceSource::Claim(claim) => {
+                errors.push(format!("persistentvolumeclaim {claim:?} not found"));
+                continue;
+            }
+        };
+        match read(state, STORAGE_GROUP, "csidrivers", None, &driver).await? {
+            Some(d) if tokens::driver_has_audience(&d, &audience) => return Ok(()),
+            Some(_) => {}
+            None => errors.push(format!("csidriver.{STORAGE_GROUP} {driver:?} not found")),
+        }
+    }
+    let authorized = errors.is_empty() && {
+        let info = crate::http::request_info::RequestInfo {
+            is_resource_request: true,
+            verb: tokens::AUDIENCE_VERB.into(),
+            api_version: "v1".into(),
+            namespace: write.namespace.into(),
+            resource: audience.clone(),
+            name: sa_name.into(),
+            ..Default::default()
+        };
+        state.security.authz.authorize(&crate::authz::Attributes { user, info: &info }).await.allowed()
+    };
+    match tokens::audience_problem(&audience, &errors, authorized, &user.name) {
+        Some(r) => Err(refuse(r)),
+        None => Ok(()),
+    }
+}
+
+/// The stored object `name` of a built-in kind, if there is one.
+async fn read(
+    state: &crate::AppState,
+    group: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<Option<Value>, ApiError> {
+    let Some(def) = state.registry.resources.iter().find(|d| d.group == group && d.resource == resource) else {
+        return Err(ApiError::internal(format!("no kind serves {resource}")));
+    };
+    let kv = state
+        .storage
+        .get(&def.key(namespace, name))
+        .await
+        .map_err(|e| crate::registry::call::map_storage_error(def, name, e))?;
+    kv.map(|kv| crate::meta::from_stored(&kv)).transpose()
 }
 
 #[cfg(test)]
@@ -300,7 +426,7 @@ mod tests {
     /// Run the cases: what, user, write, the refusal's message (None: admitted).
     fn check(cases: &[(&str, &UserInfo, Write<'_>, Option<&str>)]) {
         for (what, user, write, want) in cases {
-            match (admit(user, write), want) {
+            match (admit(user, write, &pods::Lookups::default()), want) {
                 (Ok(()), None) => {}
                 (Err(e), Some(msg)) => {
                     assert_eq!(e.code(), http::StatusCode::FORBIDDEN, "{what}");
@@ -511,7 +637,7 @@ mod tests {
                 "delete another",
                 &n1,
                 nodes(Delete, "n2", None, None),
-                Some("nodes \"Unknown\" is forbidden: node \"n1\" is not allowed to modify node \"n2\""),
+                Some("nodes \"n2\" is forbidden: node \"n1\" is not allowed to modify node \"n2\""),
             ),
             (
                 "node without a name",
@@ -553,7 +679,7 @@ mod tests {
             ("delete own", &n1, csinode(Delete, "n1", None), None),
             ("create another", &n1, csinode(Create, "", Some(&o2)), Some(&refused("n2"))),
             ("update another", &n1, csinode(Update, "n2", Some(&o2)), Some(&refused("n2"))),
-            ("delete another", &n1, csinode(Delete, "n2", None), Some(&refused("Unknown"))),
+            ("delete another", &n1, csinode(Delete, "n2", None), Some(&refused("n2"))),
         ];
         check(cases);
     }

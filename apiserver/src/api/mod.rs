@@ -18,6 +18,8 @@
 //! - [`reviews`]: the create-only review kinds (TokenReview, SubjectAccessReview, ...).
 //! - [`protobuf`]: the Kubernetes protobuf wire format.
 //! - [`observe`]: request metrics, the access log, warnings for paths nothing serves.
+//! - [`yaml`]: YAML to JSON at a cost bounded by the input's size (bodies, apply patches,
+//!   kubeconfigs).
 
 pub mod apply;
 pub mod crd;
@@ -34,3 +36,4 @@ pub use crate::registry::schema;
 pub mod selectors;
 pub mod table;
 pub mod watch;
+pub mod yaml;

@@ -174,6 +174,10 @@ pub async fn encode(state: &AppState) -> String {
     if let Some(stats) = metrics::process_stats() {
         text.push_str(&metrics::encode_process(&stats));
     }
+    if let Some(signer) = state.security.service_accounts.as_ref().and_then(|t| t.external_signer()) {
+        let more = signer.metrics.encode();
+        text.push_str(more.trim_end().strip_suffix("# EOF").unwrap_or(&more));
+    }
     if let Some(extra) = state.observe.extra.get() {
         let more = extra();
         text.push_str(more.trim_end().strip_suffix("# EOF").unwrap_or(&more));

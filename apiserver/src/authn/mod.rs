@@ -111,7 +111,8 @@ const X509_CACHE_MAX: usize = 1024;
 
 /// x509 client certificates (from [`PeerCertificates`]): the chain must verify against the
 /// CA bundle at the current time with extended key usage clientAuth. CN → user name, each
-/// O → a group. A certificate with an empty CN authenticates nobody (as upstream).
+/// O → a group, the attribute 1.3.6.1.4.1.57683.2 → the user's UID ([`x509_user_uid`]). A
+/// certificate with an empty CN authenticates nobody (as upstream).
 ///
 /// The trusted CAs can be replaced while serving ([`X509Authenticator::set_trust`], e.g. when
 /// `DIR/pki/ca.crt` changes); remembered verifications of the previous trust set are dropped.
@@ -216,7 +217,11 @@ impl X509Authenticator {
         if info.common_name.is_empty() {
             return AuthResult::NoCredentials;
         }
-        let user = UserInfo { name: info.common_name, groups: info.organizations, ..Default::default() };
+        let uid = match x509_user_uid(&info.user_uids) {
+            Ok(uid) => uid,
+            Err(e) => return AuthResult::Invalid(e),
+        };
+        let user = UserInfo { name: info.common_name, uid, groups: info.organizations, ..Default::default() };
         if let Ok(mut cache) = self.cache.lock() {
             if cache.len() >= X509_CACHE_MAX {
                 cache.retain(|_, (_, until, _)| now < *until);
@@ -227,6 +232,18 @@ impl X509Authenticator {
             cache.insert(key, (user.clone(), (now + X509_CACHE_TTL).min(info.not_after), generation));
         }
         AuthResult::Authenticated(user)
+    }
+}
+
+/// The user's UID from a client certificate's subject attributes 1.3.6.1.4.1.57683.2, as
+/// kube-apiserver reads them (on by default since 1.33): none is no UID, one non-empty value
+/// is the UID, several or an empty one refuse the certificate.
+pub fn x509_user_uid(uids: &[String]) -> Result<String, String> {
+    match uids {
+        [] => Ok(String::new()),
+        [uid] if uid.is_empty() => Err("UID cannot be an empty string".into()),
+        [uid] => Ok(uid.clone()),
+        many => Err(format!("expected 1 UID, but found multiple: [{}]", many.join(" "))),
     }
 }
 
@@ -475,6 +492,37 @@ mod tests {
         parts
     }
 
+    /// A DER subject: CN, O, then one UID attribute (UTF8String) per value.
+    fn subject_with_uids(cn: &str, o: &str, uids: &[&str]) -> Vec<u8> {
+        fn tlv(tag: u8, content: &[u8]) -> Vec<u8> {
+            assert!(content.len() < 128, "short form lengths only");
+            [vec![tag, content.len() as u8], content.to_vec()].concat()
+        }
+        let atv =
+            |oid: &[u8], value: &str| tlv(0x31, &tlv(0x30, &[tlv(0x06, oid), tlv(0x0c, value.as_bytes())].concat()));
+        let uid_oid = [0x2b, 0x06, 0x01, 0x04, 0x01, 0x83, 0xc2, 0x53, 0x02];
+        let mut rdns = [atv(&[0x55, 0x04, 0x03], cn), atv(&[0x55, 0x04, 0x0a], o)].concat();
+        for u in uids {
+            rdns.extend(atv(&uid_oid, u));
+        }
+        tlv(0x30, &rdns)
+    }
+
+    #[test]
+    fn x509_user_uids() {
+        let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+        let cases: Vec<(Vec<String>, Result<&str, &str>)> = vec![
+            (s(&[]), Ok("")),
+            (s(&["u-1"]), Ok("u-1")),
+            (s(&[""]), Err("UID cannot be an empty string")),
+            (s(&["a", "b"]), Err("expected 1 UID, but found multiple: [a b]")),
+            (s(&["a", ""]), Err("expected 1 UID, but found multiple: [a ]")),
+        ];
+        for (uids, want) in cases {
+            assert_eq!(x509_user_uid(&uids), want.map(str::to_string).map_err(str::to_string), "{uids:?}");
+        }
+    }
+
     fn issue(ca: &Ca, params: IssueParams, at: DateTime<Utc>) -> Vec<u8> {
         ca.issue(params, at).unwrap().cert_der
     }
@@ -507,6 +555,13 @@ mod tests {
             now,
         );
         let no_cn = issue(&f.ca, IssueParams::client("", vec!["devs".into()], Duration::days(1)), now);
+        let with_uids = |uids: &[&str]| {
+            let mut p = IssueParams::client("uidful", vec!["devs".into()], Duration::days(1));
+            p.raw_subject = Some(subject_with_uids("uidful", "devs", uids));
+            issue(&f.ca, p, now)
+        };
+        let (one_uid, two_uids, empty_uid) = (with_uids(&["u-42"]), with_uids(&["a", "b"]), with_uids(&[""]));
+        let uid_user = UserInfo { uid: "u-42".into(), ..user("uidful", &["devs", AUTHENTICATED_GROUP]) };
 
         let unauthorized = |why: &str| Err::<UserInfo, String>(why.to_string());
         type Case<'a> = (&'a str, Option<&'a [u8]>, Option<&'a str>, Result<UserInfo, String>);
@@ -533,6 +588,9 @@ mod tests {
             ),
             ("cert without EKU", Some(&no_eku), None, Ok(user("plain", &[AUTHENTICATED_GROUP]))),
             ("cert without CN", Some(&no_cn), None, Ok(UserInfo::anonymous())),
+            ("cert naming a UID", Some(&one_uid), None, Ok(uid_user)),
+            ("cert naming two UIDs", Some(&two_uids), None, unauthorized("expected 1 UID, but found multiple: [a b]")),
+            ("cert naming an empty UID", Some(&empty_uid), None, unauthorized("UID cannot be an empty string")),
             ("garbage cert", Some(b"junk"), None, unauthorized("")),
             ("no credentials", None, None, Ok(UserInfo::anonymous())),
             ("unknown bearer token", None, Some("Bearer abc.def"), unauthorized("invalid bearer token")),

@@ -2,7 +2,8 @@
 //! `pkg/serviceaccount`.
 //!
 //! Bound tokens (TokenRequest) must name a service account that still exists with the same
-//! uid, and, when bound to a Secret, a Secret that still exists with the same uid. Legacy
+//! uid, and, when bound to a Secret, Pod or Node, that object still existing with the same uid
+//! (a pod-bound token's node claim is carried into the user's extra, not checked). Legacy
 //! tokens (issuer `kubernetes/serviceaccount`) must be the `data.token` of a live
 //! `kubernetes.io/service-account-token` Secret; their use is recorded in the
 //! `kubernetes.io/legacy-token-last-used` label (at most one write per Secret and day), and
@@ -40,6 +41,12 @@ use crate::storage::{KeyValue, Storage};
 pub const ALL_SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
 /// The user extra naming the credential (`JTI=<jti>` for bound tokens).
 pub const CREDENTIAL_ID_EXTRA: &str = "authentication.kubernetes.io/credential-id";
+/// The user extras of a pod-bound token: the pod's name and uid.
+pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
+pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";
+/// The user extras of a token that names a Node (bound to it, or to a pod on it).
+pub const NODE_NAME_EXTRA: &str = "authentication.kubernetes.io/node-name";
+pub const NODE_UID_EXTRA: &str = "authentication.kubernetes.io/node-uid";
 /// The Secret type holding legacy tokens.
 pub const SERVICE_ACCOUNT_TOKEN_SECRET_TYPE: &str = "kubernetes.io/service-account-token";
 /// Label with the day (UTC, `YYYY-MM-DD`) a legacy token was last used.
@@ -68,11 +75,16 @@ pub enum Rejection {
     ServiceAccountDeleted { namespace: String, name: String },
     #[error("service account UID ({stored}) does not match claim ({claimed})")]
     ServiceAccountUid { stored: String, claimed: String },
-    /// A bound token whose Secret is gone, or bound to a Pod or Node (not served here).
+    /// A bound token whose Secret, Pod or Node is gone (or being deleted for longer than the
+    /// leeway).
     #[error("service account token has been invalidated")]
     TokenInvalidated,
     #[error("secret UID ({stored}) does not match service account secret ref claim ({claimed})")]
     SecretUid { stored: String, claimed: String },
+    #[error("pod UID ({stored}) does not match service account pod ref claim ({claimed})")]
+    PodUid { stored: String, claimed: String },
+    #[error("node UID ({stored}) does not match service account node ref claim ({claimed})")]
+    NodeUid { stored: String, claimed: String },
     /// A legacy token whose Secret is gone, being deleted or not a service-account-token one.
     #[error("token has been invalidated")]
     LegacyTokenInvalidated,
@@ -143,14 +155,23 @@ fn deletion_time(obj: &Value) -> Option<DateTime<Utc>> {
     )
 }
 
-/// A bound token's claims against the stored service account and bound Secret (`None` =
-/// not found) at `now`. Objects deleted more than the leeway ago count as gone, as upstream.
-pub fn check_bound(
-    claims: &BoundClaims,
-    service_account: Option<&Value>,
-    secret: Option<&Value>,
-    now: DateTime<Utc>,
-) -> Result<UserInfo, Rejection> {
+/// The stored objects a bound token is checked against (`None` = not found): its service
+/// account, and the Secret, Pod or Node it is bound to.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stored<'a> {
+    pub service_account: Option<&'a Value>,
+    pub secret: Option<&'a Value>,
+    pub pod: Option<&'a Value>,
+    /// Read only for a token bound to a Node itself (a pod-bound token's node claim is
+    /// information, not a binding, as upstream).
+    pub node: Option<&'a Value>,
+}
+
+/// A bound token's claims against the stored objects at `now`. Objects deleted more than the
+/// leeway ago count as gone, as upstream. The user carries the credential id, and the pod's
+/// and node's name and uid from the claims (`authentication.kubernetes.io/pod-name`...).
+pub fn check_bound(claims: &BoundClaims, stored: &Stored<'_>, now: DateTime<Utc>) -> Result<UserInfo, Rejection> {
+    let Stored { service_account, secret, pod, node } = *stored;
     claims.check_time(now)?;
     let ns = &claims.namespace;
     let sa_ref = &claims.service_account;
@@ -159,27 +180,55 @@ pub fn check_bound(
     let sa = service_account
         .filter(|_| !ns.is_empty() && !sa_ref.name.is_empty())
         .ok_or_else(|| Rejection::ServiceAccountNotFound(sa_ref.name.clone()))?;
-    if deleted_long_ago(sa) {
-        return Err(Rejection::ServiceAccountDeleted { namespace: ns.clone(), name: sa_ref.name.clone() });
-    }
     if meta::uid(sa) != sa_ref.uid {
         return Err(Rejection::ServiceAccountUid { stored: meta::uid(sa).into(), claimed: sa_ref.uid.clone() });
     }
+    if deleted_long_ago(sa) {
+        return Err(Rejection::ServiceAccountDeleted { namespace: ns.clone(), name: sa_ref.name.clone() });
+    }
     if let Some(secret_ref) = &claims.secret {
         let secret = secret.ok_or(Rejection::TokenInvalidated)?;
-        if deleted_long_ago(secret) {
-            return Err(Rejection::TokenInvalidated);
-        }
         if meta::uid(secret) != secret_ref.uid {
             return Err(Rejection::SecretUid { stored: meta::uid(secret).into(), claimed: secret_ref.uid.clone() });
         }
+        if deleted_long_ago(secret) {
+            return Err(Rejection::TokenInvalidated);
+        }
     }
-    // Pods and nodes are not served here: a token bound to one cannot be checked.
-    if claims.pod.is_some() || claims.node.is_some() {
-        return Err(Rejection::TokenInvalidated);
+    if let Some(pod_ref) = &claims.pod {
+        let pod = pod.ok_or(Rejection::TokenInvalidated)?;
+        if meta::uid(pod) != pod_ref.uid {
+            return Err(Rejection::PodUid { stored: meta::uid(pod).into(), claimed: pod_ref.uid.clone() });
+        }
+        if deleted_long_ago(pod) {
+            return Err(Rejection::TokenInvalidated);
+        }
+    }
+    if let (Some(node_ref), None) = (&claims.node, &claims.pod) {
+        let node = node.ok_or(Rejection::TokenInvalidated)?;
+        if meta::uid(node) != node_ref.uid {
+            return Err(Rejection::NodeUid { stored: meta::uid(node).into(), claimed: node_ref.uid.clone() });
+        }
+        if deleted_long_ago(node) {
+            return Err(Rejection::TokenInvalidated);
+        }
     }
     let credential_id = (!claims.jti.is_empty()).then(|| format!("JTI={}", claims.jti));
-    Ok(service_account_user(ns, &sa_ref.name, &sa_ref.uid, credential_id))
+    let mut user = service_account_user(ns, &sa_ref.name, &sa_ref.uid, credential_id);
+    let mut extra = |key: &str, value: &str| {
+        user.extra.insert(key.to_string(), vec![value.to_string()]);
+    };
+    if let Some(p) = claims.pod.as_ref().filter(|p| !p.name.is_empty() && !p.uid.is_empty()) {
+        extra(POD_NAME_EXTRA, &p.name);
+        extra(POD_UID_EXTRA, &p.uid);
+    }
+    if let Some(n) = claims.node.as_ref().filter(|n| !n.name.is_empty()) {
+        extra(NODE_NAME_EXTRA, &n.name);
+        if !n.uid.is_empty() {
+            extra(NODE_UID_EXTRA, &n.uid);
+        }
+    }
+    Ok(user)
 }
 
 /// The `data.token` of a Secret, decoded.
@@ -259,6 +308,8 @@ pub struct ServiceAccountAuthenticator {
     store: Arc<dyn Storage>,
     service_accounts: ResourceDef,
     secrets: ResourceDef,
+    pods: ResourceDef,
+    nodes: ResourceDef,
 }
 
 fn core_def(registry: &Registry, resource: &str) -> anyhow::Result<ResourceDef> {
@@ -273,6 +324,8 @@ impl ServiceAccountAuthenticator {
             store,
             service_accounts: core_def(&registry, "serviceaccounts")?,
             secrets: core_def(&registry, "secrets")?,
+            pods: core_def(&registry, "pods")?,
+            nodes: core_def(&registry, "nodes")?,
         })
     }
 
@@ -282,10 +335,11 @@ impl ServiceAccountAuthenticator {
         namespace: &str,
         name: &str,
     ) -> Result<Option<(KeyValue, Value)>, Rejection> {
-        if namespace.is_empty() || name.is_empty() {
+        if (def.namespaced && namespace.is_empty()) || name.is_empty() {
             return Ok(None);
         }
-        let kv = self.store.get(&def.key(Some(namespace), name)).await?;
+        let namespace = def.namespaced.then_some(namespace);
+        let kv = self.store.get(&def.key(namespace, name)).await?;
         match kv {
             None => Ok(None),
             Some(kv) => {
@@ -304,7 +358,21 @@ impl ServiceAccountAuthenticator {
             Some(r) => self.read(&self.secrets, ns, &r.name).await?,
             None => None,
         };
-        check_bound(&claims, sa.as_ref().map(|(_, o)| o), secret.as_ref().map(|(_, o)| o), now)
+        let pod = match &claims.pod {
+            Some(r) => self.read(&self.pods, ns, &r.name).await?,
+            None => None,
+        };
+        let node = match (&claims.node, &claims.pod) {
+            (Some(r), None) => self.read(&self.nodes, "", &r.name).await?,
+            _ => None,
+        };
+        let stored = Stored {
+            service_account: sa.as_ref().map(|(_, o)| o),
+            secret: secret.as_ref().map(|(_, o)| o),
+            pod: pod.as_ref().map(|(_, o)| o),
+            node: node.as_ref().map(|(_, o)| o),
+        };
+        check_bound(&claims, &stored, now)
     }
 
     async fn authenticate_legacy(
@@ -359,7 +427,7 @@ impl TokenAuthenticator for ServiceAccountAuthenticator {
         if !legacy && !self.tokens.issuers().contains(&issuer) {
             return TokenResult::NotMine;
         }
-        let claims = match jwt::verify(token, &self.tokens.verification_keys()) {
+        let claims = match jwt::verify(token, &self.tokens.verification_keys_for(token).await) {
             Ok(c) => c,
             Err(JwtError::Malformed(_)) => return TokenResult::NotMine,
             Err(e) => return TokenResult::Invalid(e.to_string()),
@@ -385,405 +453,4 @@ impl TokenAuthenticator for ServiceAccountAuthenticator {
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used, clippy::type_complexity)]
-    use chrono::TimeZone as _;
-    use kustos_ca::jwt::{ObjectRef, SigningKey};
-
-    use super::fixture::{authenticated, env, invalid, strings};
-    use super::*;
-    use crate::pki::service_account::DEFAULT_ISSUER;
-
-    fn at(secs: i64) -> DateTime<Utc> {
-        Utc.timestamp_opt(secs, 0).unwrap()
-    }
-
-    // ------------------------------------------------------------------ pure decisions
-
-    #[test]
-    fn audience_intersection() {
-        let api = strings(&["https://kubernetes.default.svc.cluster.local", "k8s"]);
-        let cases: Vec<(&str, Vec<String>, Vec<String>, Result<Vec<String>, String>)> = vec![
-            ("bound token, default audiences", strings(&["k8s"]), vec![], Ok(strings(&["k8s"]))),
-            ("bound token, asked for its audience", strings(&["x", "y"]), strings(&["y"]), Ok(strings(&["y"]))),
-            ("keeps the token's order", strings(&["b", "a"]), strings(&["a", "b"]), Ok(strings(&["b", "a"]))),
-            (
-                "bound token, other audience",
-                strings(&["x"]),
-                vec![],
-                Err(r#"token audiences ["x"] is invalid for the target audiences ["https://kubernetes.default.svc.cluster.local" "k8s"]"#.into()),
-            ),
-            ("legacy token, default audiences", vec![], vec![], Ok(api.clone())),
-            ("legacy token, asked for an API audience", vec![], strings(&["k8s"]), Ok(strings(&["k8s"]))),
-            (
-                "legacy token, asked for another audience",
-                vec![],
-                strings(&["vault"]),
-                Err(r#"token audiences ["https://kubernetes.default.svc.cluster.local" "k8s"] is invalid for the target audiences ["vault"]"#.into()),
-            ),
-        ];
-        for (what, token, requested, want) in cases {
-            assert_eq!(audiences_for(&token, &api, &requested).map_err(|e| e.to_string()), want, "{what}");
-        }
-        // An apiserver without audiences accepts anything (with no audiences).
-        assert_eq!(audiences_for(&strings(&["x"]), &[], &strings(&["y"])).unwrap(), Vec::<String>::new());
-    }
-
-    #[test]
-    fn service_account_users() {
-        let u = service_account_user("ns", "sa", "uid-1", Some("JTI=abc".into()));
-        assert_eq!(u.name, "system:serviceaccount:ns:sa");
-        assert_eq!(u.uid, "uid-1");
-        assert_eq!(u.groups, ["system:serviceaccounts", "system:serviceaccounts:ns"]);
-        assert_eq!(u.extra.get(CREDENTIAL_ID_EXTRA), Some(&strings(&["JTI=abc"])));
-        assert!(service_account_user("ns", "sa", "u", None).extra.is_empty());
-        assert!(service_account_user("ns", "sa", "u", Some(String::new())).extra.is_empty());
-    }
-
-    fn obj(uid: &str, deletion: Option<&str>) -> Value {
-        let mut m = json!({"metadata": {"name": "x", "uid": uid}});
-        if let Some(d) = deletion {
-            m["metadata"]["deletionTimestamp"] = json!(d);
-        }
-        m
-    }
-
-    #[test]
-    fn bound_token_checks() {
-        let now = at(1_700_000_000);
-        let base = BoundClaims::new(
-            DEFAULT_ISSUER,
-            "ns",
-            ObjectRef::new("sa", "sa-uid"),
-            strings(&["api"]),
-            now - Duration::seconds(100),
-            3600,
-            "jti-1",
-        );
-        let bound = base.clone().with_secret(ObjectRef::new("s", "secret-uid"));
-        let sa = obj("sa-uid", None);
-        let secret = obj("secret-uid", None);
-        let just_deleted = "2023-11-14T22:13:00Z"; // 20 s before now
-        let long_deleted = "2023-11-14T22:00:00Z";
-        let not_found = || Err::<(), String>("serviceaccounts \"sa\" not found".into());
-        let invalidated = || Err::<(), String>(Rejection::TokenInvalidated.to_string());
-        let cases: Vec<(&str, BoundClaims, Option<Value>, Option<Value>, DateTime<Utc>, Result<(), String>)> = vec![
-            ("valid", base.clone(), Some(sa.clone()), None, now, Ok(())),
-            ("valid, secret bound", bound.clone(), Some(sa.clone()), Some(secret.clone()), now, Ok(())),
-            (
-                "expired",
-                base.clone(),
-                Some(sa.clone()),
-                None,
-                now + Duration::hours(2),
-                Err("service account token has expired".into()),
-            ),
-            (
-                "not yet valid",
-                base.clone(),
-                Some(sa.clone()),
-                None,
-                now - Duration::hours(1),
-                Err("service account token is not valid yet".into()),
-            ),
-            ("sa gone", base.clone(), None, None, now, not_found()),
-            (
-                "sa uid differs",
-                base.clone(),
-                Some(obj("other", None)),
-                None,
-                now,
-                Err("service account UID (other) does not match claim (sa-uid)".into()),
-            ),
-            (
-                "sa deleted long ago",
-                base.clone(),
-                Some(obj("sa-uid", Some(long_deleted))),
-                None,
-                now,
-                Err("service account ns/sa has been deleted".into()),
-            ),
-            ("sa deletion within the leeway", base.clone(), Some(obj("sa-uid", Some(just_deleted))), None, now, Ok(())),
-            ("secret gone", bound.clone(), Some(sa.clone()), None, now, invalidated()),
-            (
-                "secret deleted long ago",
-                bound.clone(),
-                Some(sa.clone()),
-                Some(obj("secret-uid", Some(long_deleted))),
-                now,
-                invalidated(),
-            ),
-            (
-                "secret deleted, unreadable time",
-                bound.clone(),
-                Some(sa.clone()),
-                Some(obj("secret-uid", Some("yesterday"))),
-                now,
-                invalidated(),
-            ),
-            (
-                "secret recreated",
-                bound.clone(),
-                Some(sa.clone()),
-                Some(obj("new", None)),
-                now,
-                Err("secret UID (new) does not match service account secret ref claim (secret-uid)".into()),
-            ),
-            (
-                "pod bound",
-                BoundClaims { pod: Some(ObjectRef::new("p", "u")), ..base.clone() },
-                Some(sa.clone()),
-                None,
-                now,
-                invalidated(),
-            ),
-            (
-                "node bound",
-                BoundClaims { node: Some(ObjectRef::new("n", "u")), ..base.clone() },
-                Some(sa.clone()),
-                None,
-                now,
-                invalidated(),
-            ),
-            (
-                "no namespace claim",
-                BoundClaims { namespace: String::new(), ..base.clone() },
-                Some(sa.clone()),
-                None,
-                now,
-                not_found(),
-            ),
-        ];
-        for (what, claims, sa, secret, now, want) in cases {
-            let got = check_bound(&claims, sa.as_ref(), secret.as_ref(), now);
-            assert_eq!(got.as_ref().map(|_| ()).map_err(ToString::to_string), want, "{what}");
-            if let Ok(u) = got {
-                assert_eq!(u.name, "system:serviceaccount:ns:sa", "{what}");
-                assert_eq!(u.uid, "sa-uid", "{what}");
-                assert_eq!(u.extra.get(CREDENTIAL_ID_EXTRA), Some(&strings(&["JTI=jti-1"])), "{what}");
-            }
-        }
-    }
-
-    fn legacy_secret(token: &str, kind: &str, labels: Value, deleting: bool) -> Value {
-        let mut s = json!({
-            "metadata": {"name": "sa-token", "namespace": "ns", "uid": "secret-uid", "labels": labels},
-            "type": kind,
-            "data": {"token": base64::engine::general_purpose::STANDARD.encode(token)},
-        });
-        if deleting {
-            s["metadata"]["deletionTimestamp"] = json!("2023-11-14T22:13:00Z");
-        }
-        s
-    }
-
-    #[test]
-    fn legacy_token_checks() {
-        let claims = LegacyClaims::new("ns", "sa", "sa-uid", "sa-token");
-        let token = "header.payload.sig";
-        let t = SERVICE_ACCOUNT_TOKEN_SECRET_TYPE;
-        let sa = obj("sa-uid", None);
-        let good = legacy_secret(token, t, json!({}), false);
-        let invalidated = || Err::<(), String>(Rejection::LegacyTokenInvalidated.to_string());
-        let cases: Vec<(&str, LegacyClaims, Option<Value>, Option<Value>, Result<(), String>)> = vec![
-            ("valid", claims.clone(), Some(good.clone()), Some(sa.clone()), Ok(())),
-            ("secret gone", claims.clone(), None, Some(sa.clone()), invalidated()),
-            (
-                "secret being deleted",
-                claims.clone(),
-                Some(legacy_secret(token, t, json!({}), true)),
-                Some(sa.clone()),
-                invalidated(),
-            ),
-            (
-                "opaque secret",
-                claims.clone(),
-                Some(legacy_secret(token, "Opaque", json!({}), false)),
-                Some(sa.clone()),
-                invalidated(),
-            ),
-            (
-                "other token in the secret",
-                claims.clone(),
-                Some(legacy_secret("other", t, json!({}), false)),
-                Some(sa.clone()),
-                Err("token does not match server's copy".into()),
-            ),
-            (
-                "no token in the secret",
-                claims.clone(),
-                Some(json!({"type": t, "metadata": {}})),
-                Some(sa.clone()),
-                Err("token does not match server's copy".into()),
-            ),
-            ("sa gone", claims.clone(), Some(good.clone()), None, Err("serviceaccounts \"sa\" not found".into())),
-            (
-                "sa being deleted",
-                claims.clone(),
-                Some(good.clone()),
-                Some(obj("sa-uid", Some("2023-11-14T22:13:00Z"))),
-                Err("service account ns/sa has been deleted".into()),
-            ),
-            (
-                "sa recreated",
-                claims.clone(),
-                Some(good.clone()),
-                Some(obj("new", None)),
-                Err("service account UID (new) does not match claim (sa-uid)".into()),
-            ),
-            (
-                "claims incomplete",
-                LegacyClaims { secret_name: String::new(), ..claims.clone() },
-                Some(good.clone()),
-                Some(sa.clone()),
-                Err("secretName claim is missing".into()),
-            ),
-        ];
-        for (what, claims, secret, sa, want) in cases {
-            let got = check_legacy(&claims, token, secret.as_ref(), sa.as_ref());
-            assert_eq!(got.as_ref().map(|_| ()).map_err(ToString::to_string), want, "{what}");
-            if let Ok(u) = got {
-                assert_eq!(u.name, "system:serviceaccount:ns:sa");
-                assert!(u.extra.is_empty(), "legacy tokens carry no credential id");
-            }
-        }
-        assert!(legacy_invalidated(&claims, &good).is_none());
-        let marked = legacy_secret(token, t, json!({LEGACY_TOKEN_INVALID_SINCE_LABEL: "2023-01-01"}), false);
-        assert_eq!(
-            legacy_invalidated(&claims, &marked).unwrap().to_string(),
-            "the token in secret ns/sa-token for service account ns/sa has been marked invalid. Use tokens from the TokenRequest API or manually created secret-based tokens, or remove the 'kubernetes.io/legacy-token-invalid-since' label from the secret to temporarily allow use of this token"
-        );
-        let empty_label = legacy_secret(token, t, json!({LEGACY_TOKEN_INVALID_SINCE_LABEL: ""}), false);
-        assert!(legacy_invalidated(&claims, &empty_label).is_none());
-    }
-
-    #[test]
-    fn last_used_label_updates() {
-        let now = Utc.with_ymd_and_hms(2024, 3, 9, 23, 30, 0).unwrap();
-        let labels = |v: Option<&str>| -> BTreeMap<String, String> {
-            v.map(|v| [(LEGACY_TOKEN_LAST_USED_LABEL.to_string(), v.to_string())].into()).unwrap_or_default()
-        };
-        let cases = [
-            (None, Some("2024-03-09")),
-            (Some("2024-03-08"), Some("2024-03-09")),
-            (Some("garbage"), Some("2024-03-09")),
-            (Some("2024-03-09"), None),
-            (Some("2024-03-10"), None),
-        ];
-        for (have, want) in cases {
-            assert_eq!(last_used_update(&labels(have), now).as_deref(), want, "{have:?}");
-        }
-    }
-
-    #[tokio::test]
-    async fn not_mine_and_invalid_tokens() {
-        let e = env().await;
-        e.namespace("team").await;
-        e.service_account("team", "builder").await;
-        let good = e.token("team", "builder", json!({})).await;
-        authenticated(e.check(&good, &[]).await);
-        let other_key = SigningKey::from_pem(&kustos_ca::generate_sa_keypair().unwrap().private_key_pem).unwrap();
-        let claims = jwt::decode_unverified(&good).unwrap().1;
-        let mut foreign = claims.clone();
-        foreign.insert("iss".into(), json!("https://someone-else.example"));
-        let mut flipped = good.clone().into_bytes();
-        let i = flipped.len() - 3;
-        flipped[i] = if flipped[i] == b'A' { b'B' } else { b'A' };
-        let flipped = String::from_utf8(flipped).unwrap();
-        let mut expired = BoundClaims::from_claims(&claims).unwrap();
-        expired.expiry = Some(Utc::now().timestamp() - 3600);
-        // Signed by the cluster's own key with `exp` as given (`None`: no `exp` at all).
-        let own_key = SigningKey::from_pem(&e.signing_pem).unwrap();
-        let with_exp = |exp: Option<Value>| {
-            let mut c = claims.clone();
-            match exp {
-                Some(v) => c.insert("exp".into(), v),
-                None => c.remove("exp"),
-            };
-            own_key.sign(&Value::Object(c)).unwrap()
-        };
-        let cases: Vec<(&str, String, Option<&str>)> = vec![
-            ("opaque token", "abcdef.0123456789abcdef".into(), None),
-            ("bootstrap-looking token", "07401b.f395accd246ae52d".into(), None),
-            ("unknown issuer", other_key.sign(&Value::Object(foreign)).unwrap(), None),
-            ("flipped signature byte", flipped, Some("invalid signature")),
-            (
-                "signed by an unknown key",
-                other_key.sign(&Value::Object(claims.clone())).unwrap(),
-                Some("invalid signature, no keys found"),
-            ),
-            ("expired", e.tokens.issue(&expired).unwrap(), Some("service account token has expired")),
-            ("exp 0 is the epoch", with_exp(Some(json!(0))), Some("service account token has expired")),
-            ("exp negative", with_exp(Some(json!(-1))), Some("service account token has expired")),
-            ("exp fraction of the first second", with_exp(Some(json!(0.5))), Some("service account token has expired")),
-            ("no exp", with_exp(None), Some("")),
-            ("exp null", with_exp(Some(Value::Null)), Some("")),
-            (
-                "second issuer accepted",
-                e.tokens
-                    .issue(&BoundClaims {
-                        issuer: "https://old-issuer.example".into(),
-                        ..BoundClaims::from_claims(&claims).unwrap()
-                    })
-                    .unwrap(),
-                Some(""),
-            ),
-        ];
-        for (what, token, want) in cases {
-            match (e.check(&token, &[]).await, want) {
-                (TokenResult::NotMine, None) => {}
-                (TokenResult::Authenticated { .. }, Some("")) => {}
-                (TokenResult::Invalid(reason), Some(w)) if !w.is_empty() => assert_eq!(reason, w, "{what}"),
-                (other, _) => panic!("{what}: {other:?}"),
-            }
-        }
-    }
-
-    #[tokio::test]
-    async fn legacy_tokens() {
-        let e = env().await;
-        e.namespace("team").await;
-        let sa = e.service_account("team", "old").await;
-        let token = jwt::legacy_token(&e.signing_pem, "team", "old", meta::uid(&sa), "old-token", "").unwrap();
-        let b64 = base64::engine::general_purpose::STANDARD.encode(&token);
-        e.create(
-            "secrets",
-            "team",
-            json!({
-                "metadata": {"name": "old-token", "annotations": {"kubernetes.io/service-account.name": "old"}},
-                "type": SERVICE_ACCOUNT_TOKEN_SECRET_TYPE,
-                "data": {"token": b64},
-            }),
-        )
-        .await;
-        let (user, auds) = authenticated(e.check(&token, &[]).await);
-        assert_eq!(user.name, "system:serviceaccount:team:old");
-        assert_eq!(user.uid, meta::uid(&sa));
-        assert!(user.extra.is_empty());
-        assert_eq!(auds, e.tokens.api_audiences());
-        // Audience-agnostic only within the API audiences.
-        assert!(invalid(e.check(&token, &["vault"]).await).contains("is invalid for the target audiences [\"vault\"]"));
-
-        // The use was recorded once for today.
-        let kv = e.stored("secrets", "team", "old-token").await.unwrap();
-        let secret: Value = serde_json::from_slice(&kv.value).unwrap();
-        let today = Utc::now().format("%Y-%m-%d").to_string();
-        assert_eq!(meta::labels(&secret)[LEGACY_TOKEN_LAST_USED_LABEL], today);
-        authenticated(e.check(&token, &[]).await);
-        assert_eq!(e.stored("secrets", "team", "old-token").await.unwrap().mod_rev, kv.mod_rev, "one write a day");
-
-        // Marked invalid.
-        let mut marked = secret.clone();
-        marked["metadata"]["labels"][LEGACY_TOKEN_INVALID_SINCE_LABEL] = json!("2024-01-01");
-        e.state.storage.update(&kv.key, meta::to_stored(&marked).unwrap(), kv.mod_rev).await.unwrap();
-        assert!(invalid(e.check(&token, &[]).await).contains("has been marked invalid"));
-
-        // A token that is not the Secret's copy (another signature over the same claims).
-        let other = jwt::legacy_token(&e.signing_pem, "team", "old", meta::uid(&sa), "old-token", "").unwrap();
-        assert_ne!(other, token);
-        assert_eq!(invalid(e.check(&other, &[]).await), "token does not match server's copy");
-        // Secret gone.
-        e.remove("secrets", "team", "old-token").await;
-        assert_eq!(invalid(e.check(&token, &[]).await), Rejection::LegacyTokenInvalidated.to_string());
-    }
-}
+mod tests;

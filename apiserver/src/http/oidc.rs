@@ -31,7 +31,7 @@ pub fn openid_configuration(tokens: &ServiceAccountTokens) -> Option<String> {
         "{{\"issuer\":{},\"jwks_uri\":{},\"response_types_supported\":[\"id_token\"],\"subject_types_supported\":[\"public\"],\"id_token_signing_alg_values_supported\":{}}}",
         json!(tokens.issuer()),
         json!(tokens.jwks_uri()),
-        json!(jwt::signing_algorithms(&tokens.verification_keys())),
+        json!(jwt::signing_algorithms(&tokens.published_keys())),
     ))
 }
 
@@ -120,7 +120,7 @@ mod tests {
         let (code, ct, _, body) = get(&e.state, JWKS_PATH).await;
         assert_eq!(code, 200);
         assert_eq!(ct.as_deref(), Some("application/jwk-set+json"));
-        let kid = e.tokens.signing_key().public_key().key_id().to_string();
+        let kid = e.tokens.signing_key().unwrap().public_key().key_id().to_string();
         assert_eq!(body["keys"][0]["kid"], kid);
         assert_eq!(body["keys"][0]["alg"], "ES256");
         assert!(body["keys"][0].get("d").is_none());

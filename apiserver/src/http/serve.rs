@@ -41,6 +41,12 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// HTTP/2 streams per connection (upstream kube-apiserver's default).
 pub const HTTP2_MAX_STREAMS: u32 = 1000;
+/// The request line and headers of one request, at most (upstream's `MaxHeaderBytes`): the
+/// read buffer over HTTP/1.1 (hyper's default is 408 KiB), and the header list size announced
+/// over HTTP/2 (hyper's default is 16 KiB, which made clients refuse to send bearer tokens,
+/// selectors or field managers that HTTP/1.1 takes). Larger is 431 (414 for a request line
+/// over 64 KiB on HTTP/1.1).
+pub const MAX_HEADER_BYTES: usize = 1 << 20;
 
 /// The certificate chain the client presented in the TLS handshake (leaf first), not yet
 /// verified; empty when it presented none. In every request's extensions.
@@ -288,7 +294,8 @@ async fn serve_connection(
         app.clone().oneshot(req)
     });
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    builder.http2().max_concurrent_streams(HTTP2_MAX_STREAMS);
+    builder.http1().max_buf_size(MAX_HEADER_BYTES);
+    builder.http2().max_concurrent_streams(HTTP2_MAX_STREAMS).max_header_list_size(MAX_HEADER_BYTES as u32);
     let conn = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(conn);
     let mut draining = *stop.borrow();
@@ -441,6 +448,43 @@ mod tests {
 
         let _ = s.stop.take().unwrap().send(());
         tokio::time::timeout(Duration::from_secs(5), &mut s.task).await.unwrap().unwrap();
+    }
+
+    /// The settings of the server's first HTTP/2 SETTINGS frame: (identifier, value).
+    async fn h2_settings(s: &Server) -> Vec<(u16, u32)> {
+        let mut tls = connect(s, None, &[b"h2"]).await;
+        tls.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0").await.unwrap();
+        let mut head = [0u8; 9];
+        tls.read_exact(&mut head).await.unwrap();
+        assert_eq!(head[3], 4, "the server's first frame is SETTINGS");
+        let len = usize::from(head[0]) << 16 | usize::from(head[1]) << 8 | usize::from(head[2]);
+        let mut payload = vec![0u8; len];
+        tls.read_exact(&mut payload).await.unwrap();
+        payload
+            .chunks(6)
+            .map(|c| (u16::from_be_bytes([c[0], c[1]]), u32::from_be_bytes([c[2], c[3], c[4], c[5]])))
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn headers_up_to_a_mebibyte_are_read() {
+        let s = start(SHUTDOWN_GRACE).await;
+        // HTTP/2 announces it (SETTINGS_MAX_HEADER_LIST_SIZE, 0x6): clients check it before
+        // they send.
+        let settings = h2_settings(&s).await;
+        assert!(settings.contains(&(6, MAX_HEADER_BYTES as u32)), "{settings:?}");
+        // HTTP/1.1: 900 KB of headers are read; past the limit is 431.
+        let header = |bytes: usize| format!("X-Big: {}\r\n", "b".repeat(bytes));
+        for (bytes, status) in [(900_000, "200 OK"), (1_100_000, "431 Request Header Fields Too Large")] {
+            let mut tls = connect(&s, None, &[b"http/1.1"]).await;
+            let req = format!("GET /whoami HTTP/1.1\r\nHost: localhost\r\n{}Connection: close\r\n\r\n", header(bytes));
+            // Over the limit, the server may answer and close before it has read it all.
+            let _ = tls.write_all(req.as_bytes()).await;
+            let mut out = Vec::new();
+            let _ = tls.read_to_end(&mut out).await;
+            let response = String::from_utf8_lossy(&out);
+            assert!(response.starts_with(&format!("HTTP/1.1 {status}\r\n")), "{bytes} bytes of headers: {response}");
+        }
     }
 
     /// Records the CA subjects the server hints, and sends no certificate.

@@ -7,7 +7,7 @@
 //! | `ca.crt`, `ca.key` | cluster CA, CN `kustos-ca` | 10 years; created once, never overwritten |
 //! | `apiserver.crt`, `apiserver.key` | serving certificate, CN `kube-apiserver` | 1 year; re-issued when the SAN set changes, it expires within 30 days, or it no longer matches the CA |
 //! | `sa.key`, `sa.pub` | service-account token signing key (ECDSA P-256) | created once; replaced by `kustos sa-key rotate` |
-//! | `sa-keys.json` | retired service-account keys that still verify ([`sa_keys`]) | until pruned |
+//! | `sa-keys.json` | retired service-account keys that still verify ([`sa_keys`]) | each until its end, or revoked |
 //!
 //! `ca.crt` may hold several CA certificates (a CA rotation: the new CA and the old one).
 //! The one whose public key matches `ca.key` signs; every CA certificate in it that has not
@@ -32,6 +32,8 @@
 
 pub mod cluster_info;
 pub mod data_dir;
+pub mod externaljwt;
+pub mod key_source;
 pub mod rotation;
 pub mod sa_keys;
 pub mod service_account;
@@ -353,6 +355,14 @@ fn ensure_serving(
     Ok((issued.cert_pem, key_pem))
 }
 
+/// `DIR/pki/sa.key` and `sa.pub`, created when absent (what `kustos sa-signer` needs of a
+/// data directory).
+pub fn ensure_sa_keys(dir: &Path) -> anyhow::Result<()> {
+    let pki_dir = dir.join("pki");
+    ensure_private_dir(&pki_dir)?;
+    ensure_sa(&pki_dir).map(|_| ())
+}
+
 fn ensure_sa(pki_dir: &Path) -> anyhow::Result<(String, String)> {
     let key_path = pki_dir.join("sa.key");
     let pub_path = pki_dir.join("sa.pub");
@@ -461,18 +471,15 @@ struct ExistingKubeconfig {
 }
 
 fn read_admin_kubeconfig(text: &str) -> Option<ExistingKubeconfig> {
-    let v: serde_yaml::Value = serde_yaml::from_str(text).ok()?;
-    let decode = |v: &serde_yaml::Value| -> Option<String> {
+    let v = crate::api::yaml::from_slice(text.as_bytes()).ok()?.value;
+    let decode = |v: &serde_json::Value| -> Option<String> {
         let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str()?.trim()).ok()?;
         String::from_utf8(bytes).ok()
     };
-    let cluster = v
-        .get("clusters")?
-        .as_sequence()?
-        .iter()
-        .find(|c| c.get("name").and_then(|n| n.as_str()) == Some(CLUSTER_NAME))?;
+    let cluster =
+        v.get("clusters")?.as_array()?.iter().find(|c| c.get("name").and_then(|n| n.as_str()) == Some(CLUSTER_NAME))?;
     let user =
-        v.get("users")?.as_sequence()?.iter().find(|u| u.get("name").and_then(|n| n.as_str()) == Some(ADMIN_USER))?;
+        v.get("users")?.as_array()?.iter().find(|u| u.get("name").and_then(|n| n.as_str()) == Some(ADMIN_USER))?;
     Some(ExistingKubeconfig {
         server: cluster.get("cluster")?.get("server")?.as_str()?.to_string(),
         ca_pem: decode(cluster.get("cluster")?.get("certificate-authority-data")?)?,

@@ -1,4 +1,5 @@
-//! Rotating the service-account signing key without a restart: `kustos sa-key rotate`.
+//! Rotating the service-account signing key without a restart: `kustos sa-key rotate`, and
+//! dropping a retired key at once: `kustos sa-key revoke`.
 //!
 //! In `DIR/pki/`:
 //!
@@ -6,10 +7,11 @@
 //! | --- | --- |
 //! | `sa.key`, `sa.pub` | the key that signs (as before a rotation) |
 //! | `sa-next.key` | the new key, while a rotation is under way (0600) |
-//! | `sa-keys.json` | the retired keys: `{"retired": [{"kid", "publicKey", "retiredAt", "tokensExpireBy"}]}` |
+//! | `sa-keys.json` | the retired keys: `{"retired": [{"kid", "publicKey", "retiredAt", "tokensExpireBy", "revokedAt"}]}` |
 //! | `sa-keys.lock` | taken (`flock`) by whoever rewrites `sa-keys.json` |
 //!
-//! A key verifies while it signs or is listed in `sa-keys.json`: the JWKS serves the same set.
+//! A key verifies while it signs, or while it is retired and its end has not passed and it
+//! was not revoked ([`verifies`]): the JWKS serves the same set.
 //! A rotation is a sequence of durable steps ([`next_step`]): the new key written to
 //! `sa-next.key`, the signing key's public half recorded as retired, `sa.key` replaced
 //! (atomically, 0600), `sa.pub` rewritten, `sa-next.key` removed. The key that signed is
@@ -17,14 +19,16 @@
 //! second ([`load`]) never misses it; a rotation killed between two steps resumes when run
 //! again (a `sa-next.key` left behind is the key it goes on with).
 //!
-//! A retired key can go once every token it signed has expired and no legacy token Secret
-//! is signed by it any more. Bound tokens: the server that signed them knows the longest
-//! lifetime it issues (`--service-account-max-token-expiration`, else 2^32 seconds) and
-//! records `tokensExpireBy` = retiredAt + that + [`PRUNE_MARGIN_SECONDS`] ([`fill_expiry`]).
-//! Legacy tokens: the serviceaccount-token controller re-issues those signed by a retired
-//! key (the JWT header's `kid`) and counts what is left ([`prunable`]).
-
-use std::collections::BTreeMap;
+//! A retired key's end (`tokensExpireBy`) is when the longest token it could have signed
+//! expires: retiredAt + the longest lifetime the apiserver issues
+//! (`--service-account-max-token-expiration`) + [`PRUNE_MARGIN_SECONDS`]. Every apiserver
+//! records it ([`extend_ends`], the longest of theirs wins) and, until one has, counts with
+//! its own ([`end`]). Legacy tokens (Secrets, no expiry) signed by a retired key stop
+//! verifying at the same end: the serviceaccount-token controller re-issues them with the new
+//! key right after the rotation. Past its end a key no longer verifies and is dropped from
+//! `sa-keys.json` ([`prunable`]). A revoked key (`revokedAt`, [`revoke`]) stops verifying at
+//! once; its entry stays for [`REVOKED_KEPT_SECONDS`] so that a concurrent change merged from
+//! another apiserver cannot bring it back, then it is dropped too.
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -44,6 +48,8 @@ pub const LOCK_FILE: &str = "sa-keys.lock";
 /// Added to a retired key's token window: the time a running server takes to follow
 /// `sa.key` (it signs with the old key until then) and the verifier's leeway, with room.
 pub const PRUNE_MARGIN_SECONDS: i64 = 300;
+/// How long a revoked key's entry stays in `sa-keys.json` (not verifying) before it is dropped.
+pub const REVOKED_KEPT_SECONDS: i64 = 24 * 3600;
 /// Steps one rotation takes at most (it needs five).
 const MAX_STEPS: usize = 16;
 
@@ -56,9 +62,12 @@ pub struct RetiredKey {
     pub public_key: String,
     /// When it stopped signing.
     pub retired_at: DateTime<Utc>,
-    /// When every bound token it signed has expired (set by the server that signed them).
+    /// Its end: when every token it signed has expired (recorded by the apiservers).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens_expire_by: Option<DateTime<Utc>>,
+    /// When `kustos sa-key revoke` dropped it: it verifies nothing from then on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revoked_at: Option<DateTime<Utc>>,
 }
 
 /// `sa-keys.json`.
@@ -71,6 +80,24 @@ pub struct KeyState {
 impl KeyState {
     pub fn retired_kids(&self) -> Vec<String> {
         self.retired.iter().map(|k| k.kid.clone()).collect()
+    }
+
+    /// Join two versions of the state (changed on two apiservers at once): every key of
+    /// either, each with the later end and the earlier revocation.
+    pub fn join(mut self, other: KeyState) -> KeyState {
+        for key in other.retired {
+            match self.retired.iter_mut().find(|k| k.kid == key.kid) {
+                Some(k) => {
+                    k.tokens_expire_by = k.tokens_expire_by.max(key.tokens_expire_by);
+                    k.revoked_at = match (k.revoked_at, key.revoked_at) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                None => self.retired.push(key),
+            }
+        }
+        self
     }
 }
 
@@ -134,47 +161,93 @@ pub fn next_step(target: &str, obs: &Observed) -> Option<Step> {
     Some(Step::InstallNext)
 }
 
-/// Fill `tokensExpireBy` of the retired keys that lack it: retiredAt + the longest bound
-/// token lifetime the server issues + [`PRUNE_MARGIN_SECONDS`]. Whether anything changed.
-pub fn fill_expiry(state: &mut KeyState, max_token_seconds: i64) -> bool {
+/// The window a retired key keeps verifying for on an apiserver whose longest token
+/// lifetime is `max_token_seconds`.
+pub fn window(max_token_seconds: i64) -> Duration {
+    Duration::try_seconds(max_token_seconds.saturating_add(PRUNE_MARGIN_SECONDS)).unwrap_or(Duration::MAX)
+}
+
+/// retiredAt + [`window`].
+fn own_end(key: &RetiredKey, max_token_seconds: i64) -> DateTime<Utc> {
+    key.retired_at.checked_add_signed(window(max_token_seconds)).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// Record this apiserver's end on every retired key whose recorded end is earlier (or not
+/// recorded): a token it signed may live that long. Whether anything changed.
+pub fn extend_ends(state: &mut KeyState, max_token_seconds: i64) -> bool {
     let mut changed = false;
-    for k in state.retired.iter_mut().filter(|k| k.tokens_expire_by.is_none()) {
-        let window =
-            Duration::try_seconds(max_token_seconds.saturating_add(PRUNE_MARGIN_SECONDS)).unwrap_or(Duration::MAX);
-        k.tokens_expire_by = Some(k.retired_at.checked_add_signed(window).unwrap_or(DateTime::<Utc>::MAX_UTC));
-        changed = true;
+    for k in state.retired.iter_mut() {
+        let mine = own_end(k, max_token_seconds);
+        if k.tokens_expire_by.is_none_or(|t| t < mine) {
+            k.tokens_expire_by = Some(mine);
+            changed = true;
+        }
     }
     changed
 }
 
-/// Why a retired key stays (or that it can go).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Keep {
-    /// No server has recorded its token window yet.
-    WindowUnknown,
-    /// Bound tokens it signed may be valid until then.
-    TokensUntil(DateTime<Utc>),
-    /// This many legacy token Secrets are signed by it.
-    LegacySecrets(usize),
-    /// Nothing it signed is in use: it can be pruned.
-    Prunable,
+/// A retired key's end: the recorded one, else this apiserver's own.
+pub fn end(key: &RetiredKey, max_token_seconds: i64) -> DateTime<Utc> {
+    key.tokens_expire_by.unwrap_or_else(|| own_end(key, max_token_seconds))
 }
 
-/// Whether `key` may go at `now`, given how many legacy token Secrets each kid signed.
-pub fn keep(key: &RetiredKey, legacy: &BTreeMap<String, usize>, now: DateTime<Utc>) -> Keep {
-    match key.tokens_expire_by {
-        None => Keep::WindowUnknown,
-        Some(t) if t > now => Keep::TokensUntil(t),
-        Some(_) => match legacy.get(&key.kid).copied().unwrap_or(0) {
-            0 => Keep::Prunable,
-            n => Keep::LegacySecrets(n),
-        },
+/// Whether a retired key verifies tokens at `now`.
+pub fn verifies(key: &RetiredKey, max_token_seconds: i64, now: DateTime<Utc>) -> bool {
+    key.revoked_at.is_none() && now < end(key, max_token_seconds)
+}
+
+/// The kids of the retired keys to drop from `sa-keys.json` at `now`: past their end, or
+/// revoked more than [`REVOKED_KEPT_SECONDS`] ago.
+pub fn prunable(state: &KeyState, max_token_seconds: i64, now: DateTime<Utc>) -> Vec<String> {
+    let kept = Duration::seconds(REVOKED_KEPT_SECONDS);
+    state
+        .retired
+        .iter()
+        .filter(|k| match k.revoked_at {
+            Some(at) => at + kept <= now || end(k, max_token_seconds) <= now,
+            None => end(k, max_token_seconds) <= now,
+        })
+        .map(|k| k.kid.clone())
+        .collect()
+}
+
+/// Why a key cannot be revoked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RevokeError {
+    #[error("{0} is the key that signs: rotate first (`kustos sa-key rotate`), then revoke it")]
+    Signing(String),
+    #[error("{0} is the new key of an unfinished rotation: finish it (`kustos sa-key rotate`) first")]
+    Next(String),
+    #[error("no service-account key {0} (see `kustos sa-key status`)")]
+    Unknown(String),
+}
+
+/// Revoke the retired key `kid` at `now` (`signing`, `next`: the kids of `sa.key` and
+/// `sa-next.key`). `Ok(false)`: it was revoked already.
+pub fn revoke(
+    state: &mut KeyState,
+    kid: &str,
+    signing: &str,
+    next: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<bool, RevokeError> {
+    if kid == signing {
+        return Err(RevokeError::Signing(kid.to_string()));
     }
+    if next == Some(kid) {
+        return Err(RevokeError::Next(kid.to_string()));
+    }
+    let key = state.retired.iter_mut().find(|k| k.kid == kid).ok_or_else(|| RevokeError::Unknown(kid.to_string()))?;
+    if key.revoked_at.is_some() {
+        return Ok(false);
+    }
+    key.revoked_at = Some(now);
+    Ok(true)
 }
 
-/// The kids of the retired keys that can be pruned at `now`.
-pub fn prunable(state: &KeyState, legacy: &BTreeMap<String, usize>, now: DateTime<Utc>) -> Vec<String> {
-    state.retired.iter().filter(|k| keep(k, legacy, now) == Keep::Prunable).map(|k| k.kid.clone()).collect()
+/// The retired keys that verify at `now`.
+pub fn verifying_retired(state: &KeyState, max_token_seconds: i64, now: DateTime<Utc>) -> Vec<&RetiredKey> {
+    state.retired.iter().filter(|k| verifies(k, max_token_seconds, now)).collect()
 }
 
 /// The keys that verify: the signing key, then each retired key (deduplicated by kid).
@@ -249,7 +322,21 @@ pub fn with_lock<T>(pki: &Path, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow
 /// What the server signs and verifies with: `sa.key` (read first), then the retired keys.
 pub struct Loaded {
     pub signing_pem: String,
-    pub retired: Vec<PublicKey>,
+    pub state: KeyState,
+}
+
+impl Loaded {
+    /// The public keys of the retired keys that verify at `now`.
+    pub fn retired_verifying(&self, max_token_seconds: i64, now: DateTime<Utc>) -> anyhow::Result<Vec<PublicKey>> {
+        let mut keys = Vec::new();
+        for k in verifying_retired(&self.state, max_token_seconds, now) {
+            keys.extend(
+                jwt::public_keys_from_pem(&k.public_key)
+                    .with_context(|| format!("the retired key {} of {STATE_FILE} does not load", k.kid))?,
+            );
+        }
+        Ok(keys)
+    }
 }
 
 /// Read `sa.key`, then `sa-keys.json` (in that order: see the module doc).
@@ -257,13 +344,11 @@ pub fn load(pki: &Path) -> anyhow::Result<Loaded> {
     let key_path = at(pki, SIGNING_KEY);
     let signing_pem = fs::read_to_string(&key_path).with_context(|| format!("reading {}", key_path.display()))?;
     let state = read_state(pki)?;
-    let mut retired = Vec::new();
     for k in &state.retired {
-        let keys = jwt::public_keys_from_pem(&k.public_key)
+        jwt::public_keys_from_pem(&k.public_key)
             .with_context(|| format!("the retired key {} of {STATE_FILE} does not load", k.kid))?;
-        retired.extend(keys);
     }
-    Ok(Loaded { signing_pem, retired })
+    Ok(Loaded { signing_pem, state })
 }
 
 /// Read the durable state of a rotation.
@@ -304,6 +389,7 @@ pub fn apply(pki: &Path, step: &Step, new_key_pem: &str, now: DateTime<Utc>) -> 
                     public_key: key.public_key_pem(),
                     retired_at: now,
                     tokens_expire_by: None,
+                    revoked_at: None,
                 });
                 true
             })?;
@@ -381,20 +467,16 @@ pub fn run(
     bail!("the rotation did not settle within {MAX_STEPS} steps")
 }
 
-/// Fill the token windows (`max_token_seconds`: the longest bound token lifetime this
-/// server issues) and drop the retired keys [`prunable`] at `now`. Returns the kids pruned.
-pub fn maintain(
-    pki: &Path,
-    max_token_seconds: i64,
-    legacy: &BTreeMap<String, usize>,
-    now: DateTime<Utc>,
-) -> anyhow::Result<Vec<String>> {
+/// An apiserver's pass (`max_token_seconds`: the longest token lifetime it issues): record
+/// its end on the retired keys ([`extend_ends`]) and drop those [`prunable`] at `now`.
+/// Returns the kids dropped.
+pub fn maintain(pki: &Path, max_token_seconds: i64, now: DateTime<Utc>) -> anyhow::Result<Vec<String>> {
     let mut pruned = Vec::new();
     update_state(pki, |s| {
-        let filled = fill_expiry(s, max_token_seconds);
-        pruned = prunable(s, legacy, now);
+        let extended = extend_ends(s, max_token_seconds);
+        pruned = prunable(s, max_token_seconds, now);
         s.retired.retain(|k| !pruned.contains(&k.kid));
-        filled || !pruned.is_empty()
+        extended || !pruned.is_empty()
     })?;
     Ok(pruned)
 }

@@ -3,8 +3,9 @@
 //!
 //! | where | what |
 //! | --- | --- |
-//! | `DIR/pki/sync.key` | 32 random bytes, base64 (0600): seals the record; the same in every apiserver's directory of a cluster (copied with `pki/`) |
+//! | `DIR/pki/sync.key` | 32 random bytes, base64 (0600): seals the record; the same in every apiserver's directory of a cluster (copied with `pki/`); replaced by `kustos pki sync-key rotate` ([`keys`]) |
 //! | `DIR/pki/sync.json` | the SHA-256 of each shared file as this directory and the record last agreed on: the base of the merge |
+//! | `DIR/pki/sync-generation.json` | the highest record generation this apiserver has seen: an older record is refused ([`generation`]) |
 //! | etcd `<prefix>/kustos.dev/pki.sealed` | the shared files, sealed with AES-256-GCM under `sync.key` (etcd and its backups never hold a private key in clear) |
 //!
 //! The shared files are [`SHARED`]; each apiserver's serving certificate and admin kubeconfig
@@ -26,8 +27,14 @@
 //!
 //! A directory that has not agreed with the record yet (a new apiserver whose `pki/` was
 //! copied from another, or a fresh directory given only `sync.key`) takes the record's files.
-//! A record that does not open with this `sync.key` stops the start: that apiserver belongs
-//! to another cluster's PKI.
+//! A record that opens with none of this directory's keys stops the start: that apiserver
+//! belongs to another cluster's PKI (or missed a `sync.key` rotation). A record older than
+//! one this apiserver saw is refused, at start and in every round: an ERROR, this
+//! directory's files stay, and a round seals them over it as the next generation.
+
+pub mod generation;
+pub mod keys;
+pub mod seal;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -35,12 +42,10 @@ use std::path::Path;
 use std::sync::{Arc, Weak};
 
 use anyhow::{bail, Context as _};
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine as _;
 use chrono::Utc;
-use ring::aead;
-use ring::rand::{SecureRandom as _, SystemRandom};
 use serde::{Deserialize, Serialize};
+
+pub use seal::SealKey;
 
 use super::rotation::{self, Goal, NewCa, Paths};
 use super::{read_optional, restrict_key_file, sa_keys, write_atomic, write_private, write_public};
@@ -67,10 +72,12 @@ const fn shared(name: &'static str, private: bool) -> SharedFile {
     SharedFile { name, private }
 }
 
-/// The shared files, in the order changes to them are made: a rotation's new CA before the
-/// bundle that trusts it, the bundle before the key that signs with it, the retired
+/// The shared files, in the order changes to them are made: a new seal key first, a
+/// rotation's new CA before the bundle that trusts it, the bundle before the key that signs with it, the retired
 /// service-account keys before the key that replaces them, `rotation.json` last.
 pub const SHARED: &[SharedFile] = &[
+    shared(keys::NEXT_KEY, true),
+    shared(keys::STATE_FILE, false),
     shared(rotation::NEXT_KEY, true),
     shared(rotation::NEXT_CERT, false),
     shared(rotation::CROSS_CERT, false),
@@ -163,96 +170,19 @@ pub fn plan(local: &Files, base: Option<&Hashes>, remote: Option<&Files>) -> Pla
 }
 
 /// A conflict on a file whose contents can be joined: `sa-keys.json` changed here and in
-/// the record (a rotation on one directory while another apiserver recorded a token window
-/// or pruned) keeps every retired key of both, so none that still verifies tokens is lost (a
-/// pruned key that comes back is pruned again). `None`: the record's version is kept.
+/// the record (a rotation on one directory while another apiserver recorded a key's end or
+/// pruned) keeps every retired key of both, with the later end and the earlier revocation
+/// ([`sa_keys::KeyState::join`]), so none that still verifies tokens is lost and no revoked
+/// key comes back (a pruned key that comes back is pruned again). `None`: the record's
+/// version is kept.
 fn merge_conflict(name: &str, local: &Files, remote: &Files) -> Option<Vec<u8>> {
     if name != sa_keys::STATE_FILE {
         return None;
     }
     let parse = |f: &Files| f.get(name).and_then(|b| serde_json::from_slice::<sa_keys::KeyState>(b).ok());
-    let (mut joined, theirs) = (parse(remote)?, parse(local)?);
-    for key in theirs.retired {
-        match joined.retired.iter_mut().find(|k| k.kid == key.kid) {
-            Some(k) => k.tokens_expire_by = k.tokens_expire_by.max(key.tokens_expire_by),
-            None => joined.retired.push(key),
-        }
-    }
+    let joined = parse(remote)?.join(parse(local)?);
     let text = serde_json::to_string_pretty(&joined).ok()?;
     Some((text + "\n").into_bytes())
-}
-
-// ---- sealing ----
-
-/// The key that seals the record (`sync.key`).
-pub struct SealKey(aead::LessSafeKey);
-
-impl std::fmt::Debug for SealKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SealKey(..)")
-    }
-}
-
-/// The record as stored.
-#[derive(Debug, Serialize, Deserialize)]
-struct Record {
-    /// base64 of the 12-byte nonce followed by the AES-256-GCM ciphertext and tag.
-    sealed: String,
-}
-
-impl SealKey {
-    pub fn from_text(text: &str) -> anyhow::Result<SealKey> {
-        let bytes = B64.decode(text.trim()).context("not base64")?;
-        if bytes.len() != 32 {
-            bail!("holds {} bytes, not 32", bytes.len());
-        }
-        let key = aead::UnboundKey::new(&aead::AES_256_GCM, &bytes).map_err(|_| anyhow::anyhow!("not a key"))?;
-        Ok(SealKey(aead::LessSafeKey::new(key)))
-    }
-
-    /// A new random key, and its text for `sync.key`.
-    pub fn generate() -> anyhow::Result<(SealKey, String)> {
-        let mut bytes = [0u8; 32];
-        SystemRandom::new().fill(&mut bytes).map_err(|_| anyhow::anyhow!("no random bytes"))?;
-        let text = format!("{}\n", B64.encode(bytes));
-        Ok((SealKey::from_text(&text)?, text))
-    }
-
-    /// The record's value for `files`.
-    pub fn seal(&self, files: &Files) -> anyhow::Result<Vec<u8>> {
-        let plain: BTreeMap<&String, String> = files.iter().map(|(n, b)| (n, B64.encode(b))).collect();
-        let mut data = serde_json::to_vec(&plain).context("encoding the shared files")?;
-        let mut nonce = [0u8; aead::NONCE_LEN];
-        SystemRandom::new().fill(&mut nonce).map_err(|_| anyhow::anyhow!("no random bytes"))?;
-        self.0
-            .seal_in_place_append_tag(aead::Nonce::assume_unique_for_key(nonce), aead::Aad::from(RECORD_KEY), &mut data)
-            .map_err(|_| anyhow::anyhow!("sealing the shared files failed"))?;
-        let mut sealed = nonce.to_vec();
-        sealed.extend(data);
-        serde_json::to_vec(&Record { sealed: B64.encode(sealed) }).context("encoding the record")
-    }
-
-    /// The files of a record's value; an error when it was not sealed with this key.
-    pub fn open(&self, value: &[u8]) -> anyhow::Result<Files> {
-        let record: Record = serde_json::from_slice(value).context("the record does not parse")?;
-        let mut sealed = B64.decode(record.sealed).context("the record is not base64")?;
-        if sealed.len() < aead::NONCE_LEN {
-            bail!("the record is too short");
-        }
-        let mut nonce = [0u8; aead::NONCE_LEN];
-        nonce.copy_from_slice(&sealed[..aead::NONCE_LEN]);
-        let data = &mut sealed[aead::NONCE_LEN..];
-        let plain = self
-            .0
-            .open_in_place(aead::Nonce::assume_unique_for_key(nonce), aead::Aad::from(RECORD_KEY), data)
-            .map_err(|_| anyhow::anyhow!("the record was sealed with another key than this {SEAL_KEY_FILE}"))?;
-        let files: BTreeMap<String, String> = serde_json::from_slice(plain).context("the sealed files do not parse")?;
-        files
-            .into_iter()
-            .filter(|(n, _)| SHARED.iter().any(|f| f.name == *n))
-            .map(|(n, b)| Ok((n, B64.decode(b).context("a sealed file is not base64")?)))
-            .collect()
-    }
 }
 
 // ---- files ----
@@ -357,9 +287,10 @@ fn write_base(pki: &Path, base: &Base) -> anyhow::Result<()> {
 pub struct PkiSync {
     store: Arc<dyn Storage>,
     paths: Paths,
-    key: SealKey,
     /// The record revision whose files this apiserver holds and follows (0: none yet).
     followed: tokio::sync::watch::Sender<u64>,
+    /// The digest of the refused record last logged (each is logged once).
+    refused_logged: std::sync::Mutex<Option<String>>,
 }
 
 /// What a round did.
@@ -370,12 +301,73 @@ pub struct Round {
     pub conflicts: Vec<&'static str>,
     /// The record's revision this directory agrees with now (0: no record).
     pub revision: u64,
+    /// The record was refused ([`generation`]): this apiserver kept its files.
+    pub refused: Option<generation::Refusal>,
+}
+
+/// The record as read.
+#[derive(Clone)]
+struct Remote {
+    revision: storage::Rev,
+    /// SHA-256 of its value.
+    digest: String,
+    opened: seal::Opened,
+    /// The key that opened it.
+    key: keys::Which,
+}
+
+impl Remote {
+    fn generation(&self) -> u64 {
+        self.opened.generation.unwrap_or(0)
+    }
+}
+
+/// What a round reads from the directory.
+struct LocalState {
+    ring: keys::KeyRing,
+    files: Files,
+    base: Option<Base>,
+    seen: Option<generation::Seen>,
+}
+
+fn read_state(pki: &Path) -> anyhow::Result<LocalState> {
+    Ok(LocalState {
+        ring: keys::KeyRing::read(pki)?,
+        files: read_local(pki)?,
+        base: read_base(pki)?,
+        seen: generation::read(pki)?,
+    })
+}
+
+/// Take `remote` as the newest record seen (before any of its files are written), and make
+/// this directory's keys follow the key that opened it. Whether the keys changed.
+fn accept(pki: &Path, remote: &Remote, seen: Option<&generation::Seen>, has_previous: bool) -> anyhow::Result<bool> {
+    if seen.is_none_or(|s| s.generation != remote.generation() || s.digest != remote.digest) {
+        let refused = seen.and_then(|s| s.refused.clone());
+        generation::write(
+            pki,
+            &generation::Seen { generation: remote.generation(), digest: remote.digest.clone(), refused },
+        )?;
+    }
+    let step = keys::follow_step(remote.key, &remote.opened.files, has_previous);
+    keys::follow(pki, step)?;
+    match step {
+        keys::Follow::Nothing => Ok(false),
+        keys::Follow::Promote => {
+            tracing::info!("the shared PKI is sealed under the new key: it is this apiserver's sync.key now");
+            Ok(true)
+        }
+        keys::Follow::DropPrevious => {
+            tracing::info!("the sync.key rotation is finished: dropped the old key");
+            Ok(true)
+        }
+    }
 }
 
 impl PkiSync {
     /// Before the PKI is loaded: take the record's files (when this directory has not agreed
-    /// with it yet, or they changed since). Fails when the record does not open with this
-    /// directory's `sync.key`.
+    /// with it yet, or they changed since, and the record is not older than one this
+    /// directory saw). Fails when the record opens with none of this directory's keys.
     pub async fn start(store: Arc<dyn Storage>, data_dir: &Path) -> anyhow::Result<PkiSync> {
         let paths = Paths::new(data_dir);
         super::ensure_private_dir(&paths.pki)?;
@@ -387,54 +379,168 @@ impl PkiSync {
                 key_path.display()
             );
         }
-        let key = ensure_seal_key(&paths.pki)?;
-        let sync = PkiSync { store, paths, key, followed: tokio::sync::watch::Sender::new(0) };
-        let remote = sync.remote().await?;
-        if let Some((revision, files)) = &remote {
-            let pki = sync.paths.pki.clone();
-            let local = read_local(&pki)?;
-            let base = read_base(&pki)?;
-            let plan = plan(&local, base.as_ref().map(|b| &b.files), Some(files));
+        ensure_seal_key(&paths.pki)?;
+        let sync = PkiSync {
+            store,
+            paths,
+            followed: tokio::sync::watch::Sender::new(0),
+            refused_logged: std::sync::Mutex::new(None),
+        };
+        let pki = sync.paths.pki.clone();
+        let state = read_state(&pki)?;
+        if let Some(remote) = sync.remote(&state.ring).await? {
+            if let Some(refusal) = sync.refusal(&remote, state.seen.as_ref()) {
+                sync.log_refusal(&remote, &refusal);
+                return Ok(sync);
+            }
+            accept(&pki, &remote, state.seen.as_ref(), state.ring.get(keys::Which::Previous).is_some())?;
+            let plan = plan(&state.files, state.base.as_ref().map(|b| &b.files), Some(&remote.opened.files));
             if !plan.local.is_empty() {
                 write_local(&pki, &plan.local)?;
                 let names: Vec<&str> = plan.local.iter().map(|(n, _)| *n).collect();
                 tracing::info!(files = %names.join(","), "took the cluster's shared PKI from etcd");
             }
             if plan.push.is_none() {
-                write_base(&pki, &Base { files: plan.agreed, revision: *revision })?;
+                write_base(&pki, &Base { files: plan.agreed, revision: remote.revision })?;
             }
         }
         Ok(sync)
     }
 
-    async fn remote(&self) -> anyhow::Result<Option<(storage::Rev, Files)>> {
+    async fn remote(&self, ring: &keys::KeyRing) -> anyhow::Result<Option<Remote>> {
         let Some(kv) = self.store.get(RECORD_KEY).await.context("reading the shared PKI from the store")? else {
             return Ok(None);
         };
-        let files = self.key.open(&kv.value).with_context(|| {
+        let (opened, key) = ring.open(&kv.value).with_context(|| {
             format!(
-                "the shared PKI in etcd does not open with {}: copy pki/ (with {SEAL_KEY_FILE}) from an apiserver of this cluster",
-                self.paths.pki.join(SEAL_KEY_FILE).display()
+                "the shared PKI in etcd does not open with {} (nor a {} or {} beside it): copy pki/ (with {SEAL_KEY_FILE}) from an apiserver of this cluster",
+                self.paths.pki.join(SEAL_KEY_FILE).display(),
+                keys::NEXT_KEY,
+                keys::PREV_KEY,
             )
         })?;
-        Ok(Some((kv.mod_rev, files)))
+        Ok(Some(Remote { revision: kv.mod_rev, digest: kustos_ca::fingerprint(&kv.value), opened, key }))
     }
 
-    /// Merge once: push what changed here, pull what changed in the record.
-    pub async fn round(&self) -> anyhow::Result<Round> {
-        let remote = self.remote().await?;
+    /// Why `remote` is refused, when it is.
+    fn refusal(&self, remote: &Remote, seen: Option<&generation::Seen>) -> Option<generation::Refusal> {
+        let fork = match generation::judge(seen, remote.generation(), &remote.digest) {
+            generation::Verdict::Accept => return None,
+            generation::Verdict::Older => false,
+            generation::Verdict::Fork => true,
+        };
+        Some(generation::Refusal {
+            generation: remote.generation(),
+            highest: seen.map_or(0, |s| s.generation),
+            fork,
+            at: Utc::now(),
+            resealed_as: None,
+        })
+    }
+
+    fn log_refusal(&self, remote: &Remote, refusal: &generation::Refusal) {
+        let mut logged = self.refused_logged.lock().unwrap_or_else(|e| e.into_inner());
+        if logged.as_deref() == Some(remote.digest.as_str()) {
+            return;
+        }
+        *logged = Some(remote.digest.clone());
+        tracing::error!(
+            record_generation = refusal.generation,
+            highest_generation = refusal.highest,
+            fork = refusal.fork,
+            revision = remote.revision,
+            "refused the shared PKI record in etcd: its generation is older than the highest this apiserver has \
+             seen, or the same with other contents (an old record or etcd backup put back?); this apiserver keeps \
+             the PKI it has"
+        );
+    }
+
+    /// A refused record: seal this directory's files over it (compare-and-swap), one
+    /// generation past the highest seen, and record the refusal.
+    async fn refuse(
+        &self,
+        remote: Remote,
+        mut refusal: generation::Refusal,
+        state: LocalState,
+    ) -> anyhow::Result<Round> {
+        self.log_refusal(&remote, &refusal);
         let pki = self.paths.pki.clone();
-        let (local, base) =
-            tokio::task::spawn_blocking(move || Ok::<_, anyhow::Error>((read_local(&pki)?, read_base(&pki)?)))
+        let mut seen = state.seen.unwrap_or_default();
+        let mut round = Round::default();
+        if !state.files.is_empty() {
+            let generation = generation::next(Some(&seen), remote.opened.generation);
+            let value = keys::sealing_key(&state.files, &state.ring)?.seal(&state.files, generation)?;
+            let digest = kustos_ca::fingerprint(&value);
+            match self.store.update(RECORD_KEY, value, remote.revision).await {
+                Ok(rev) => {
+                    refusal.resealed_as = Some(generation);
+                    tracing::error!(
+                        generation,
+                        "sealed this apiserver's PKI into the shared record again, over the refused one"
+                    );
+                    seen.generation = generation;
+                    seen.digest = digest;
+                    round.pushed = true;
+                    round.revision = rev;
+                }
+                Err(storage::Error::AlreadyExists(_) | storage::Error::Conflict { .. }) => {}
+                Err(e) => return Err(e).context("writing the shared PKI"),
+            }
+        }
+        seen.refused = Some(refusal.clone());
+        let base = round.pushed.then(|| Base { files: hashes(&state.files), revision: round.revision });
+        tokio::task::spawn_blocking(move || {
+            generation::write(&pki, &seen)?;
+            if let Some(base) = base {
+                write_base(&pki, &base)?;
+            }
+            Ok::<_, anyhow::Error>(())
+        })
+        .await
+        .context("recording the refusal")??;
+        round.refused = Some(refusal);
+        Ok(round)
+    }
+
+    /// Merge once: push what changed here, pull what changed in the record; refuse a record
+    /// older than one seen.
+    pub async fn round(&self) -> anyhow::Result<Round> {
+        let pki = self.paths.pki.clone();
+        let state =
+            tokio::task::spawn_blocking(move || read_state(&pki)).await.context("reading the shared files")??;
+        let mut remote = self.remote(&state.ring).await?;
+        if let Some(refusal) = remote.as_ref().and_then(|r| self.refusal(r, state.seen.as_ref())) {
+            if let Some(r) = remote.take() {
+                return self.refuse(r, refusal, state).await;
+            }
+        }
+        let LocalState { mut ring, files: local, base, seen } = state;
+        if let Some(r) = &remote {
+            let pki = self.paths.pki.clone();
+            let (r, seen, has_previous) = (r.clone(), seen.clone(), ring.get(keys::Which::Previous).is_some());
+            let changed = tokio::task::spawn_blocking(move || accept(&pki, &r, seen.as_ref(), has_previous))
                 .await
-                .context("reading the shared files")??;
-        let plan = plan(&local, base.as_ref().map(|b| &b.files), remote.as_ref().map(|(_, f)| f));
-        let mut revision = remote.as_ref().map_or(0, |(rev, _)| *rev);
-        if let Some(files) = &plan.push {
-            let value = self.key.seal(files)?;
+                .context("following the record")??;
+            if changed {
+                ring = keys::KeyRing::read(&self.paths.pki)?;
+            }
+        }
+        let remote_files = remote.as_ref().map(|r| &r.opened.files);
+        let plan = plan(&local, base.as_ref().map(|b| &b.files), remote_files);
+        // A record without a generation is sealed again at once, with one.
+        let push = plan
+            .push
+            .clone()
+            .or_else(|| remote.as_ref().filter(|r| r.opened.generation.is_none()).map(|r| r.opened.files.clone()));
+        let mut revision = remote.as_ref().map_or(0, |r| r.revision);
+        let mut written_seen = None;
+        if let Some(files) = &push {
+            let generation = generation::next(seen.as_ref(), remote.as_ref().and_then(|r| r.opened.generation));
+            let value = keys::sealing_key(files, &ring)?.seal(files, generation)?;
+            let digest = kustos_ca::fingerprint(&value);
             let written = match &remote {
                 None => self.store.create(RECORD_KEY, value).await,
-                Some((rev, _)) => self.store.update(RECORD_KEY, value, *rev).await,
+                Some(r) => self.store.update(RECORD_KEY, value, r.revision).await,
             };
             match written {
                 Ok(rev) => revision = rev,
@@ -442,12 +548,18 @@ impl PkiSync {
                 Err(storage::Error::AlreadyExists(_) | storage::Error::Conflict { .. }) => return Ok(Round::default()),
                 Err(e) => return Err(e).context("writing the shared PKI"),
             }
+            let refused = seen.as_ref().and_then(|s| s.refused.clone());
+            written_seen = Some(generation::Seen { generation, digest, refused });
         }
         let pki = self.paths.pki.clone();
         let changes = plan.local.clone();
         let agreed = Base { files: plan.agreed.clone(), revision };
         let unchanged_base = base.as_ref() == Some(&agreed);
         tokio::task::spawn_blocking(move || {
+            // The generation this apiserver wrote, before any of the record's files.
+            if let Some(seen) = written_seen {
+                generation::write(&pki, &seen)?;
+            }
             write_local(&pki, &changes)?;
             if !unchanged_base {
                 write_base(&pki, &agreed)?;
@@ -458,9 +570,10 @@ impl PkiSync {
         .context("writing the shared files")??;
         Ok(Round {
             pulled: plan.local.iter().map(|(n, _)| *n).collect(),
-            pushed: plan.push.is_some(),
+            pushed: push.is_some(),
             conflicts: plan.conflicts,
             revision,
+            refused: None,
         })
     }
 

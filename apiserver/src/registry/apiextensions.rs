@@ -11,12 +11,16 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextv1;
+use serde::Deserialize as _;
 use serde_json::{json, Value};
 
 use super::custom::{self, CustomStrategy};
 use super::intern::{intern, intern_list};
 use super::schema::Structural;
-use super::{typed_roundtrip, ResourceDef, Strategy};
+use super::{typed_roundtrip_within, ResourceDef, Strategy};
+
+/// Typed bytes a CRD's decode may build per byte of its JSON (see `registry::budget`).
+const CRD_BYTES_PER_JSON_BYTE: usize = 64;
 use crate::error::FieldError;
 use crate::validation;
 
@@ -63,7 +67,9 @@ fn set_condition(obj: &mut Value, cond: Value) {
 
 impl Strategy for CrdStrategy {
     fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
-        typed_roundtrip::<apiextv1::CustomResourceDefinition>(obj)
+        // Schemas are B-trees of large structs: a CRD is many times its JSON once typed. Only
+        // cluster administrators write them.
+        typed_roundtrip_within::<apiextv1::CustomResourceDefinition>(obj, CRD_BYTES_PER_JSON_BYTE)
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
@@ -154,7 +160,7 @@ const PRINTER_FORMATS: &[&str] = &["int32", "int64", "float", "double", "byte", 
 /// `ValidateCustomResourceDefinition` for v1 (the rules kustos enforces).
 pub fn validate_crd(obj: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
-    let crd: apiextv1::CustomResourceDefinition = match serde_json::from_value(obj.clone()) {
+    let crd: apiextv1::CustomResourceDefinition = match apiextv1::CustomResourceDefinition::deserialize(obj) {
         Ok(c) => c,
         Err(e) => return vec![FieldError::invalid("spec", &Value::Null, e.to_string())],
     };

@@ -30,6 +30,7 @@
 //! fails closed: an object that does not decode is invalid ([`decode`], [`decode_update`]).
 
 pub mod apiextensions;
+pub mod budget;
 pub mod call;
 pub mod certificates;
 pub mod clustertrustbundles;
@@ -469,7 +470,7 @@ impl Registry {
 /// decode (which `roundtrip` normally refused with 400 already) is not valid, and the error
 /// says why (→ 422).
 pub fn decode<T: serde::de::DeserializeOwned>(obj: &Value) -> Result<T, Vec<FieldError>> {
-    serde_json::from_value(obj.clone())
+    T::deserialize(obj)
         .map_err(|e| vec![FieldError::invalid("", &Value::Null, format!("the object does not decode: {e}"))])
 }
 
@@ -478,7 +479,7 @@ pub fn decode<T: serde::de::DeserializeOwned>(obj: &Value) -> Result<T, Vec<Fiel
 /// answer with 500 (see [`FieldError::internal`]).
 pub fn decode_update<T: serde::de::DeserializeOwned>(new: &Value, old: &Value) -> Result<(T, T), Vec<FieldError>> {
     let new = decode(new)?;
-    let old = serde_json::from_value(old.clone())
+    let old = T::deserialize(old)
         .map_err(|e| vec![FieldError::internal("", format!("the stored object does not decode: {e}"))])?;
     Ok((new, old))
 }
@@ -502,12 +503,21 @@ pub enum DecodeError {
     Json(#[from] serde_json::Error),
 }
 
-/// Decode into a typed k8s-openapi object and encode back (helper for `Strategy::roundtrip`).
+/// Decode into a typed k8s-openapi object and encode back (helper for `Strategy::roundtrip`),
+/// building at most [`budget::BYTES_PER_JSON_BYTE`] bytes per byte of the object's JSON.
 pub fn typed_roundtrip<T>(obj: &Value) -> Result<Value, DecodeError>
 where
     T: serde::de::DeserializeOwned + serde::Serialize,
 {
-    let typed: T = serde_json::from_value(obj.clone())?;
+    typed_roundtrip_within::<T>(obj, budget::BYTES_PER_JSON_BYTE)
+}
+
+/// [`typed_roundtrip`] with `per_byte` typed bytes allowed per byte of JSON.
+pub fn typed_roundtrip_within<T>(obj: &Value, per_byte: usize) -> Result<Value, DecodeError>
+where
+    T: serde::de::DeserializeOwned + serde::Serialize,
+{
+    let typed: T = budget::from_value(obj, budget::budget_for(budget::json_len(obj), per_byte))?;
     Ok(serde_json::to_value(&typed)?)
 }
 

@@ -257,10 +257,11 @@ fn object_meta_table() {
                 false,
                 vec!["metadata.ownerReferences: Invalid value: {\"apiVersion\":\"v1\",\"kind\":\"Event\",\"name\":\"n\",\"uid\":\"u\"}: /v1, Kind=Event is disallowed from being an owner".into()],
             ),
+            // Upstream's ValidateManagedFields is part of ValidateObjectMeta.
             (
                 json!({"name": "x", "managedFields": [{"whatever": 1}]}),
                 false,
-                vec![],
+                vec!["metadata.managedFields[0].operation: Invalid value: \"\": must be `Apply` or `Update`".into()],
             ),
         ];
     for (meta, namespaced, want) in cases {

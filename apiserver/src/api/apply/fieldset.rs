@@ -1,16 +1,24 @@
 //! Field sets: which fields of an object a manager owns, as structured-merge-diff's
 //! `fieldpath.Set`, and their `FieldsV1` JSON form as stored in `metadata.managedFields`.
 //!
-//! What enters: a `fieldsV1` JSON value (or paths built by the typed walk in
+//! What enters: a `fieldsV1` JSON value (or sets built node by node by the typed walk in
 //! [`super::typed`]). What leaves: a [`FieldSet`] (set operations, iteration in upstream's
 //! order, paths printed as upstream prints them: `.spec.containers[name="nginx"].image`) and
 //! its `FieldsV1` JSON text, byte for byte upstream's: children ordered field names, then
 //! associative-list keys, then set values, then indices; `"."` last in an object whose path
 //! is itself a member; unknown element kinds dropped when read.
+//!
+//! Cost: a set is a tree whose nodes share their path's prefix, and a path element holds its
+//! name, key or value behind an `Arc`, so a long key (`k:{"name":"<1 MB>"}`) is held once
+//! however many fields lie below it. Building a set visits each node once; union,
+//! intersection and difference walk the trees (the smaller side where the result allows);
+//! nothing copies a whole path per field.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -28,20 +36,61 @@ pub enum FieldsV1Error {
     #[error("parsing key as path element: {0}")]
     Index(std::num::ParseIntError),
     #[error("fieldsV1: expected an object, got {0}")]
-    NotAnObject(Value),
+    NotAnObject(&'static str),
 }
 
-/// One step of a path.
-#[derive(Debug, Clone)]
+/// One step of a path. Names, keys and values are shared (`Arc`): cloning an element, a
+/// path or a set never copies them.
+#[derive(Debug)]
 pub enum PathElement {
     /// `f:<name>`: a struct field or a map key.
-    Field(String),
+    Field(Arc<str>),
     /// `k:{...}`: an associative-list item by its key fields, sorted by name.
-    Key(Vec<(String, Value)>),
+    Key(Arc<[(String, Value)]>),
     /// `v:<json>`: a set item by its value.
-    Value(Value),
+    Value(Arc<Value>),
     /// `i:<n>`: a list item by index (read and written; apply itself never makes one).
     Index(usize),
+}
+
+impl Clone for PathElement {
+    fn clone(&self) -> Self {
+        counter::add(self);
+        match self {
+            PathElement::Field(name) => PathElement::Field(Arc::clone(name)),
+            PathElement::Key(fields) => PathElement::Key(Arc::clone(fields)),
+            PathElement::Value(v) => PathElement::Value(Arc::clone(v)),
+            PathElement::Index(i) => PathElement::Index(*i),
+        }
+    }
+}
+
+/// What tests measure the work of set operations by: the bytes of the path elements made or
+/// cloned on this thread, each counted at its full length as a copy would cost (a clone only
+/// shares them). Nothing is counted outside tests.
+pub mod counter {
+    use super::PathElement;
+
+    #[cfg(test)]
+    thread_local! {
+        static BYTES: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
+    /// The bytes counted on this thread so far.
+    #[cfg(test)]
+    pub fn bytes() -> usize {
+        BYTES.with(std::cell::Cell::get)
+    }
+
+    #[cfg(test)]
+    pub(super) fn add(pe: &PathElement) {
+        let n = pe.payload_len();
+        BYTES.with(|b| b.set(b.get().saturating_add(n)));
+    }
+
+    #[cfg(not(test))]
+    #[inline]
+    pub(super) fn add(_: &PathElement) {}
 }
 
 fn rank(v: &Value) -> u8 {
@@ -105,6 +154,10 @@ impl Ord for PathElement {
     fn cmp(&self, other: &Self) -> Ordering {
         use PathElement::*;
         match (self, other) {
+            // Shared elements are equal without reading them.
+            (Field(a), Field(b)) if Arc::ptr_eq(a, b) => Ordering::Equal,
+            (Key(a), Key(b)) if Arc::ptr_eq(a, b) => Ordering::Equal,
+            (Value(a), Value(b)) if Arc::ptr_eq(a, b) => Ordering::Equal,
             (Field(a), Field(b)) => a.cmp(b),
             (Key(a), Key(b)) => compare_keys(a, b),
             (Value(a), Value(b)) => compare_values(a, b),
@@ -128,6 +181,16 @@ impl PartialEq for PathElement {
 
 impl Eq for PathElement {}
 
+/// Bytes of a key's value as [`PathElement`]'s work counter weighs them: a string's length,
+/// 8 for anything else.
+#[cfg(test)]
+fn value_weight(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        _ => 8,
+    }
+}
+
 impl PathElement {
     fn kind_rank(&self) -> u8 {
         match self {
@@ -138,14 +201,35 @@ impl PathElement {
         }
     }
 
+    /// How long this element is, roughly: what copying it would cost.
+    #[cfg(test)]
+    fn payload_len(&self) -> usize {
+        match self {
+            PathElement::Field(name) => name.len(),
+            PathElement::Key(fields) => fields.iter().map(|(n, v)| n.len() + value_weight(v)).sum(),
+            PathElement::Value(v) => value_weight(v),
+            PathElement::Index(_) => 8,
+        }
+    }
+
+    fn made(self) -> PathElement {
+        counter::add(&self);
+        self
+    }
+
     /// A key element from its fields (sorted here, as upstream keeps them).
     pub fn key(mut fields: Vec<(String, Value)>) -> PathElement {
         fields.sort_by(|a, b| a.0.cmp(&b.0));
-        PathElement::Key(fields)
+        PathElement::Key(fields.into()).made()
     }
 
     pub fn field(name: &str) -> PathElement {
-        PathElement::Field(name.to_string())
+        PathElement::Field(name.into()).made()
+    }
+
+    /// A set item's element.
+    pub fn value(v: Value) -> PathElement {
+        PathElement::Value(Arc::new(v)).made()
     }
 
     /// The `FieldsV1` key of this element (`f:name`, `k:{"name":"x"}`, `v:"a"`, `i:0`).
@@ -177,7 +261,7 @@ impl PathElement {
             return Err(FieldsV1Error::NoTypePrefix(key.to_string()));
         };
         let pe = match kind {
-            "f" => PathElement::Field(rest.to_string()),
+            "f" => PathElement::field(rest),
             "k" => {
                 let v: Value = serde_json::from_str(rest).map_err(FieldsV1Error::Json)?;
                 let Value::Object(m) = v else {
@@ -188,7 +272,7 @@ impl PathElement {
                 }
                 PathElement::key(m.into_iter().collect())
             }
-            "v" => PathElement::Value(serde_json::from_str(rest).map_err(FieldsV1Error::Json)?),
+            "v" => PathElement::value(serde_json::from_str(rest).map_err(FieldsV1Error::Json)?),
             "i" => PathElement::Index(rest.parse().map_err(FieldsV1Error::Index)?),
             _ => return Ok(None),
         };
@@ -260,6 +344,11 @@ impl FieldSet {
         self.members.is_empty() && self.children.is_empty()
     }
 
+    /// How many paths are members.
+    pub fn len(&self) -> usize {
+        self.members.len() + self.children.values().map(FieldSet::len).sum::<usize>()
+    }
+
     /// Adds `path` (the empty path is not a member of anything and is ignored).
     pub fn insert(&mut self, path: &Path) {
         self.insert_elems(&path.0);
@@ -269,9 +358,38 @@ impl FieldSet {
         match elems {
             [] => {}
             [last] => {
-                self.members.insert(last.clone());
+                if !self.members.contains(last) {
+                    self.members.insert(last.clone());
+                }
             }
-            [first, rest @ ..] => self.children.entry(first.clone()).or_default().insert_elems(rest),
+            [first, rest @ ..] => match self.children.get_mut(first) {
+                Some(c) => c.insert_elems(rest),
+                None => {
+                    let mut c = FieldSet::new();
+                    c.insert_elems(rest);
+                    self.children.insert(first.clone(), c);
+                }
+            },
+        }
+    }
+
+    /// Adds the path of `pe` below this node (a member when `member`) and the paths of
+    /// `below` under it: how a walk builds a set one node at a time.
+    pub fn add(&mut self, pe: PathElement, member: bool, below: FieldSet) {
+        if below.is_empty() {
+            if member {
+                self.members.insert(pe);
+            }
+            return;
+        }
+        if member && !self.members.contains(&pe) {
+            self.members.insert(pe.clone());
+        }
+        match self.children.get_mut(&pe) {
+            Some(mine) => mine.union_with(&below),
+            None => {
+                self.children.insert(pe, below);
+            }
         }
     }
 
@@ -297,7 +415,12 @@ impl FieldSet {
                 None => return false,
             }
         }
-        set.members.contains(last) || set.children.contains_key(last)
+        set.has_below(last)
+    }
+
+    /// Whether the path of `pe` below this node is a member or a prefix of one.
+    pub fn has_below(&self, pe: &PathElement) -> bool {
+        self.members.contains(pe) || self.children.contains_key(pe)
     }
 
     /// The subset below `pe` (empty when there is none).
@@ -314,24 +437,38 @@ impl FieldSet {
         self.members.iter().chain(self.children.keys()).collect()
     }
 
-    pub fn union(&self, other: &FieldSet) -> FieldSet {
-        let mut out = self.clone();
-        out.members.extend(other.members.iter().cloned());
-        for (pe, c) in &other.children {
-            let merged = match out.children.get(pe) {
-                Some(mine) => mine.union(c),
-                None => c.clone(),
-            };
-            out.children.insert(pe.clone(), merged);
+    /// Adds the members of `other`, walking only `other`.
+    pub fn union_with(&mut self, other: &FieldSet) {
+        for pe in &other.members {
+            if !self.members.contains(pe) {
+                self.members.insert(pe.clone());
+            }
         }
+        for (pe, c) in &other.children {
+            match self.children.get_mut(pe) {
+                Some(mine) => mine.union_with(c),
+                None => {
+                    self.children.insert(pe.clone(), c.clone());
+                }
+            }
+        }
+    }
+
+    pub fn union(&self, other: &FieldSet) -> FieldSet {
+        let (big, small) = if self.len() >= other.len() { (self, other) } else { (other, self) };
+        let mut out = big.clone();
+        out.union_with(small);
         out
     }
 
+    /// Walks the smaller side of each node, looking its elements up in the larger.
     pub fn intersection(&self, other: &FieldSet) -> FieldSet {
         let mut out = FieldSet::new();
-        out.members = self.members.intersection(&other.members).cloned().collect();
-        for (pe, c) in &self.children {
-            if let Some(o) = other.children.get(pe) {
+        let (few, many) = if self.members.len() <= other.members.len() { (self, other) } else { (other, self) };
+        out.members = few.members.iter().filter(|pe| many.members.contains(*pe)).cloned().collect();
+        let (few, many) = if self.children.len() <= other.children.len() { (self, other) } else { (other, self) };
+        for (pe, c) in &few.children {
+            if let Some(o) = many.children.get(pe) {
                 let i = c.intersection(o);
                 if !i.is_empty() {
                     out.children.insert(pe.clone(), i);
@@ -344,8 +481,11 @@ impl FieldSet {
     /// Members of `self` that are not members of `other` (a path stays when only its
     /// descendants are in `other`, as upstream's `Difference`).
     pub fn difference(&self, other: &FieldSet) -> FieldSet {
+        if other.is_empty() {
+            return self.clone();
+        }
         let mut out = FieldSet::new();
-        out.members = self.members.difference(&other.members).cloned().collect();
+        out.members = self.members.iter().filter(|pe| !other.members.contains(*pe)).cloned().collect();
         for (pe, c) in &self.children {
             let d = match other.children.get(pe) {
                 Some(o) => c.difference(o),
@@ -360,8 +500,11 @@ impl FieldSet {
 
     /// `self` without the members of `other` and without everything below them.
     pub fn recursive_difference(&self, other: &FieldSet) -> FieldSet {
+        if other.is_empty() {
+            return self.clone();
+        }
         let mut out = FieldSet::new();
-        out.members = self.members.difference(&other.members).cloned().collect();
+        out.members = self.members.iter().filter(|pe| !other.members.contains(*pe)).cloned().collect();
         for (pe, c) in &self.children {
             if other.members.contains(pe) {
                 continue;
@@ -381,21 +524,35 @@ impl FieldSet {
     /// element order, a member before its own descendants).
     pub fn paths(&self) -> Vec<Path> {
         let mut out = Vec::new();
-        self.collect(&mut Vec::new(), &mut out);
+        let _ = self.for_each_path(&mut |p| {
+            out.push(Path(p.iter().map(|pe| (*pe).clone()).collect()));
+            ControlFlow::Continue(())
+        });
         out
     }
 
-    fn collect(&self, prefix: &mut Vec<PathElement>, out: &mut Vec<Path>) {
+    /// Calls `f` with every member path in [`FieldSet::paths`]' order, without making
+    /// them, until it breaks.
+    pub fn for_each_path<'a>(&'a self, f: &mut dyn FnMut(&[&'a PathElement]) -> ControlFlow<()>) -> ControlFlow<()> {
+        self.walk_paths(&mut Vec::new(), f)
+    }
+
+    fn walk_paths<'a>(
+        &'a self,
+        prefix: &mut Vec<&'a PathElement>,
+        f: &mut dyn FnMut(&[&'a PathElement]) -> ControlFlow<()>,
+    ) -> ControlFlow<()> {
         for pe in self.elements() {
-            prefix.push(pe.clone());
+            prefix.push(pe);
             if self.members.contains(pe) {
-                out.push(Path(prefix.clone()));
+                f(prefix)?;
             }
             if let Some(c) = self.children.get(pe) {
-                c.collect(prefix, out);
+                c.walk_paths(prefix, f)?;
             }
             prefix.pop();
         }
+        ControlFlow::Continue(())
     }
 
     /// Reads a `fieldsV1` value. Unknown element kinds are dropped, as upstream does.
@@ -456,7 +613,7 @@ impl FieldSet {
 /// A node of `fieldsV1`: its children (None: none) and whether it is itself a member.
 fn read_node(v: &Value) -> Result<(Option<FieldSet>, bool), FieldsV1Error> {
     let Value::Object(m) = v else {
-        return Err(FieldsV1Error::NotAnObject(v.clone()));
+        return Err(FieldsV1Error::NotAnObject(kind_of(v)));
     };
     let mut children: Option<FieldSet> = None;
     let mut is_member = false;
@@ -468,19 +625,34 @@ fn read_node(v: &Value) -> Result<(Option<FieldSet>, bool), FieldsV1Error> {
         let Some(pe) = PathElement::from_fields_v1_key(key)? else { continue };
         let (grand, child_member) = read_node(sub)?;
         let set = children.get_or_insert_with(FieldSet::new);
-        if child_member {
-            set.members.insert(pe.clone());
-        }
-        if let Some(g) = grand {
-            if !g.is_empty() {
+        match grand.filter(|g| !g.is_empty()) {
+            Some(g) => {
+                if child_member {
+                    set.members.insert(pe.clone());
+                }
                 set.children.insert(pe, g);
             }
+            None if child_member => {
+                set.members.insert(pe);
+            }
+            None => {}
         }
     }
     if children.is_none() {
         is_member = true;
     }
     Ok((children, is_member))
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "an object",
+    }
 }
 
 #[cfg(test)]

@@ -6,12 +6,24 @@
 //! [`Schema`], and who writes ([`Writer`]). What leaves: the new object with its new
 //! `managedFields`, or [`ApplyError::Conflicts`] (a 409 with `FieldManagerConflict`
 //! causes) or [`ApplyError::BadRequest`].
+//!
+//! The entries an Update starts from are read as upstream's `decodeLiveOrNew` reads them,
+//! before any ownership is computed: the written object's own entries when they all decode
+//! (operation `Apply` or `Update`, an `apiVersion`, `fieldsType: FieldsV1`, a readable
+//! `fieldsV1`; entries naming the same manager collapse to the last), else the live
+//! object's; `[]` or `[{}]` resets them. Names and lengths are metadata validation's, after
+//! (upstream's `ValidateManagedFields`). All work is linear in the entries and the objects
+//! (see [`super::fieldset`]); a conflict report lists at most [`MAX_CONFLICT_REPORT`] bytes
+//! of fields and counts the rest.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 
 use serde_json::{json, Map, Value};
 
 use super::fieldset::{FieldSet, FieldsV1Error, Path};
+use super::last_applied;
 use super::schema::Schema;
 use super::typed::{compare, merge, remove_unowned, to_field_set, TypedError};
 
@@ -32,7 +44,7 @@ impl Operation {
 }
 
 /// Manager, operation, subresource, and API version (Update entries only).
-type Identity = (String, Operation, String, String);
+type Identity<'a> = (&'a str, Operation, &'a str, &'a str);
 
 /// One `managedFields` entry, decoded.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,12 +62,12 @@ impl ManagedEntry {
     /// Who this entry belongs to, as upstream tells managers apart: manager, operation and
     /// subresource, plus the API version for Update entries (an applier keeps one entry
     /// whatever version it applies with).
-    fn identity(&self) -> Identity {
+    fn identity(&self) -> Identity<'_> {
         let version = match self.operation {
-            Operation::Apply => String::new(),
-            Operation::Update => self.api_version.clone(),
+            Operation::Apply => "",
+            Operation::Update => &self.api_version,
         };
-        (self.manager.clone(), self.operation, self.subresource.clone(), version)
+        (&self.manager, self.operation, &self.subresource, version)
     }
 
     /// How conflict messages name this manager (`"kubectl"`, `"kube-controller-manager"
@@ -97,8 +109,12 @@ impl ManagedEntry {
             "Update" => Operation::Update,
             other => return Err(ManagedFieldsError::InvalidOperation(other.to_string())),
         };
+        if s("apiVersion").is_empty() {
+            return Err(ManagedFieldsError::EmptyApiVersion);
+        }
         match s("fieldsType").as_str() {
             "FieldsV1" => {}
+            "" => return Err(ManagedFieldsError::MissingFieldsType),
             other => return Err(ManagedFieldsError::InvalidFieldsType(other.to_string())),
         }
         let fields = match v.get("fieldsV1") {
@@ -121,6 +137,10 @@ impl ManagedEntry {
 pub enum ManagedFieldsError {
     #[error("invalid operation {0:?}, must be Apply or Update")]
     InvalidOperation(String),
+    #[error("apiVersion must not be empty")]
+    EmptyApiVersion,
+    #[error("missing fieldsType")]
+    MissingFieldsType,
     #[error("invalid fieldsType {0:?}, must be FieldsV1")]
     InvalidFieldsType(String),
     #[error(transparent)]
@@ -132,17 +152,30 @@ pub enum ManagedFieldsError {
     NotAList,
 }
 
-/// The entries of `obj`'s `metadata.managedFields` (none when absent or null).
+/// The entries of `obj`'s `metadata.managedFields` (none when absent or null), as
+/// upstream's `DecodeManagedFields`: any entry that does not decode fails them all, and
+/// entries of the same manager (see [`ManagedEntry::identity`]) collapse into the last one.
 pub fn decode_managed_fields(obj: &Value) -> Result<Vec<ManagedEntry>, ManagedFieldsError> {
-    match obj.pointer("/metadata/managedFields") {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(list)) => list
-            .iter()
-            .enumerate()
-            .map(|(i, e)| ManagedEntry::from_value(e).map_err(|err| ManagedFieldsError::Entry(i, Box::new(err))))
-            .collect(),
-        Some(_) => Err(ManagedFieldsError::NotAList),
+    let list = match obj.pointer("/metadata/managedFields") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(ManagedFieldsError::NotAList),
+    };
+    let mut out: Vec<ManagedEntry> = Vec::with_capacity(list.len());
+    let mut at: BTreeMap<(String, Operation, String, String), usize> = BTreeMap::new();
+    for (i, e) in list.iter().enumerate() {
+        let entry = ManagedEntry::from_value(e).map_err(|err| ManagedFieldsError::Entry(i, Box::new(err)))?;
+        let (manager, op, subresource, version) = entry.identity();
+        let id = (manager.to_string(), op, subresource.to_string(), version.to_string());
+        match at.get(&id) {
+            Some(&j) => out[j] = entry,
+            None => {
+                at.insert(id, out.len());
+                out.push(entry);
+            }
+        }
     }
+    Ok(out)
 }
 
 /// Upstream's order: Apply before Update, then by time, manager, apiVersion, subresource.
@@ -216,10 +249,10 @@ pub struct Conflict {
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ApplyError {
-    /// 409 Conflict with `FieldManagerConflict` causes; see [`conflict_message`] and
-    /// [`conflict_status`].
-    #[error("{}", conflict_message(.0))]
-    Conflicts(Vec<Conflict>),
+    /// 409 Conflict with `FieldManagerConflict` causes (see [`conflict_report`]): the
+    /// conflicts listed, and how many more there are.
+    #[error("{}", conflict_report(.0, *.1))]
+    Conflicts(Vec<Conflict>, usize),
     /// 400: the configuration or the managedFields cannot be read with the schema.
     #[error("{0}")]
     BadRequest(String),
@@ -240,11 +273,17 @@ impl From<ManagedFieldsError> for ApplyError {
 /// Upstream's message: `Apply failed with 1 conflict: conflict with "m" using v1: .data.key`,
 /// or for several, one line per manager (sorted) and `- <path>` per field.
 pub fn conflict_message(conflicts: &[Conflict]) -> String {
-    if let [c] = conflicts {
+    conflict_report(conflicts, 0)
+}
+
+/// [`conflict_message`] of the conflicts `listed` when `unlisted` more were left out: the
+/// count is all of them, and a last line says how many are not shown.
+pub fn conflict_report(listed: &[Conflict], unlisted: usize) -> String {
+    if let ([c], 0) = (listed, unlisted) {
         return format!("Apply failed with 1 conflict: conflict with {}: {}", c.manager, c.path);
     }
     let mut by_manager: BTreeMap<&str, Vec<&Path>> = BTreeMap::new();
-    for c in conflicts {
+    for c in listed {
         by_manager.entry(&c.manager).or_default().push(&c.path);
     }
     let mut lines = Vec::new();
@@ -252,7 +291,47 @@ pub fn conflict_message(conflicts: &[Conflict]) -> String {
         lines.push(format!("conflicts with {manager}:"));
         lines.extend(paths.iter().map(|p| format!("- {p}")));
     }
-    format!("Apply failed with {} conflicts: {}", conflicts.len(), lines.join("\n"))
+    if unlisted > 0 {
+        lines.push(format!("... and {unlisted} more"));
+    }
+    format!("Apply failed with {} conflicts: {}", listed.len() + unlisted, lines.join("\n"))
+}
+
+/// Most bytes of conflicting fields (their paths and managers as printed) a conflict report
+/// lists; upstream lists all, which for many fields under a long key grows with the square
+/// of the object.
+pub const MAX_CONFLICT_REPORT: usize = 256 * 1024;
+
+/// The fields of other managers' entries in `changed`, ordered by manager as printed and
+/// then by path; those past [`MAX_CONFLICT_REPORT`] bytes (the first excepted) are counted.
+fn find_conflicts(entries: &[ManagedEntry], writer_id: &Identity<'_>, changed: &FieldSet) -> (Vec<Conflict>, usize) {
+    let mut found: Vec<(String, FieldSet)> = entries
+        .iter()
+        .filter(|e| e.identity() != *writer_id)
+        .map(|e| (e.display(), e.fields.intersection(changed)))
+        .filter(|(_, set)| !set.is_empty())
+        .collect();
+    found.sort_by(|p, q| p.0.cmp(&q.0));
+    let total: usize = found.iter().map(|(_, set)| set.len()).sum();
+    let mut listed = Vec::new();
+    let mut bytes = 0usize;
+    for (manager, set) in &found {
+        let flow = set.for_each_path(&mut |p| {
+            let path = Path(p.iter().map(|pe| (*pe).clone()).collect());
+            let size = manager.len() + path.to_string().len();
+            if !listed.is_empty() && bytes.saturating_add(size) > MAX_CONFLICT_REPORT {
+                return ControlFlow::Break(());
+            }
+            bytes = bytes.saturating_add(size);
+            listed.push(Conflict { manager: manager.clone(), path });
+            ControlFlow::Continue(())
+        });
+        if flow.is_break() {
+            break;
+        }
+    }
+    let unlisted = total - listed.len();
+    (listed, unlisted)
 }
 
 /// The 409 `Status` body of a conflicting apply.
@@ -295,16 +374,27 @@ fn without_managed_fields(obj: &Value) -> Value {
     o
 }
 
+/// Whether a write may take fields other managers own.
+#[derive(Debug, Clone, Copy)]
+enum Force<'a> {
+    /// Every changed field another manager owns is a conflict.
+    No,
+    /// Changed fields move to the writer (`force=true`, and every Update).
+    Yes,
+    /// As `No` but for these fields; when only they conflict, as `Yes`.
+    Except(&'a FieldSet),
+}
+
 /// Ownership after `old` became `new`, for every manager but `writer_id`: fields another
-/// manager owns that changed are conflicts (moved to the writer when `force`), fields removed
-/// leave their owners.
+/// manager owns that changed are conflicts (see [`Force`]), and move to the writer when
+/// there are none; fields removed leave their owners.
 fn update_owners(
     schema: &Schema,
     old: &Value,
     new: &Value,
     entries: &mut [ManagedEntry],
-    writer_id: &Identity,
-    force: bool,
+    writer_id: &Identity<'_>,
+    force: Force<'_>,
     reset: &FieldSet,
 ) -> Result<super::typed::Comparison, ApplyError> {
     let mut cmp = compare(schema, old, new)?;
@@ -312,23 +402,19 @@ fn update_owners(
     cmp.modified = cmp.modified.recursive_difference(reset);
     cmp.removed = cmp.removed.recursive_difference(reset);
     let changed = cmp.modified.union(&cmp.added);
-    let mut conflicts = Vec::new();
-    for e in entries.iter() {
-        if &e.identity() == writer_id {
-            continue;
+    let contested = match force {
+        Force::Yes => None,
+        Force::No => Some(Cow::Borrowed(&changed)),
+        Force::Except(allowed) => Some(Cow::Owned(changed.difference(allowed))),
+    };
+    if let Some(contested) = contested {
+        let (listed, unlisted) = find_conflicts(entries, writer_id, &contested);
+        if !listed.is_empty() {
+            return Err(ApplyError::Conflicts(listed, unlisted));
         }
-        for path in e.fields.intersection(&changed).paths() {
-            conflicts.push((e.display(), path));
-        }
-    }
-    if !force && !conflicts.is_empty() {
-        conflicts.sort();
-        return Err(ApplyError::Conflicts(
-            conflicts.into_iter().map(|(manager, path)| Conflict { manager, path }).collect(),
-        ));
     }
     for e in entries.iter_mut() {
-        if &e.identity() == writer_id {
+        if e.identity() == *writer_id {
             continue;
         }
         e.fields = e.fields.difference(&changed).difference(&cmp.removed);
@@ -339,13 +425,13 @@ fn update_owners(
 /// Strips the server's fields from every entry, drops empty entries, stamps the writer's
 /// entry with `time` when `touch` (Apply: the object changed; Update: the write took
 /// fields), and sorts.
-fn finish(entries: Vec<ManagedEntry>, writer_id: &Identity, touch: bool, time: &str) -> Vec<ManagedEntry> {
+fn finish(entries: Vec<ManagedEntry>, writer_id: &Identity<'_>, touch: bool, time: &str) -> Vec<ManagedEntry> {
     let strip = stripped();
     let mut out: Vec<ManagedEntry> = entries
         .into_iter()
         .map(|mut e| {
             e.fields = e.fields.difference(&strip);
-            if touch && &e.identity() == writer_id {
+            if touch && e.identity() == *writer_id {
                 e.time = Some(time.to_string());
             }
             e
@@ -357,13 +443,39 @@ fn finish(entries: Vec<ManagedEntry>, writer_id: &Identity, touch: bool, time: &
 }
 
 /// Server-side apply of `config` (the decoded apply body) to `live` (`None`: the object
-/// does not exist and apply creates it).
+/// does not exist and apply creates it). For the manager `kubectl`, conflicts on fields the
+/// live object still has as client-side apply last applied them are no conflicts, and the
+/// last-applied annotation follows the configuration (see [`super::last_applied`]).
 pub fn apply(
     schema: &Schema,
     live: Option<&Value>,
     config: &Value,
     writer: &Writer,
     force: bool,
+) -> Result<Outcome, ApplyError> {
+    let kubectl = writer.manager == last_applied::KUBECTL_MANAGER;
+    let mut outcome = match apply_fields(schema, live, config, writer, if force { Force::Yes } else { Force::No }) {
+        Err(conflicts @ ApplyError::Conflicts(..)) if kubectl => {
+            match live.and_then(|l| last_applied::takeover_fields(schema, l, writer.api_version)) {
+                Some(takeover) => apply_fields(schema, live, config, writer, Force::Except(&takeover))?,
+                None => return Err(conflicts),
+            }
+        }
+        other => other?,
+    };
+    if kubectl && last_applied::sync_annotation(&mut outcome.object, config) {
+        outcome.changed = true;
+    }
+    Ok(outcome)
+}
+
+/// [`apply`] without the last-applied rules.
+fn apply_fields(
+    schema: &Schema,
+    live: Option<&Value>,
+    config: &Value,
+    writer: &Writer,
+    force: Force<'_>,
 ) -> Result<Outcome, ApplyError> {
     if !config.is_object() {
         return Err(ApplyError::BadRequest("apply configuration must be an object".into()));
@@ -380,41 +492,55 @@ pub fn apply(
     }
     let empty = super::typed::empty_object();
     let live_obj = live.map(without_managed_fields).unwrap_or(empty);
-    let previous = match live {
+    let mut previous = match live {
         Some(l) => decode_managed_fields(l)?,
         None => Vec::new(),
     };
-    let config = without_managed_fields(config);
+    // Upstream's skipNonAppliedManager: what an existing object holds that no manager owns
+    // is first owned by an Update of `before-first-apply` (so applying over it conflicts).
+    if previous.is_empty() && live.is_some() {
+        let before = Writer { manager: BEFORE_FIRST_APPLY, ..writer.clone() };
+        previous =
+            updated_entries(schema, &super::typed::empty_object(), &live_obj, Vec::new(), &before).unwrap_or_default();
+    }
+    // `managedFields` is absent or null here: a copy without it only in the second case.
+    let config = match config.pointer("/metadata/managedFields") {
+        Some(_) => std::borrow::Cow::Owned(without_managed_fields(config)),
+        None => std::borrow::Cow::Borrowed(config),
+    };
 
     let applied = to_field_set(schema, &config)?.recursive_difference(writer.reset_fields);
     let mut merged = merge(schema, &live_obj, &config)?;
 
-    let me = ManagedEntry {
+    let my_id: Identity<'_> = (writer.manager, Operation::Apply, writer.subresource, "");
+    let mut entries: Vec<ManagedEntry> = Vec::with_capacity(previous.len() + 1);
+    let mut last = None;
+    let mut my_time = None;
+    for e in previous {
+        if e.identity() == my_id {
+            my_time = e.time;
+            last = Some(e.fields);
+        } else {
+            entries.push(e);
+        }
+    }
+    entries.push(ManagedEntry {
         manager: writer.manager.to_string(),
         operation: Operation::Apply,
         api_version: writer.api_version.to_string(),
-        time: None,
+        time: my_time,
         subresource: writer.subresource.to_string(),
         fields: applied,
-    };
-    let my_id = me.identity();
-    let mut entries: Vec<ManagedEntry> = Vec::with_capacity(previous.len() + 1);
-    let mut last = None;
-    for e in &previous {
-        if e.identity() == my_id {
-            last = Some(e.fields.clone());
-        } else {
-            entries.push(e.clone());
-        }
-    }
-    let my_time = previous.iter().find(|e| e.identity() == my_id).and_then(|e| e.time.clone());
-    entries.push(ManagedEntry { time: my_time, ..me });
+    });
 
     // Fields applied before and no longer: removed unless someone (the applier included)
     // still owns them or something below them.
     if let Some(last) = last.filter(|l| !l.is_empty()) {
         // The server's own fields (`metadata` and its identity) are never the applier's to drop.
-        let owned = entries.iter().fold(stripped(), |acc, e| acc.union(&e.fields));
+        let mut owned = stripped();
+        for e in &entries {
+            owned.union_with(&e.fields);
+        }
         remove_unowned(schema, &mut merged, &last, &owned);
     }
 
@@ -426,20 +552,38 @@ pub fn apply(
     Ok(Outcome { object, changed })
 }
 
-/// The entries an Update starts from, as upstream picks them: a subresource write takes the
-/// live object's; an object whose entries are all empty (`[{}]`) resets them; otherwise the
-/// written object's own entries when it carries any that can be read (a client may edit
+/// The manager that owns what an object held before its first apply.
+pub const BEFORE_FIRST_APPLY: &str = "before-first-apply";
+
+/// Upstream's `isResetManagedFields`: `[]`, or a single entry with nothing set (`[{}]`).
+fn is_reset(managed_fields: Option<&Value>) -> bool {
+    let zero = |v: &Value| match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty(),
+        _ => false,
+    };
+    match managed_fields {
+        Some(Value::Array(list)) => match list.as_slice() {
+            [] => true,
+            [only] => only.as_object().is_some_and(|m| m.values().all(zero)),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The entries an Update starts from, as upstream's `decodeLiveOrNew` picks them: a
+/// subresource write takes the live object's; `[]` or `[{}]` resets them; otherwise the
+/// written object's own entries when there are any and they all decode (a client may edit
 /// them, as kubectl does when it moves an object from client-side to server-side apply),
-/// else the live object's. Unreadable entries count as none.
+/// else the live object's (none when those do not decode either).
 fn update_base(live: Option<&Value>, new: &Value, subresource: &str) -> Vec<ManagedEntry> {
     let from_live = || live.and_then(|l| decode_managed_fields(l).ok()).unwrap_or_default();
     if !subresource.is_empty() {
         return from_live();
     }
-    if let Some(Value::Array(list)) = new.pointer("/metadata/managedFields") {
-        if !list.is_empty() && list.iter().all(|e| e.as_object().is_some_and(Map::is_empty)) {
-            return Vec::new();
-        }
+    if is_reset(new.pointer("/metadata/managedFields")) {
+        return Vec::new();
     }
     match decode_managed_fields(new) {
         Ok(entries) if !entries.is_empty() => entries,
@@ -450,22 +594,42 @@ fn update_base(live: Option<&Value>, new: &Value, subresource: &str) -> Vec<Mana
 /// Ownership after an Update (create, PUT, or a JSON/merge/strategic patch): what the
 /// write added or changed moves to the writer; nothing conflicts. `new` is the object the
 /// write produced. An Update never fails: when the objects cannot be read with the schema
-/// the result carries no `managedFields` at all, as upstream's field manager does then.
+/// the result carries no `managedFields` at all, as upstream's field manager does then. An
+/// existing object that starts from no entries keeps none (upstream's
+/// `skipNonAppliedManager`: ownership is tracked from creation or from the first apply).
 pub fn update(schema: &Schema, live: Option<&Value>, new: &Value, writer: &Writer) -> Outcome {
     let live_obj = live.map(without_managed_fields).unwrap_or_else(super::typed::empty_object);
-    let new_obj = without_managed_fields(new);
-    let changed = live.is_none() || new_obj != live_obj;
+    let mut object = without_managed_fields(new);
+    let changed = live.is_none() || object != live_obj;
     let previous = update_base(live, new, writer.subresource);
-    let my_id =
-        (writer.manager.to_string(), Operation::Update, writer.subresource.to_string(), writer.api_version.to_string());
-    let mut entries = previous.clone();
-    let Ok(cmp) = update_owners(schema, &live_obj, &new_obj, &mut entries, &my_id, true, writer.reset_fields) else {
-        return Outcome { object: new_obj, changed };
-    };
+    if previous.is_empty() && live.is_some() {
+        return Outcome { object, changed };
+    }
+    if let Some(entries) = updated_entries(schema, &live_obj, &object, previous, writer) {
+        encode_managed_fields(&mut object, &entries);
+    }
+    Outcome { object, changed }
+}
+
+/// The entries after `writer`'s Update of `live_obj` into `new_obj` (neither carrying
+/// `managedFields`), from `entries`; None when the objects cannot be read with the schema.
+fn updated_entries(
+    schema: &Schema,
+    live_obj: &Value,
+    new_obj: &Value,
+    mut entries: Vec<ManagedEntry>,
+    writer: &Writer,
+) -> Option<Vec<ManagedEntry>> {
+    let my_id: Identity<'_> = (writer.manager, Operation::Update, writer.subresource, writer.api_version);
+    let cmp = update_owners(schema, live_obj, new_obj, &mut entries, &my_id, Force::Yes, writer.reset_fields).ok()?;
     let gained = cmp.modified.union(&cmp.added);
     let touch = !gained.difference(&stripped()).is_empty();
     match entries.iter_mut().find(|e| e.identity() == my_id) {
-        Some(e) => e.fields = e.fields.difference(&cmp.removed).union(&gained),
+        Some(e) => {
+            let mut fields = e.fields.difference(&cmp.removed);
+            fields.union_with(&gained);
+            e.fields = fields;
+        }
         None => entries.push(ManagedEntry {
             manager: writer.manager.to_string(),
             operation: Operation::Update,
@@ -477,9 +641,7 @@ pub fn update(schema: &Schema, live: Option<&Value>, new: &Value, writer: &Write
     }
     let mut entries = finish(entries, &my_id, touch, writer.time);
     cap_update_managers(&mut entries);
-    let mut object = new_obj;
-    encode_managed_fields(&mut object, &entries);
-    Outcome { object, changed }
+    Some(entries)
 }
 
 /// Most Update entries an object keeps (upstream's `maxUpdateManagers`).
@@ -518,11 +680,11 @@ fn cap_update_managers(entries: &mut Vec<ManagedEntry>) {
         let version = entries[i].api_version.clone();
         match bucket_of.get(&version) {
             Some(&b) => {
-                let (fields, time) = (entries[i].fields.clone(), entries[i].time.clone());
+                let (fields, time) = (std::mem::take(&mut entries[i].fields), entries[i].time.take());
                 let bucket = &mut entries[b];
                 bucket.manager = ANCIENT_CHANGES.to_string();
                 bucket.subresource = String::new();
-                bucket.fields = fields.union(&bucket.fields);
+                bucket.fields.union_with(&fields);
                 bucket.time = time;
                 removed[i] = true;
                 length -= 1;

@@ -10,22 +10,29 @@
 //!   built from OpenAPI definitions (built-in kinds) or a CRD's `openAPIV3Schema`.
 //! - [`typed`]: field set of a value, merge, comparison, removal, walked with the schema.
 //! - [`managed`]: managedFields entries, [`apply`], [`update`], conflict messages.
+//! - [`last_applied`]: kubectl's client-side apply annotation under server-side apply
+//!   (taking fields over from client-side apply, keeping the annotation current).
 //!
 //! Not here: decoding the body (`application/apply-patch+yaml`), `fieldManager` checks,
 //! `dryRun`, storage, admission; the write path calls [`apply`] / [`update`] and stores.
 
 pub mod fieldset;
+pub mod last_applied;
 pub mod managed;
 pub mod schema;
 pub mod typed;
 
 #[cfg(test)]
+mod bounds_tests;
+#[cfg(test)]
+mod last_applied_tests;
+#[cfg(test)]
 mod tests;
 
 pub use fieldset::{FieldSet, FieldsV1Error, Path, PathElement};
 pub use managed::{
-    apply, conflict_message, conflict_status, decode_managed_fields, update, ApplyError, Conflict, ManagedEntry,
-    ManagedFieldsError, Operation, Outcome, Writer,
+    apply, conflict_message, conflict_report, conflict_status, decode_managed_fields, update, ApplyError, Conflict,
+    ManagedEntry, ManagedFieldsError, Operation, Outcome, Writer,
 };
 pub use schema::{Schema, SchemaError};
 pub use typed::TypedError;

@@ -558,7 +558,9 @@ fn apply_caps_update_managers() {
 }
 
 /// Which entries an Update starts from: `[{}]` clears them (the reference page's way to
-/// strip managedFields), an empty list does not, a subresource write ignores the body's.
+/// strip managedFields), and so does a written `[]` (upstream's `isResetManagedFields`; a Go
+/// client's empty list is left out of its body, which clears nothing); a subresource write
+/// ignores the body's.
 #[test]
 fn apply_update_managed_fields_sources() {
     let s = configmap_schema();
@@ -574,6 +576,11 @@ fn apply_update_managed_fields_sources() {
     let mut emptied = created.clone();
     emptied["metadata"]["managedFields"] = json!([]);
     let out = update(&s, Some(&created), &emptied, &writer("kubectl-patch", "v1", T1, &none));
+    assert_eq!(out.object["metadata"].get("managedFields"), None);
+
+    let mut left_out = created.clone();
+    left_out["metadata"].as_object_mut().unwrap().remove("managedFields");
+    let out = update(&s, Some(&created), &left_out, &writer("kubectl-patch", "v1", T1, &none));
     assert_eq!(managed(&out.object), managed(&created));
 
     let mut forged = created.clone();

@@ -4,6 +4,10 @@
 //!
 //! What enters: JSON values (wire form) and a [`Schema`] node. What leaves: [`FieldSet`]s,
 //! a merged value, or a [`Comparison`].
+//!
+//! Every walk visits each node of its values once and builds its sets node by node, below
+//! the node being walked; where it is in the object is a chain of borrowed elements on the
+//! stack ([`Trail`]), made into a [`Path`] only for an error.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +22,21 @@ pub struct Comparison {
     pub added: FieldSet,
     pub modified: FieldSet,
     pub removed: FieldSet,
+}
+
+impl Comparison {
+    /// Adds what changed at and below the path of `pe` (`modified`: its own value did).
+    fn add(&mut self, pe: &PathElement, modified: bool, below: Comparison) {
+        if !below.added.is_empty() {
+            self.added.add(pe.clone(), false, below.added);
+        }
+        if modified || !below.modified.is_empty() {
+            self.modified.add(pe.clone(), modified, below.modified);
+        }
+        if !below.removed.is_empty() {
+            self.removed.add(pe.clone(), false, below.removed);
+        }
+    }
 }
 
 /// Why a value cannot be walked with its schema (a 400 for the request that carried it).
@@ -40,31 +59,62 @@ pub enum TypedError {
 /// Deepest value walked (the stored form is capped far below this).
 const MAX_DEPTH: usize = 1000;
 
+/// Where a walk is: the elements from the root, each borrowed from the frame that walks it.
+#[derive(Clone, Copy)]
+struct Trail<'a> {
+    up: Option<(&'a Trail<'a>, &'a PathElement)>,
+    depth: usize,
+}
+
+impl<'a> Trail<'a> {
+    const ROOT: Trail<'static> = Trail { up: None, depth: 0 };
+
+    fn child(&'a self, pe: &'a PathElement) -> Result<Trail<'a>, TypedError> {
+        let t = Trail { up: Some((self, pe)), depth: self.depth + 1 };
+        if t.depth > MAX_DEPTH {
+            return Err(TypedError::TooDeep(t.path()));
+        }
+        Ok(t)
+    }
+
+    /// The path, made for an error message.
+    fn path(&self) -> Path {
+        let mut elems = Vec::with_capacity(self.depth);
+        let mut at = self;
+        while let Some((up, pe)) = at.up {
+            elems.push(pe.clone());
+            at = up;
+        }
+        elems.reverse();
+        Path(elems)
+    }
+}
+
 /// The path element of list item `item`, or why it has none.
 fn item_element(
     list_type: &ListType,
     defaults: &BTreeMap<String, Value>,
     item: &Value,
     index: usize,
-    path: &Path,
+    at: &Trail<'_>,
 ) -> Result<PathElement, TypedError> {
     match list_type {
         ListType::Atomic => Ok(PathElement::Index(index)),
         ListType::Set => match item {
             Value::Object(_) | Value::Array(_) => {
-                Err(TypedError::SetItemNotScalar { path: path.clone(), found: kind_name(item) })
+                Err(TypedError::SetItemNotScalar { path: at.path(), found: kind_name(item) })
             }
-            v => Ok(PathElement::Value(v.clone())),
+            v => Ok(PathElement::value(v.clone())),
         },
         ListType::Map(keys) => {
             let Value::Object(m) = item else {
-                return Err(TypedError::MapItemNotMap(path.clone()));
+                return Err(TypedError::MapItemNotMap(at.path()));
             };
             let mut fields = Vec::with_capacity(keys.len());
             for k in keys {
                 match m.get(k).or_else(|| defaults.get(k)) {
                     Some(v) => fields.push((k.clone(), v.clone())),
-                    None => return Err(TypedError::MissingKey { path: path.clone(), key: k.clone() }),
+                    None => return Err(TypedError::MissingKey { path: at.path(), key: k.clone() }),
                 }
             }
             Ok(PathElement::key(fields))
@@ -86,14 +136,14 @@ fn list_elements(
     list_type: &ListType,
     defaults: &BTreeMap<String, Value>,
     items: &[Value],
-    path: &Path,
+    at: &Trail<'_>,
 ) -> Result<Vec<PathElement>, TypedError> {
     let mut out: Vec<PathElement> = Vec::with_capacity(items.len());
     let mut seen = std::collections::BTreeSet::new();
     for (i, item) in items.iter().enumerate() {
-        let pe = item_element(list_type, defaults, item, i, path)?;
+        let pe = item_element(list_type, defaults, item, i, at)?;
         if !seen.insert(pe.clone()) {
-            return Err(TypedError::Duplicate { path: path.clone(), element: pe });
+            return Err(TypedError::Duplicate { path: at.path(), element: pe });
         }
         out.push(pe);
     }
@@ -122,55 +172,42 @@ fn entry_node(node: &Node, key: &str) -> Option<(NodeId, bool)> {
 /// named field that is null or an empty map.
 pub fn to_field_set(schema: &Schema, value: &Value) -> Result<FieldSet, TypedError> {
     let mut set = FieldSet::new();
-    walk_set(schema, schema.root(), value, &Path::default(), &mut set, 0)?;
+    walk_set(schema, schema.root(), value, &Trail::ROOT, &mut set)?;
     Ok(set)
 }
 
-fn walk_set(
-    schema: &Schema,
-    id: NodeId,
-    v: &Value,
-    path: &Path,
-    set: &mut FieldSet,
-    depth: usize,
-) -> Result<(), TypedError> {
-    if depth > MAX_DEPTH {
-        return Err(TypedError::TooDeep(path.clone()));
-    }
+/// Adds the fields set below the walk's path to `below`; says whether the path itself is
+/// one.
+fn walk_set(schema: &Schema, id: NodeId, v: &Value, at: &Trail<'_>, below: &mut FieldSet) -> Result<bool, TypedError> {
     let node = schema.node(id);
     match (node, v) {
         (Node::List { items, list_type, key_defaults }, Value::Array(list)) => {
             if *list_type == ListType::Atomic {
-                set.insert(path);
-                return Ok(());
+                return Ok(true);
             }
-            let pes = list_elements(list_type, key_defaults, list, path)?;
+            let pes = list_elements(list_type, key_defaults, list, at)?;
             for (pe, item) in pes.into_iter().zip(list) {
-                let child = path.child(pe);
-                walk_set(schema, *items, item, &child, set, depth + 1)?;
-                set.insert(&child);
+                let mut sub = FieldSet::new();
+                walk_set(schema, *items, item, &at.child(&pe)?, &mut sub)?;
+                below.add(pe, true, sub);
             }
-            Ok(())
+            Ok(false)
         }
         (Node::Map { atomic: false, .. } | Node::Deduced, Value::Object(m)) => {
             for (key, val) in m {
+                let pe = PathElement::field(key);
                 let Some((child_id, named)) = entry_node(node, key) else {
-                    return Err(TypedError::Undeclared(path.child(PathElement::field(key))));
+                    return Err(TypedError::Undeclared(at.path().child(pe)));
                 };
-                let child = path.child(PathElement::field(key));
-                walk_set(schema, child_id, val, &child, set, depth + 1)?;
+                let mut sub = FieldSet::new();
+                let itself = walk_set(schema, child_id, val, &at.child(&pe)?, &mut sub)?;
                 let empty_map = matches!(val, Value::Object(o) if o.is_empty());
-                if val.is_null() || empty_map || !named {
-                    set.insert(&child);
-                }
+                below.add(pe, itself || val.is_null() || empty_map || !named, sub);
             }
-            Ok(())
+            Ok(false)
         }
-        (Node::Map { .. } | Node::List { .. }, Value::Null) => Ok(()),
-        _ => {
-            set.insert(path);
-            Ok(())
-        }
+        (Node::Map { .. } | Node::List { .. }, Value::Null) => Ok(false),
+        _ => Ok(true),
     }
 }
 
@@ -178,48 +215,44 @@ fn walk_set(
 /// are merged item by item, atomic values replaced. List order: the configuration's, with
 /// items only the live object has kept where they were.
 pub fn merge(schema: &Schema, live: &Value, config: &Value) -> Result<Value, TypedError> {
-    merge_node(schema, schema.root(), live, config, &Path::default(), 0)
+    merge_node(schema, schema.root(), live.clone(), config, &Trail::ROOT)
 }
 
-fn merge_node(
-    schema: &Schema,
-    id: NodeId,
-    live: &Value,
-    config: &Value,
-    path: &Path,
-    depth: usize,
-) -> Result<Value, TypedError> {
-    if depth > MAX_DEPTH {
-        return Err(TypedError::TooDeep(path.clone()));
-    }
+fn merge_node(schema: &Schema, id: NodeId, live: Value, config: &Value, at: &Trail<'_>) -> Result<Value, TypedError> {
     let node = schema.node(id);
     match (node, live, config) {
-        (Node::Map { atomic: false, .. } | Node::Deduced, Value::Object(l), Value::Object(c)) => {
-            let mut out = l.clone();
+        (Node::Map { atomic: false, .. } | Node::Deduced, Value::Object(mut out), Value::Object(c)) => {
             for (key, cv) in c {
-                let child = path.child(PathElement::field(key));
-                let merged = match (l.get(key), entry_node(node, key)) {
-                    (Some(lv), Some((child_id, _))) => merge_node(schema, child_id, lv, cv, &child, depth + 1)?,
-                    (_, None) => return Err(TypedError::Undeclared(child)),
-                    (None, _) => cv.clone(),
+                let Some((child_id, _)) = entry_node(node, key) else {
+                    return Err(TypedError::Undeclared(at.path().child(PathElement::field(key))));
                 };
-                out.insert(key.clone(), merged);
+                match out.get_mut(key) {
+                    Some(slot) => {
+                        let pe = PathElement::field(key);
+                        let lv = std::mem::take(slot);
+                        *slot = merge_node(schema, child_id, lv, cv, &at.child(&pe)?)?;
+                    }
+                    None => {
+                        out.insert(key.clone(), cv.clone());
+                    }
+                }
             }
             Ok(Value::Object(out))
         }
         (Node::List { items, list_type, key_defaults }, Value::Array(l), Value::Array(c))
             if *list_type != ListType::Atomic =>
         {
-            let lpes = list_elements(list_type, key_defaults, l, path)?;
-            let cpes = list_elements(list_type, key_defaults, c, path)?;
+            let lpes = list_elements(list_type, key_defaults, &l, at)?;
+            let cpes = list_elements(list_type, key_defaults, c, at)?;
             let lpos = positions(&lpes);
             let cpos = positions(&cpes);
-            let mut out = Vec::with_capacity(l.len() + c.len());
+            let mut live_items: Vec<Option<Value>> = l.into_iter().map(Some).collect();
+            let mut out = Vec::with_capacity(live_items.len() + c.len());
             let mut emitted = vec![false; c.len()];
             let mut next_config = 0;
-            for (lpe, lv) in lpes.iter().zip(l) {
+            for (i, lpe) in lpes.iter().enumerate() {
                 match cpos.get(lpe).copied() {
-                    None => out.push(lv.clone()),
+                    None => out.extend(live_items[i].take()),
                     Some(ci) => {
                         // The configuration's items up to this shared one come first.
                         while next_config <= ci {
@@ -227,9 +260,8 @@ fn merge_node(
                                 emitted[next_config] = true;
                                 let cpe = &cpes[next_config];
                                 let cv = &c[next_config];
-                                let child = path.child(cpe.clone());
-                                match lpos.get(cpe).copied() {
-                                    Some(li) => out.push(merge_node(schema, *items, &l[li], cv, &child, depth + 1)?),
+                                match lpos.get(cpe).and_then(|li| live_items[*li].take()) {
+                                    Some(lv) => out.push(merge_node(schema, *items, lv, cv, &at.child(cpe)?)?),
                                     None => out.push(cv.clone()),
                                 }
                             }
@@ -253,114 +285,122 @@ fn merge_node(
 /// A subtree present on one side only is counted node by node, as upstream counts it.
 pub fn compare(schema: &Schema, old: &Value, new: &Value) -> Result<Comparison, TypedError> {
     let mut c = Comparison::default();
-    compare_node(schema, schema.root(), old, new, &Path::default(), &mut c, 0)?;
+    compare_node(schema, schema.root(), old, new, &Trail::ROOT, &mut c)?;
     Ok(c)
 }
 
+/// Adds what changed below the walk's path to `below`; says whether the path's own value
+/// changed.
 fn compare_node(
     schema: &Schema,
     id: NodeId,
     old: &Value,
     new: &Value,
-    path: &Path,
-    c: &mut Comparison,
-    depth: usize,
-) -> Result<(), TypedError> {
-    if depth > MAX_DEPTH {
-        return Err(TypedError::TooDeep(path.clone()));
-    }
+    at: &Trail<'_>,
+    below: &mut Comparison,
+) -> Result<bool, TypedError> {
     let node = schema.node(id);
     match (node, old, new) {
         (Node::Map { atomic: false, .. } | Node::Deduced, Value::Object(o), Value::Object(n)) => {
             for (key, ov) in o {
-                let child = path.child(PathElement::field(key));
                 let Some((child_id, _)) = entry_node(node, key) else { continue };
+                let pe = PathElement::field(key);
+                let here = at.child(&pe)?;
                 match n.get(key) {
-                    Some(nv) => compare_node(schema, child_id, ov, nv, &child, c, depth + 1)?,
-                    None => subtree(schema, child_id, ov, &child, &mut c.removed, depth + 1)?,
+                    Some(nv) => {
+                        let mut sub = Comparison::default();
+                        let modified = compare_node(schema, child_id, ov, nv, &here, &mut sub)?;
+                        below.add(&pe, modified, sub);
+                    }
+                    None => below.removed.add(pe.clone(), true, subtree(schema, child_id, ov, &here)?),
                 }
             }
             for (key, nv) in n {
                 if o.contains_key(key) {
                     continue;
                 }
-                let child = path.child(PathElement::field(key));
                 let Some((child_id, _)) = entry_node(node, key) else { continue };
-                subtree(schema, child_id, nv, &child, &mut c.added, depth + 1)?;
+                let pe = PathElement::field(key);
+                let sub = subtree(schema, child_id, nv, &at.child(&pe)?)?;
+                below.added.add(pe, true, sub);
             }
-            Ok(())
+            Ok(false)
         }
         (Node::List { items, list_type, key_defaults }, Value::Array(o), Value::Array(n))
             if *list_type != ListType::Atomic =>
         {
-            let opes = list_elements(list_type, key_defaults, o, path)?;
-            let npes = list_elements(list_type, key_defaults, n, path)?;
+            let opes = list_elements(list_type, key_defaults, o, at)?;
+            let npes = list_elements(list_type, key_defaults, n, at)?;
             let opos = positions(&opes);
             let npos = positions(&npes);
             for (ope, ov) in opes.iter().zip(o) {
-                let child = path.child(ope.clone());
+                let here = at.child(ope)?;
                 match npos.get(ope).copied() {
-                    Some(ni) => compare_node(schema, *items, ov, &n[ni], &child, c, depth + 1)?,
-                    None => subtree(schema, *items, ov, &child, &mut c.removed, depth + 1)?,
+                    Some(ni) => {
+                        let mut sub = Comparison::default();
+                        let modified = compare_node(schema, *items, ov, &n[ni], &here, &mut sub)?;
+                        below.add(ope, modified, sub);
+                    }
+                    None => below.removed.add(ope.clone(), true, subtree(schema, *items, ov, &here)?),
                 }
             }
             for (npe, nv) in npes.iter().zip(n) {
                 if !opos.contains_key(npe) {
-                    subtree(schema, *items, nv, &path.child(npe.clone()), &mut c.added, depth + 1)?;
+                    let sub = subtree(schema, *items, nv, &at.child(npe)?)?;
+                    below.added.add(npe.clone(), true, sub);
                 }
             }
-            Ok(())
+            Ok(false)
         }
-        _ => {
-            if old != new {
-                c.modified.insert(path);
-            }
-            Ok(())
-        }
+        _ => Ok(old != new),
     }
 }
 
-/// Every node of the subtree at `path` (itself included), as the typed walk visits them.
-fn subtree(
-    schema: &Schema,
-    id: NodeId,
-    v: &Value,
-    path: &Path,
-    set: &mut FieldSet,
-    depth: usize,
-) -> Result<(), TypedError> {
-    if depth > MAX_DEPTH {
-        return Err(TypedError::TooDeep(path.clone()));
-    }
-    set.insert(path);
+/// Every node below the walk's path, as the typed walk visits them (the path itself is the
+/// caller's to add).
+fn subtree(schema: &Schema, id: NodeId, v: &Value, at: &Trail<'_>) -> Result<FieldSet, TypedError> {
+    let mut set = FieldSet::new();
     let node = schema.node(id);
     match (node, v) {
         (Node::Map { atomic: false, .. } | Node::Deduced, Value::Object(m)) => {
             for (key, val) in m {
                 if let Some((child_id, _)) = entry_node(node, key) {
-                    subtree(schema, child_id, val, &path.child(PathElement::field(key)), set, depth + 1)?;
+                    let pe = PathElement::field(key);
+                    let sub = subtree(schema, child_id, val, &at.child(&pe)?)?;
+                    set.add(pe, true, sub);
                 }
             }
         }
         (Node::List { items, list_type, key_defaults }, Value::Array(list)) if *list_type != ListType::Atomic => {
-            for (pe, item) in list_elements(list_type, key_defaults, list, path)?.into_iter().zip(list) {
-                subtree(schema, *items, item, &path.child(pe), set, depth + 1)?;
+            for (pe, item) in list_elements(list_type, key_defaults, list, at)?.into_iter().zip(list) {
+                let sub = subtree(schema, *items, item, &at.child(&pe)?)?;
+                set.add(pe, true, sub);
             }
         }
         _ => {}
     }
-    Ok(())
+    Ok(set)
 }
 
 /// Removes from `value` the fields of `last` (what a manager applied before) that nobody
 /// owns any more: not in `owned` and with nothing owned below them. A named struct field
 /// counts as applied when anything below it was (upstream's `EnsureNamedFieldsAreMembers`),
-/// so dropping all of `data` drops `data` itself.
+/// so dropping all of `data` drops `data` itself. `last` and `owned` are walked along with
+/// the value.
 pub fn remove_unowned(schema: &Schema, value: &mut Value, last: &FieldSet, owned: &FieldSet) {
-    remove_node(schema, schema.root(), value, last, owned, &Path::default());
+    remove_node(schema, schema.root(), value, last, Some(owned), &Trail::ROOT);
 }
 
-fn remove_node(schema: &Schema, id: NodeId, value: &mut Value, last: &FieldSet, owned: &FieldSet, path: &Path) {
+/// `owned`: the owned paths below the walk's path (None: none).
+fn remove_node(
+    schema: &Schema,
+    id: NodeId,
+    value: &mut Value,
+    last: &FieldSet,
+    owned: Option<&FieldSet>,
+    at: &Trail<'_>,
+) {
+    let owns = |pe: &PathElement| owned.is_some_and(|o| o.has_below(pe));
     let node = schema.node(id);
     match (node, value) {
         (Node::Map { atomic: false, .. } | Node::Deduced, Value::Object(m)) => {
@@ -368,12 +408,12 @@ fn remove_node(schema: &Schema, id: NodeId, value: &mut Value, last: &FieldSet, 
             for pe in last.elements() {
                 let PathElement::Field(key) = pe else { continue };
                 let Some((child_id, named)) = entry_node(node, key) else { continue };
-                let child = path.child(pe.clone());
                 let removable = last.is_member(pe) || named;
-                if removable && !owned.has_prefix(&child) {
-                    drop.push(key.clone());
-                } else if let (Some(sub), Some(v)) = (last.child(pe), m.get_mut(key)) {
-                    remove_node(schema, child_id, v, sub, owned, &child);
+                if removable && !owns(pe) {
+                    drop.push(key.to_string());
+                } else if let (Some(sub), Some(v)) = (last.child(pe), m.get_mut(&**key)) {
+                    let Ok(here) = at.child(pe) else { continue };
+                    remove_node(schema, child_id, v, sub, owned.and_then(|o| o.child(pe)), &here);
                 }
             }
             for key in drop {
@@ -381,16 +421,15 @@ fn remove_node(schema: &Schema, id: NodeId, value: &mut Value, last: &FieldSet, 
             }
         }
         (Node::List { items, list_type, key_defaults }, Value::Array(list)) if *list_type != ListType::Atomic => {
-            let Ok(pes) = list_elements(list_type, key_defaults, list, path) else { return };
+            let Ok(pes) = list_elements(list_type, key_defaults, list, at) else { return };
             let mut keep = Vec::with_capacity(list.len());
             for (pe, mut item) in pes.into_iter().zip(std::mem::take(list)) {
-                let child = path.child(pe.clone());
-                let in_last = last.is_member(&pe) || last.child(&pe).is_some();
-                if in_last && !owned.has_prefix(&child) {
+                let in_last = last.has_below(&pe);
+                if in_last && !owns(&pe) {
                     continue;
                 }
-                if let Some(sub) = last.child(&pe) {
-                    remove_node(schema, *items, &mut item, sub, owned, &child);
+                if let (Some(sub), Ok(here)) = (last.child(&pe), at.child(&pe)) {
+                    remove_node(schema, *items, &mut item, sub, owned.and_then(|o| o.child(&pe)), &here);
                 }
                 keep.push(item);
             }

@@ -178,10 +178,12 @@ pub fn apply_patch(
     Ok(patched)
 }
 
-/// The body of an apply patch (YAML or JSON) as a JSON object.
+/// The body of an apply patch (YAML or JSON) as a JSON object, read by [`crate::api::yaml`]
+/// (its cost bounded by the body's size).
 pub fn decode_apply_body(body: &[u8]) -> Result<Value, PatchError> {
-    let v: Value =
-        serde_yaml::from_slice(body).map_err(|e| PatchError::BadRequest(format!("error decoding YAML: {e}")))?;
+    let v = crate::api::yaml::from_slice(body)
+        .map_err(|e| PatchError::BadRequest(format!("error decoding YAML: {e}")))?
+        .value;
     if !v.is_object() {
         return Err(PatchError::BadRequest(format!(
             "error decoding YAML: the apply patch must be an object, not {}",

@@ -67,8 +67,12 @@ pub(crate) struct Message {
     pub fields: &'static [Field],
 }
 
+/// The message description named `name`, from an index built once (a body of a million
+/// small messages looks one up per message).
 fn message(name: &str) -> Option<&'static Message> {
-    schema::MESSAGES.iter().find(|m| m.name == name)
+    static INDEX: std::sync::OnceLock<std::collections::HashMap<&'static str, &'static Message>> =
+        std::sync::OnceLock::new();
+    INDEX.get_or_init(|| schema::MESSAGES.iter().map(|m| (m.name, m)).collect()).get(name).copied()
 }
 
 /// The protobuf package of each API group kustos has messages for.

@@ -9,16 +9,38 @@ use crate::api::dupcheck::{FieldPath, StrictErrors};
 use crate::error::{ApiError, Result};
 use crate::registry::ResourceDef;
 
-/// Decode a JSON or YAML request body into an object.
-pub fn decode_body(def: &ResourceDef, body: &Bytes, content_type: &str) -> Result<Value> {
+/// Decode a JSON, YAML or protobuf request body into an object, with the duplicate fields
+/// `fieldValidation` is told of (none under Ignore), as problems [`typed_check`] reports:
+/// `duplicate field "<path>"` in JSON, `line N: key "<key>" already set in map` in YAML
+/// (upstream's strict YAML decoder). YAML is read by [`crate::api::yaml`], whose cost is
+/// bounded by the body's size.
+pub fn decode_body(
+    def: &ResourceDef,
+    body: &Bytes,
+    content_type: &str,
+    mode: FieldValidation,
+) -> Result<(Value, Vec<String>)> {
     if body.is_empty() {
         return Err(ApiError::BadRequest("request body is empty".into()));
     }
+    let mut duplicates = Vec::new();
     let v: Value = match content_type {
-        ct if reads_as_json(ct) => serde_json::from_slice(body)
-            .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))?,
-        "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml::from_slice(body)
-            .map_err(|e| ApiError::BadRequest(format!("error converting YAML to JSON: {e}")))?,
+        ct if reads_as_json(ct) => {
+            let v = serde_json::from_slice(body)
+                .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))?;
+            if mode != FieldValidation::Ignore {
+                duplicates = duplicate_fields(body);
+            }
+            v
+        }
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            let decoded = crate::api::yaml::from_slice(body)
+                .map_err(|e| ApiError::BadRequest(format!("error converting YAML to JSON: {e}")))?;
+            if mode != FieldValidation::Ignore {
+                duplicates = decoded.duplicates;
+            }
+            decoded.value
+        }
         // Kinds without a protobuf form (custom resources) refuse it as upstream does: 415.
         crate::api::protobuf::MEDIA_TYPE
             if !crate::api::protobuf::encode::has_message(&def.api_version(), def.kind) =>
@@ -43,7 +65,7 @@ pub fn decode_body(def: &ResourceDef, body: &Bytes, content_type: &str) -> Resul
         )));
     }
     check_type_meta(def, &v)?;
-    Ok(v)
+    Ok((v, duplicates))
 }
 
 /// apiVersion/kind in a body must name this resource's kind (when present).
@@ -98,32 +120,41 @@ fn unknown_fields(input: &Value, pruned: &Value, path: &mut FieldPath, out: &mut
     }
 }
 
-/// Decode through the typed model: type errors → 400; unknown fields pruned and reported
-/// per `fieldValidation` (Strict → 400, Warn → warnings, Ignore → nothing).
+/// `obj` decoded into the kind's typed form and encoded back (within the typed decoding
+/// budget), or the 400 `<Kind> in version "<v>" cannot be handled as a <Kind>: ...`.
+pub fn typed_roundtrip(def: &ResourceDef, obj: &Value) -> Result<Value> {
+    def.strategy.roundtrip(obj).map_err(|e| {
+        ApiError::BadRequest(format!(
+            "{} in version \"{}\" cannot be handled as a {}: {e}",
+            def.kind, def.version, def.kind
+        ))
+    })
+}
+
+/// Decode through the typed model: type errors → 400; unknown fields pruned and reported,
+/// after the `duplicates` [`decode_body`] found, per `fieldValidation` (Strict → 400, Warn →
+/// warnings, Ignore → nothing). Takes the object by value: no copy of it lives beside its
+/// typed and pruned forms.
 pub fn typed_check(
     def: &ResourceDef,
-    obj: &Value,
+    obj: Value,
     mode: FieldValidation,
     duplicates: &[String],
 ) -> Result<(Value, Vec<String>)> {
-    let mut for_check = obj.clone();
+    let mut for_check = obj;
     // apiVersion/kind are always known.
     if let Some(m) = for_check.as_object_mut() {
         m.insert("apiVersion".into(), json!(def.api_version()));
         m.insert("kind".into(), json!(def.kind));
     }
-    let pruned = def.strategy.roundtrip(&for_check).map_err(|e| {
-        ApiError::BadRequest(format!(
-            "{} in version \"{}\" cannot be handled as a {}: {e}",
-            def.kind, def.version, def.kind
-        ))
-    })?;
+    let pruned = typed_roundtrip(def, &for_check)?;
     // At most MAX_STRICT_ERRORS distinct problems, as upstream's strict decoder keeps.
     let mut found = StrictErrors::default();
-    unknown_fields(&for_check, &pruned, &mut FieldPath::default(), &mut found);
-    for p in duplicates {
-        found.add(format!("duplicate field \"{p}\""));
+    for problem in duplicates {
+        found.add(problem.clone());
     }
+    unknown_fields(&for_check, &pruned, &mut FieldPath::default(), &mut found);
+    drop(for_check);
     let problems = found.into_vec();
     match mode {
         FieldValidation::Strict if !problems.is_empty() => Err(ApiError::BadRequest(format!(
@@ -144,14 +175,10 @@ fn reads_as_json(content_type: &str) -> bool {
     matches!(content_type, "" | "application/json" | "*/*")
 }
 
-/// Keys that appear twice in one JSON object of `body`, as dotted paths (bounded: see
-/// [`crate::api::dupcheck`]), for a body [`decode_body`] reads as JSON. Under
-/// `fieldValidation=Ignore` nobody is told, so the body is not searched.
-pub fn duplicate_fields(body: &[u8], content_type: &str, mode: FieldValidation) -> Vec<String> {
-    if mode == FieldValidation::Ignore || !reads_as_json(content_type) {
-        return Vec::new();
-    }
-    crate::api::dupcheck::duplicate_keys(body)
+/// Keys that appear twice in one object of a JSON `body`, as `duplicate field "<path>"`
+/// (bounded: see [`crate::api::dupcheck`]).
+fn duplicate_fields(body: &[u8]) -> Vec<String> {
+    crate::api::dupcheck::duplicate_keys(body).into_iter().map(|p| format!("duplicate field \"{p}\"")).collect()
 }
 
 #[cfg(test)]
@@ -159,22 +186,50 @@ mod tests {
     use super::*;
     use serde_json::Map;
 
+    fn configmaps() -> &'static ResourceDef {
+        static REGISTRY: std::sync::OnceLock<crate::registry::Registry> = std::sync::OnceLock::new();
+        let registry = REGISTRY.get_or_init(crate::registry::Registry::builtin);
+        let Some(def) = registry.find("", "v1", "configmaps") else { panic!("configmaps registered") };
+        def
+    }
+
     #[test]
-    fn duplicates_are_searched_in_json_bodies_unless_ignored() {
-        let body = br#"{"a":1,"a":2}"#;
-        let cases: &[(&str, FieldValidation, bool)] = &[
-            ("", FieldValidation::Strict, true),
-            ("application/json", FieldValidation::Strict, true),
-            ("*/*", FieldValidation::Strict, true),
-            ("application/json", FieldValidation::Warn, true),
-            ("application/json", FieldValidation::Ignore, false),
-            ("*/*", FieldValidation::Ignore, false),
-            ("application/yaml", FieldValidation::Strict, false),
+    fn duplicates_are_reported_unless_ignored() {
+        let json = Bytes::from_static(br#"{"kind":"ConfigMap","a":1,"a":2}"#);
+        let yaml = Bytes::from_static(b"kind: ConfigMap\na: 1\na: 2\n");
+        let json_dup = vec!["duplicate field \"a\"".to_string()];
+        let yaml_dup = vec!["line 3: key \"a\" already set in map".to_string()];
+        let cases: &[(&str, &Bytes, FieldValidation, &[String])] = &[
+            ("", &json, FieldValidation::Strict, &json_dup),
+            ("application/json", &json, FieldValidation::Strict, &json_dup),
+            ("*/*", &json, FieldValidation::Strict, &json_dup),
+            ("application/json", &json, FieldValidation::Warn, &json_dup),
+            ("application/json", &json, FieldValidation::Ignore, &[]),
+            ("*/*", &json, FieldValidation::Ignore, &[]),
+            ("application/yaml", &yaml, FieldValidation::Strict, &yaml_dup),
+            ("application/yaml", &yaml, FieldValidation::Warn, &yaml_dup),
+            ("application/yaml", &yaml, FieldValidation::Ignore, &[]),
+            // JSON is YAML: a JSON body sent as YAML is reported as upstream's YAML reader does.
+            ("application/yaml", &json, FieldValidation::Strict, &["line 1: key \"a\" already set in map".to_string()]),
         ];
-        for (content_type, mode, found) in cases {
-            let got = duplicate_fields(body, content_type, *mode);
-            assert_eq!(!got.is_empty(), *found, "{content_type:?} under {mode:?}: {got:?}");
+        for (content_type, body, mode, want) in cases {
+            let (obj, got) = decode_body(configmaps(), body, content_type, *mode)
+                .unwrap_or_else(|e| panic!("{content_type:?}: {e:?}"));
+            assert_eq!(got, *want, "{content_type:?} under {mode:?}");
+            assert_eq!(obj["a"], json!(2), "{content_type:?}: the last value is kept");
         }
+    }
+
+    #[test]
+    fn yaml_duplicates_come_first_among_strict_problems() {
+        let dups = vec!["line 3: key \"a\" already set in map".to_string()];
+        let obj = json!({"kind": "ConfigMap", "a": 2});
+        let got = typed_check(configmaps(), obj.clone(), FieldValidation::Warn, &dups).map(|(_, w)| w);
+        assert_eq!(got.ok(), Some(vec![dups[0].clone(), "unknown field \"a\"".to_string()]));
+        let err = typed_check(configmaps(), obj, FieldValidation::Strict, &dups).err().map(|e| e.to_string());
+        let want = "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: \
+                    line 3: key \"a\" already set in map, unknown field \"a\"";
+        assert!(err.as_deref().is_some_and(|e| e.contains(want)), "{err:?}");
     }
 
     #[test]
@@ -207,17 +262,22 @@ mod tests {
 
     #[test]
     fn yaml_bodies_cannot_expand() {
-        let def = crate::registry::Registry::builtin();
-        let Some(def) = def.find("", "v1", "configmaps") else { panic!("configmaps registered") };
         let mut laughs = String::from("apiVersion: v1\nkind: ConfigMap\na0: &a0 [\"lol\"]\n");
         for i in 1..12 {
             let prev = format!("*a{}", i - 1);
             laughs.push_str(&format!("a{i}: &a{i} [{}]\n", vec![prev; 10].join(",")));
         }
         let deep = format!("{}1{}", "[".repeat(200), "]".repeat(200));
-        for (name, body) in [("billion laughs", laughs), ("deep nesting", deep)] {
-            let got = decode_body(def, &Bytes::from(body), "application/yaml");
-            assert_eq!(got.err().map(|e| e.code().as_u16()), Some(400), "{name}");
+        let cases = [
+            ("billion laughs", laughs, "error converting YAML to JSON: yaml: document contains excessive aliasing"),
+            ("deep nesting", deep, "error converting YAML to JSON: yaml: the document nests more than 127 levels deep"),
+        ];
+        for (name, body, want) in cases {
+            let got = decode_body(configmaps(), &Bytes::from(body), "application/yaml", FieldValidation::Warn);
+            match got {
+                Err(ApiError::BadRequest(message)) => assert_eq!(message, want, "{name}"),
+                other => panic!("{name}: {other:?}"),
+            }
         }
     }
 }

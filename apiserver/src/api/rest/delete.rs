@@ -113,8 +113,21 @@ pub fn delete_options(params: &Params, body: &Bytes, content_type: &str) -> Resu
     Ok(o)
 }
 
-/// Delete one object (used by delete and deletecollection). Returns the response body.
+/// Delete one object as the system (follow-ups of a deletion, [`gc`]): no admission. Returns
+/// the response body.
 pub async fn delete_one(c: &Call<'_>, name: &str, opts: &DeleteOptions) -> Result<Value> {
+    delete_stored(c, name, opts, false).await
+}
+
+/// Delete one object for a client (delete and deletecollection): as upstream's store, the
+/// object is read first (a missing one is 404), the preconditions are checked, then the
+/// admission chain runs on the stored object, and the delete is a compare-and-swap on the
+/// revision that admission saw (a conflict reads, checks and admits again).
+async fn delete_admitted(c: &Call<'_>, name: &str, opts: &DeleteOptions) -> Result<Value> {
+    delete_stored(c, name, opts, true).await
+}
+
+async fn delete_stored(c: &Call<'_>, name: &str, opts: &DeleteOptions, admitted: bool) -> Result<Value> {
     let key = c.def.key(c.ns(), name);
     for _ in 0..8 {
         let kv = c.store().get(&key).await.map_err(|e| c.storage_err(name, e))?;
@@ -142,6 +155,9 @@ pub async fn delete_one(c: &Call<'_>, name: &str, opts: &DeleteOptions) -> Resul
                     ),
                 ));
             }
+        }
+        if admitted {
+            admit(c, Operation::Delete, None, Some(&obj)).await?;
         }
         let mut finalizers = meta::finalizers(&obj);
         if !meta::is_deleting(&obj) {
@@ -214,7 +230,6 @@ fn deleted_status(def: &ResourceDef, obj: &Value) -> Value {
 }
 
 pub async fn delete(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
-    admit(c, Operation::Delete, None, None).await?;
     if !c.info.subresource.is_empty() {
         return Err(ApiError::MethodNotAllowed(format!(
             "delete is not supported on {}/{}",
@@ -222,7 +237,7 @@ pub async fn delete(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
         )));
     }
     let opts = delete_options(&c.params, body, content_type)?;
-    let out = delete_one(c, &c.info.name.clone(), &opts).await?;
+    let out = delete_admitted(c, &c.info.name.clone(), &opts).await?;
     let body = if out.get("kind").and_then(Value::as_str) == Some("Status") { out } else { c.object_body(out) };
     Ok(Reply::ok(body))
 }
@@ -247,8 +262,7 @@ pub async fn delete_collection(c: &Call<'_>, body: &Bytes, content_type: &str) -
         };
         // Each object passes admission as its own delete would, so a collection is no way
         // around a plugin (upstream's DeleteCollection validates every item the same way).
-        admit(&call, Operation::Delete, None, Some(&obj)).await?;
-        match delete_one(&call, &info.name, &opts).await {
+        match delete_admitted(&call, &info.name, &opts).await {
             Ok(v) if v.get("kind").and_then(Value::as_str) == Some("Status") => deleted.push(obj),
             Ok(v) => deleted.push(v),
             Err(ApiError::NotFound { .. }) => {}

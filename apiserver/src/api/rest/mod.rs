@@ -15,7 +15,7 @@ mod read;
 mod response;
 mod write;
 
-pub use decode::{check_type_meta, decode_body, duplicate_fields, typed_check};
+pub use decode::{check_type_meta, decode_body, typed_check, typed_roundtrip};
 pub use delete::{delete, delete_collection, delete_one, delete_options, DeleteOptions};
 pub use read::{get, list, read_list, wait_for_rv, Filter, Listed};
 pub use response::{

@@ -68,14 +68,6 @@ fn init_metadata(def: &ResourceDef, obj: &mut Value, ns: Option<&str>) {
     }
 }
 
-/// Most bytes a field manager's name may have (upstream `FieldManagerMaxLength`).
-pub const FIELD_MANAGER_MAX_LENGTH: usize = 128;
-
-/// Go's `unicode.IsPrint`, near enough: no control characters, no spaces but U+0020.
-fn is_printable(ch: char) -> bool {
-    ch == ' ' || !(ch.is_control() || ch.is_whitespace() || ('\u{e000}'..='\u{f8ff}').contains(&ch))
-}
-
 /// The field manager of a write: `?fieldManager=`, checked as upstream's
 /// `ValidateFieldManager` (a 422 about the request's `options` kind, e.g. `PatchOptions`),
 /// required for an apply patch; for any other write the user agent's product name (what
@@ -86,18 +78,7 @@ pub fn field_manager(c: &Call<'_>, options: &str, apply: bool) -> Result<String>
     if apply && given.is_empty() {
         errs.push(FieldError::required("fieldManager", "is required for apply patch"));
     }
-    if given.len() > FIELD_MANAGER_MAX_LENGTH {
-        errs.push(FieldError::too_long("fieldManager", FIELD_MANAGER_MAX_LENGTH));
-    }
-    // The first unprintable character only: each report repeats the whole value, so one per
-    // character would make a long query string's answer grow with its square.
-    if let Some((i, ch)) = given.char_indices().find(|(_, ch)| !is_printable(*ch)) {
-        errs.push(FieldError::invalid(
-            "fieldManager",
-            &json!(given),
-            format!("invalid character U+{:04X} (at position {i})", ch as u32),
-        ));
-    }
+    errs.extend(validation::validate_field_manager(given, "fieldManager"));
     if !errs.is_empty() {
         return Err(ApiError::invalid("meta.k8s.io", options, "", errs));
     }
@@ -106,8 +87,8 @@ pub fn field_manager(c: &Call<'_>, options: &str, apply: bool) -> Result<String>
     }
     let product = c.info.user_agent.split('/').next().unwrap_or("");
     let mut out = String::new();
-    for ch in product.chars().filter(|ch| is_printable(*ch)) {
-        if out.len() >= FIELD_MANAGER_MAX_LENGTH {
+    for ch in product.chars().filter(|ch| validation::is_printable(*ch)) {
+        if out.len() >= validation::FIELD_MANAGER_MAX_LENGTH {
             break;
         }
         out.push(ch);
@@ -165,9 +146,8 @@ pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     let manager = field_manager(c, "CreateOptions", false)?;
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
-    let raw = decode_body(c.def, body, content_type)?;
-    let dups = duplicate_fields(body, content_type, mode);
-    let (obj, warnings) = typed_check(c.def, &raw, mode, &dups)?;
+    let (raw, dups) = decode_body(c.def, body, content_type, mode)?;
+    let (obj, warnings) = typed_check(c.def, raw, mode, &dups)?;
     // Namespace in the body must agree with the path.
     if c.def.namespaced {
         let body_ns = meta::namespace(&obj).to_string();
@@ -405,9 +385,8 @@ pub async fn update(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Re
     let manager = field_manager(c, "UpdateOptions", false)?;
     let dry_run = c.params.dry_run()?;
     let mode = c.params.field_validation()?;
-    let raw = decode_body(c.def, body, content_type)?;
-    let dups = duplicate_fields(body, content_type, mode);
-    let (new, warnings) = typed_check(c.def, &raw, mode, &dups)?;
+    let (raw, dups) = decode_body(c.def, body, content_type, mode)?;
+    let (new, warnings) = typed_check(c.def, raw, mode, &dups)?;
     let name = c.info.name.clone();
     let body_name = meta::name(&new);
     if !body_name.is_empty() && body_name != name {
@@ -510,7 +489,7 @@ pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Rep
                 vec![FieldError::immutable("metadata.name", &json!(meta::name(&patched)))],
             ));
         }
-        let (new, warnings) = typed_check(c.def, &patched, mode, &[])?;
+        let (new, warnings) = typed_check(c.def, patched, mode, &[])?;
         match finish_write(c, &old, kv.mod_rev, new, warnings, dry_run, Ownership::Update(&manager)).await {
             Err(ApiError::Conflict { .. }) if !pinned => continue,
             other => return other,
@@ -523,8 +502,8 @@ pub async fn patch(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Rep
 /// cause per field, anything else the configuration's fault (400).
 fn apply_error(e: ApplyError) -> ApiError {
     match e {
-        ApplyError::Conflicts(conflicts) => {
-            let message = apply::conflict_message(&conflicts);
+        ApplyError::Conflicts(conflicts, unlisted) => {
+            let message = apply::conflict_report(&conflicts, unlisted);
             let causes = conflicts
                 .iter()
                 .map(|c| FieldError {
@@ -537,6 +516,11 @@ fn apply_error(e: ApplyError) -> ApiError {
         }
         ApplyError::BadRequest(m) => ApiError::BadRequest(m),
     }
+}
+
+/// `metadata.managedFields` moved out of `obj` (not copied: it can be as large as the rest).
+fn take_managed_fields(obj: &mut Value) -> Option<Value> {
+    obj.get_mut("metadata").and_then(Value::as_object_mut).and_then(|m| m.remove("managedFields"))
 }
 
 /// PATCH with `application/apply-patch+yaml`: server-side apply of the configuration in the
@@ -553,6 +537,10 @@ async fn server_side_apply(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
     }
     let config = patch::decode_apply_body(body).map_err(|e| ApiError::BadRequest(e.to_string()))?;
     check_type_meta(c.def, &config)?;
+    // The configuration must read as the kind, as upstream types an apply patch before it
+    // merges it; the typed decoding budget this passes also bounds what the merge and the
+    // field sets below build.
+    drop(typed_roundtrip(c.def, &config)?);
     let name = c.info.name.clone();
     let body_name = meta::name(&config);
     if !body_name.is_empty() && body_name != name {
@@ -591,8 +579,8 @@ async fn server_side_apply(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
             if meta::name(&obj).is_empty() {
                 meta::meta_mut(&mut obj).insert("name".into(), json!(name));
             }
-            let managed = obj.pointer("/metadata/managedFields").cloned();
-            let (mut obj, warnings) = typed_check(c.def, &obj, mode, &[])?;
+            let managed = take_managed_fields(&mut obj);
+            let (mut obj, warnings) = typed_check(c.def, obj, mode, &[])?;
             if let Some(managed) = managed {
                 meta::meta_mut(&mut obj).insert("managedFields".into(), managed);
             }
@@ -604,8 +592,9 @@ async fn server_side_apply(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
         };
         let old = meta::from_stored(&kv)?;
         let outcome = apply::apply(&schema, Some(&old), &config, &writer, force).map_err(apply_error)?;
-        let managed = outcome.object.pointer("/metadata/managedFields").cloned();
-        let (mut new, warnings) = typed_check(c.def, &outcome.object, mode, &[])?;
+        let mut object = outcome.object;
+        let managed = take_managed_fields(&mut object);
+        let (mut new, warnings) = typed_check(c.def, object, mode, &[])?;
         match managed {
             Some(managed) => meta::meta_mut(&mut new).insert("managedFields".into(), managed),
             None => meta::meta_mut(&mut new).remove("managedFields"),

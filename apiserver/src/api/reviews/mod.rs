@@ -69,14 +69,13 @@ pub fn decode(
 ) -> Result<(Value, Vec<String>), ApiError> {
     params.dry_run()?;
     let mode = params.field_validation()?;
-    let mut raw = rest::decode_body(def, body, content_type)?;
+    let (mut raw, dups) = rest::decode_body(def, body, content_type, mode)?;
     // The status is computed by the server; what a client sends there (protobuf bodies carry
     // an empty one) is ignored.
     if let Some(m) = raw.as_object_mut() {
         m.remove("status");
     }
-    let dups = rest::duplicate_fields(body, content_type, mode);
-    let (mut obj, warnings) = rest::typed_check(def, &raw, mode, &dups)?;
+    let (mut obj, warnings) = rest::typed_check(def, raw, mode, &dups)?;
     let expected = if def.namespaced { url_namespace } else { "" };
     let in_body = crate::meta::namespace(&obj).to_string();
     if in_body != expected {
@@ -112,7 +111,7 @@ pub async fn compute(def: &ResourceDef, env: &Env<'_>, obj: Value) -> Result<Val
 
 /// A typed view of the decoded object (it already went through the typed roundtrip).
 fn typed<T: serde::de::DeserializeOwned>(def_kind: &str, obj: &Value) -> Result<T, ApiError> {
-    serde_json::from_value(obj.clone()).map_err(|e| {
+    T::deserialize(obj).map_err(|e| {
         ApiError::BadRequest(format!("{def_kind} in version \"v1\" cannot be handled as a {def_kind}: {e}"))
     })
 }

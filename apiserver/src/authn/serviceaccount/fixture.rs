@@ -122,6 +122,10 @@ impl Env {
         self.state.storage.get(&def.key(Some(ns), name)).await.unwrap()
     }
 
+    pub(crate) async fn stored_object(&self, resource: &str, ns: &str, name: &str) -> Value {
+        serde_json::from_slice(&self.stored(resource, ns, name).await.unwrap().value).unwrap()
+    }
+
     pub(crate) async fn request_token(&self, ns: &str, sa: &str, query: &str, body: Value) -> Result<Reply, ApiError> {
         let def = self.state.registry.find("", "v1", "serviceaccounts").unwrap();
         let info = RequestInfo {

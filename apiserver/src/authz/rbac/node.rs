@@ -2,14 +2,17 @@
 //! may do, as upstream's `--authorization-mode=Node`.
 //!
 //! Upstream decides reads of Secrets, ConfigMaps, volumes and service-account tokens from a
-//! graph of the Pods bound to the node. kustos serves no Pods, so no such relationship can
-//! exist and those requests get no opinion (RBAC may still allow them). A node may manage only
-//! its own Lease in `kube-node-lease` and its own CSINode, and read only its own Node (a list or
-//! watch names it with a `metadata.name` field selector, as upstream's AuthorizeNodeWithSelectors);
-//! it may create, update and patch Nodes and `nodes/status`, which the NodeRestriction admission
-//! plugin narrows to its own. Everything else is allowed when the node rules (the
-//! rules of the default `system:node` ClusterRole) allow it — among them creating and reading
-//! CertificateSigningRequests, which certificate renewal needs.
+//! graph of the Pods bound to the node. kustos keeps no such graph, so those requests get no
+//! opinion (RBAC may still allow them), except a TokenRequest (`serviceaccounts/token`
+//! create), which NodeRestriction admission narrows to the pods bound to the node. A node may manage only its own Lease in
+//! `kube-node-lease` and its own CSINode, read only its own Node (a list or watch names it with
+//! a `metadata.name` field selector, as upstream's AuthorizeNodeWithSelectors) and list and
+//! watch only the pods bound to it (`spec.nodeName`); it may create, update and patch Nodes
+//! and `nodes/status`, which the NodeRestriction admission plugin narrows to its own. Everything
+//! else is allowed when the node rules (the rules of the default `system:node` ClusterRole)
+//! allow it — among them creating and reading CertificateSigningRequests, which certificate
+//! renewal needs, and creating and deleting pods and writing `pods/status`, which
+//! NodeRestriction narrows to its own mirror pods and the pods bound to it.
 
 use async_trait::async_trait;
 use k8s_openapi::api::rbac::v1::PolicyRule;
@@ -19,7 +22,7 @@ use crate::authn::UserInfo;
 use crate::authz::{Attributes, Authorizer, RuleSet, Verdict};
 
 pub const NODES_GROUP: &str = "system:nodes";
-const NODE_USER_PREFIX: &str = "system:node:";
+pub const NODE_USER_PREFIX: &str = "system:node:";
 const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
 /// Resources upstream authorizes through the node graph.
@@ -67,6 +70,13 @@ impl NodeAuthorizer {
         }
         if info.is_resource_request {
             let gr = (info.api_group.as_str(), info.resource.as_str());
+            if gr == ("", "serviceaccounts") && info.subresource == "token" && info.verb == "create" {
+                // Upstream allows this along the graph (a pod bound to the node runs as the
+                // service account); here NodeRestriction admission holds the request to a
+                // token bound to a pod bound to the node, and the registry to that pod's
+                // service account: the same set.
+                return Verdict::allow("");
+            }
             if GRAPH_RESOURCES.contains(&gr) || (gr == ("", "serviceaccounts") && info.subresource == "token") {
                 return Verdict {
                     reason: format!("no relationship found between node '{node}' and this object"),
@@ -207,9 +217,16 @@ mod tests {
             ),
             ("configmaps too", &n1, Method::GET, "/api/v1/namespaces/a/configmaps/c".into(), Decision::NoOpinion),
             (
-                "service-account tokens too",
+                "token requests, narrowed by NodeRestriction",
                 &n1,
                 Method::POST,
+                "/api/v1/namespaces/a/serviceaccounts/s/token".into(),
+                Decision::Allow,
+            ),
+            (
+                "reading the token subresource",
+                &n1,
+                Method::GET,
                 "/api/v1/namespaces/a/serviceaccounts/s/token".into(),
                 Decision::NoOpinion,
             ),

@@ -43,48 +43,110 @@ fn rotation_steps() {
 }
 
 fn retired(kid: &str, at: DateTime<Utc>, until: Option<DateTime<Utc>>) -> RetiredKey {
-    RetiredKey { kid: kid.into(), public_key: String::new(), retired_at: at, tokens_expire_by: until }
+    RetiredKey { kid: kid.into(), public_key: String::new(), retired_at: at, tokens_expire_by: until, revoked_at: None }
+}
+
+fn revoked(kid: &str, at: DateTime<Utc>, until: Option<DateTime<Utc>>, revoked: DateTime<Utc>) -> RetiredKey {
+    RetiredKey { revoked_at: Some(revoked), ..retired(kid, at, until) }
 }
 
 #[test]
-fn token_windows_are_filled_once() {
+fn each_apiserver_records_its_end_and_the_longest_wins() {
     let hour = 3600;
-    let mut s = KeyState { retired: vec![retired("A", t0(), None), retired("B", t0(), Some(t0()))] };
-    assert!(fill_expiry(&mut s, hour));
-    assert_eq!(s.retired[0].tokens_expire_by, Some(t0() + Duration::seconds(hour + PRUNE_MARGIN_SECONDS)));
-    assert_eq!(s.retired[1].tokens_expire_by, Some(t0()), "a recorded window is kept");
-    assert!(!fill_expiry(&mut s, 2 * hour), "nothing left to fill");
-    // No maximum: the longest TokenRequest lifetime (2^32 seconds) bounds the window.
+    let mine = t0() + Duration::seconds(hour + PRUNE_MARGIN_SECONDS);
+    let mut s = KeyState {
+        retired: vec![
+            retired("A", t0(), None),
+            retired("B", t0(), Some(t0())),
+            retired("C", t0(), Some(t0() + Duration::days(2))),
+        ],
+    };
+    assert!(extend_ends(&mut s, hour));
+    assert_eq!(s.retired[0].tokens_expire_by, Some(mine), "not recorded: this apiserver's");
+    assert_eq!(s.retired[1].tokens_expire_by, Some(mine), "an earlier end is extended");
+    assert_eq!(s.retired[2].tokens_expire_by, Some(t0() + Duration::days(2)), "a later end is kept");
+    assert!(!extend_ends(&mut s, hour), "nothing left to change");
+    // The default cap (a year) bounds the end; no cap (2^32 seconds) is upstream's default.
+    let year = crate::pki::service_account::DEFAULT_MAX_EXPIRATION.as_secs() as i64;
     let mut s = KeyState { retired: vec![retired("A", t0(), None)] };
-    fill_expiry(&mut s, crate::pki::service_account::MAX_EXPIRATION_SECONDS);
+    extend_ends(&mut s, year);
+    assert_eq!(s.retired[0].tokens_expire_by, Some(t0() + Duration::seconds(year + PRUNE_MARGIN_SECONDS)));
+    assert!(s.retired[0].tokens_expire_by < Some(t0() + Duration::days(366)));
+    let mut s = KeyState { retired: vec![retired("A", t0(), None)] };
+    extend_ends(&mut s, crate::pki::service_account::MAX_EXPIRATION_SECONDS);
     assert_eq!(s.retired[0].tokens_expire_by, Some(t0() + Duration::seconds((1 << 32) + PRUNE_MARGIN_SECONDS)));
 }
 
 #[test]
-fn prune_decisions() {
+fn a_retired_key_verifies_until_its_end_and_a_revoked_one_not_at_all() {
+    let hour = 3600;
     let until = t0() + Duration::hours(1);
-    let legacy: BTreeMap<String, usize> = [("L".to_string(), 2)].into();
-    let cases: Vec<(&str, RetiredKey, DateTime<Utc>, Keep)> = vec![
-        ("window not recorded yet", retired("A", t0(), None), t0() + Duration::days(9999), Keep::WindowUnknown),
-        ("bound tokens may still be valid", retired("A", t0(), Some(until)), t0(), Keep::TokensUntil(until)),
+    let own = t0() + Duration::seconds(hour + PRUNE_MARGIN_SECONDS);
+    let kept = Duration::seconds(REVOKED_KEPT_SECONDS);
+    // (what, key, now, verifies, pruned)
+    let cases: Vec<(&str, RetiredKey, DateTime<Utc>, bool, bool)> = vec![
+        ("recorded end ahead", retired("A", t0(), Some(until)), t0(), true, false),
+        ("one second before the end", retired("A", t0(), Some(until)), until - Duration::seconds(1), true, false),
+        ("at the end", retired("A", t0(), Some(until)), until, false, true),
+        ("past the end", retired("A", t0(), Some(until)), until + Duration::days(1), false, true),
+        ("not recorded: this apiserver's end", retired("A", t0(), None), own - Duration::seconds(1), true, false),
+        ("not recorded, past this apiserver's end", retired("A", t0(), None), own, false, true),
+        ("revoked: at once", revoked("A", t0(), Some(until), t0()), t0(), false, false),
+        ("revoked, entry kept a while", revoked("A", t0(), None, t0()), t0() + Duration::minutes(10), false, false),
         (
-            "one second before the end",
-            retired("A", t0(), Some(until)),
-            until - Duration::seconds(1),
-            Keep::TokensUntil(until),
+            "revoked, entry dropped after a day",
+            revoked("A", t0(), Some(t0() + Duration::days(9)), t0()),
+            t0() + kept,
+            false,
+            true,
         ),
-        ("window over, no legacy secret", retired("A", t0(), Some(until)), until, Keep::Prunable),
-        ("window over, legacy secrets left", retired("L", t0(), Some(until)), until, Keep::LegacySecrets(2)),
-        ("legacy secrets keep it, window or not", retired("L", t0(), Some(until)), t0(), Keep::TokensUntil(until)),
+        ("revoked, entry dropped at its end", revoked("A", t0(), Some(until), t0()), until, false, true),
     ];
-    for (what, key, now, want) in cases {
-        assert_eq!(keep(&key, &legacy, now), want, "{what}");
+    for (what, key, now, verifies_now, pruned) in cases {
+        assert_eq!(verifies(&key, hour, now), verifies_now, "{what}: verifies");
+        let state = KeyState { retired: vec![key.clone()] };
+        assert_eq!(!prunable(&state, hour, now).is_empty(), pruned, "{what}: pruned");
+        assert_eq!(verifying_retired(&state, hour, now).len(), usize::from(verifies_now), "{what}: the verifying set");
     }
-    let state = KeyState {
-        retired: vec![retired("A", t0(), Some(until)), retired("L", t0(), Some(until)), retired("N", t0(), None)],
-    };
-    assert_eq!(prunable(&state, &legacy, until), ["A"]);
-    assert!(prunable(&state, &legacy, t0()).is_empty());
+}
+
+#[test]
+fn revoking_refuses_the_signing_key_the_next_key_and_unknown_ids() {
+    let base = KeyState { retired: vec![retired("OLD", t0(), None)] };
+    type Case<'a> = (&'a str, &'a str, Option<&'a str>, Result<bool, RevokeError>);
+    let cases: Vec<Case> = vec![
+        ("a retired key", "OLD", None, Ok(true)),
+        ("the key that signs", "CUR", None, Err(RevokeError::Signing("CUR".into()))),
+        ("the next key of a rotation", "NXT", Some("NXT"), Err(RevokeError::Next("NXT".into()))),
+        ("an unknown id", "NOPE", None, Err(RevokeError::Unknown("NOPE".into()))),
+    ];
+    for (what, kid, next, want) in cases {
+        let mut s = base.clone();
+        assert_eq!(revoke(&mut s, kid, "CUR", next, t0()), want, "{what}");
+        let changed = s != base;
+        assert_eq!(changed, want == Ok(true), "{what}: the state changes only when revoked");
+    }
+    let mut s = base.clone();
+    revoke(&mut s, "OLD", "CUR", None, t0()).unwrap();
+    assert_eq!(s.retired[0].revoked_at, Some(t0()));
+    assert_eq!(revoke(&mut s, "OLD", "CUR", None, t0() + Duration::hours(1)), Ok(false), "again: no change");
+    assert_eq!(s.retired[0].revoked_at, Some(t0()));
+    assert!(RevokeError::Signing("CUR".into()).to_string().contains("rotate first"));
+}
+
+#[test]
+fn joining_two_versions_keeps_the_later_end_and_the_revocation() {
+    let a = KeyState { retired: vec![retired("K", t0(), Some(t0() + Duration::hours(1))), retired("A", t0(), None)] };
+    let b =
+        KeyState { retired: vec![revoked("K", t0(), Some(t0() + Duration::hours(2)), t0()), retired("B", t0(), None)] };
+    for joined in [a.clone().join(b.clone()), b.join(a)] {
+        let k = joined.retired.iter().find(|k| k.kid == "K").unwrap();
+        assert_eq!(k.tokens_expire_by, Some(t0() + Duration::hours(2)));
+        assert_eq!(k.revoked_at, Some(t0()), "a revocation is never undone by a merge");
+        let mut kids = joined.retired_kids();
+        kids.sort();
+        assert_eq!(kids, ["A", "B", "K"]);
+    }
 }
 
 fn signing(pem: &str) -> jwt::SigningKey {
@@ -136,7 +198,8 @@ fn pki_dir() -> (tempfile::TempDir, PathBuf, String) {
 fn verifying_kids(pki: &Path) -> (String, Vec<String>) {
     let loaded = load(pki).unwrap();
     let s = signing(&loaded.signing_pem);
-    let kids = verifying(s.public_key(), &loaded.retired).iter().map(|k| k.key_id().to_string()).collect();
+    let retired = loaded.retired_verifying(3600, t0()).unwrap();
+    let kids = verifying(s.public_key(), &retired).iter().map(|k| k.key_id().to_string()).collect();
     (s.public_key().key_id().to_string(), kids)
 }
 
@@ -191,13 +254,12 @@ fn import_maintain_and_prune() {
     let err = target_key(&pki, Some(&imported.private_key_pem)).unwrap_err();
     assert!(err.to_string().contains("interrupted rotation"), "{err}");
     fs::remove_file(pki.join(NEXT_KEY)).unwrap();
-    // The server fills the window, and prunes once it is over and no legacy Secret is left.
-    let legacy = BTreeMap::from([(old.clone(), 1)]);
-    assert!(maintain(&pki, 3600, &legacy, t0()).unwrap().is_empty());
+    // The server records its end, and drops the key once it is over.
+    assert!(maintain(&pki, 3600, t0()).unwrap().is_empty());
     let until = read_state(&pki).unwrap().retired[0].tokens_expire_by.unwrap();
     assert_eq!(until, t0() + Duration::seconds(3600 + PRUNE_MARGIN_SECONDS));
-    assert!(maintain(&pki, 3600, &legacy, until).unwrap().is_empty(), "a legacy Secret keeps it");
-    assert_eq!(maintain(&pki, 3600, &BTreeMap::new(), until).unwrap(), vec![old.clone()]);
+    assert!(maintain(&pki, 3600, until - Duration::seconds(1)).unwrap().is_empty(), "before its end: kept");
+    assert_eq!(maintain(&pki, 3600, until).unwrap(), vec![old.clone()]);
     assert_eq!(verifying_kids(&pki).1, [kid]);
     // Garbage in the state file is an error naming it, never a silent reset.
     fs::write(pki.join(STATE_FILE), "{").unwrap();

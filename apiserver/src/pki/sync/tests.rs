@@ -1,6 +1,9 @@
 use super::*;
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
 use serde_json::json;
 use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
 
 fn files(items: &[(&str, &str)]) -> Files {
     items.iter().map(|(n, c)| (n.to_string(), c.as_bytes().to_vec())).collect()
@@ -188,24 +191,30 @@ fn sealed_records_open_only_with_their_key_and_untouched() {
     let (key, text) = SealKey::generate().unwrap();
     let (other, _) = SealKey::generate().unwrap();
     let content = files(&[("ca.key", "-----BEGIN PRIVATE KEY-----secret"), ("ca.crt", "cert")]);
-    let value = key.seal(&content).unwrap();
+    let value = key.seal(&content, 7).unwrap();
     assert!(!String::from_utf8_lossy(&value).contains("secret"), "the record holds no key in clear");
-    assert_eq!(key.open(&value).unwrap(), content);
-    assert_eq!(SealKey::from_text(&text).unwrap().open(&value).unwrap(), content, "the key's text is the key");
+    let want = seal::Opened { files: content.clone(), generation: Some(7) };
+    assert_eq!(key.open(&value).unwrap(), want);
+    assert_eq!(SealKey::from_text(&text).unwrap().open(&value).unwrap(), want, "the key's text is the key");
     assert!(format!("{:#}", other.open(&value).unwrap_err()).contains("another key"));
-    // Any changed byte of the sealed data is refused.
+    // Any changed byte of the sealed data is refused: the generation cannot be changed.
     let record: serde_json::Value = serde_json::from_slice(&value).unwrap();
-    let mut sealed = B64.decode(record["sealed"].as_str().unwrap()).unwrap();
-    let last = sealed.len() - 1;
-    sealed[last] ^= 1;
-    let tampered = serde_json::to_vec(&serde_json::json!({ "sealed": B64.encode(&sealed) })).unwrap();
-    assert!(key.open(&tampered).is_err());
+    let sealed = B64.decode(record["sealed"].as_str().unwrap()).unwrap();
+    for i in [0, 12, 20, sealed.len() - 1] {
+        let mut tampered = sealed.clone();
+        tampered[i] ^= 1;
+        let tampered = serde_json::to_vec(&serde_json::json!({ "sealed": B64.encode(&tampered) })).unwrap();
+        assert!(key.open(&tampered).is_err(), "byte {i} changed");
+    }
     for bad in [&b"not json"[..], br#"{"sealed":"!!"}"#, br#"{"sealed":"AAAA"}"#] {
         assert!(key.open(bad).is_err(), "{}", String::from_utf8_lossy(bad));
     }
     for bad in ["", "AAAA", "not base64!"] {
         assert!(SealKey::from_text(bad).is_err(), "{bad:?}");
     }
+    // A record sealed before records had a generation opens, without one.
+    let old = key.seal_without_generation(&content);
+    assert_eq!(key.open(&old).unwrap(), seal::Opened { files: content, generation: None });
 }
 
 #[test]
@@ -231,7 +240,7 @@ fn files_round_trip_with_private_keys_0600() {
     let key = ensure_seal_key(pki).unwrap();
     assert_eq!(mode(SEAL_KEY_FILE), 0o600);
     let again = ensure_seal_key(pki).unwrap();
-    let sealed = key.seal(&files(&[("ca.crt", "A")])).unwrap();
+    let sealed = key.seal(&files(&[("ca.crt", "A")]), 1).unwrap();
     assert!(again.open(&sealed).is_ok(), "an existing sync.key is kept");
 }
 
@@ -321,4 +330,175 @@ async fn a_second_directory_follows_rotations_made_in_the_first() {
     ensure_seal_key(&c.join("pki")).unwrap();
     let Err(err) = PkiSync::start(store.clone(), &c).await else { panic!("c joined a PKI sealed with another key") };
     assert!(format!("{err:#}").contains("does not open"), "{err:#}");
+}
+
+/// Two directories `a` and `b` sharing a PKI on one in-memory store, both having agreed.
+async fn two_directories() -> (tempfile::TempDir, PathBuf, PathBuf, Arc<dyn Storage>, PkiSync, PkiSync) {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let store: Arc<dyn Storage> = Arc::new(crate::storage::sqlite::SqliteStorage::open_in_memory().unwrap());
+    let now = Utc::now();
+    let sync_a = PkiSync::start(store.clone(), &a).await.unwrap();
+    let pki_a = super::super::ensure(&a, &[], now).unwrap();
+    super::super::write_admin_kubeconfig(&a, &pki_a, "https://127.0.0.1:1", now).unwrap();
+    sync_a.round().await.unwrap();
+    fs::create_dir_all(b.join("pki")).unwrap();
+    fs::copy(a.join("pki").join(SEAL_KEY_FILE), b.join("pki").join(SEAL_KEY_FILE)).unwrap();
+    let sync_b = PkiSync::start(store.clone(), &b).await.unwrap();
+    let pki_b = super::super::ensure(&b, &[], now).unwrap();
+    super::super::write_admin_kubeconfig(&b, &pki_b, "https://127.0.0.1:2", now).unwrap();
+    sync_b.round().await.unwrap();
+    (tmp, a, b, store, sync_a, sync_b)
+}
+
+async fn record(store: &Arc<dyn Storage>) -> crate::storage::KeyValue {
+    store.get(RECORD_KEY).await.unwrap().expect("the record")
+}
+
+/// Put `value` into the record as someone with etcd access would.
+async fn put_back(store: &Arc<dyn Storage>, value: Vec<u8>) {
+    let rev = record(store).await.mod_rev;
+    store.update(RECORD_KEY, value, rev).await.unwrap();
+}
+
+fn generation_of(dir: &Path) -> u64 {
+    generation::read(&dir.join("pki")).unwrap().expect("sync-generation.json").generation
+}
+
+#[tokio::test]
+async fn an_older_record_put_back_is_refused_and_the_newer_pki_sealed_over_it() {
+    let (_tmp, a, b, store, sync_a, sync_b) = two_directories().await;
+    let old_value = record(&store).await.value;
+    let old_generation = generation_of(&a);
+    let old_ca_key = fs::read(a.join("pki/ca.key")).unwrap();
+
+    // A CA rotation, followed by both.
+    let now = Utc::now();
+    for goal in [
+        Goal::Begin { import: None },
+        Goal::Switch { signer_max_duration_seconds: None },
+        Goal::Finish { allowed: true },
+    ] {
+        rotation::run(&Paths::new(&a), &goal, &NewCa::default(), now, |_| {}).unwrap();
+        sync_a.round().await.unwrap();
+        sync_b.round().await.unwrap();
+        sync_b.follow().unwrap();
+    }
+    let new_ca_key = fs::read(b.join("pki/ca.key")).unwrap();
+    assert_ne!(new_ca_key, old_ca_key);
+    let highest = generation_of(&b);
+    assert!(highest > old_generation, "every write increments the generation ({old_generation} → {highest})");
+
+    // The record from before the rotation is put back: refused, and b seals its own over it.
+    put_back(&store, old_value.clone()).await;
+    let round = sync_b.round().await.unwrap();
+    let refused = round.refused.expect("the old record is refused");
+    assert_eq!((refused.generation, refused.highest, refused.fork), (old_generation, highest, false));
+    assert_eq!(refused.resealed_as, Some(highest + 1));
+    assert!(round.pulled.is_empty() && round.pushed);
+    assert_eq!(fs::read(b.join("pki/ca.key")).unwrap(), new_ca_key, "b keeps the new CA");
+    let seen = generation::read(&b.join("pki")).unwrap().unwrap();
+    assert_eq!(seen.generation, highest + 1);
+    assert_eq!(seen.refused.as_ref().map(|r| r.generation), Some(old_generation), "the refusal is recorded");
+    // a takes the record sealed over the old one: nothing changes there.
+    let round = sync_a.round().await.unwrap();
+    assert!(round.refused.is_none() && round.pulled.is_empty(), "{round:?}");
+    assert_eq!(fs::read(a.join("pki/ca.key")).unwrap(), new_ca_key);
+
+    // Put back again while a restarts: a refuses it at start too, and keeps its files.
+    put_back(&store, old_value.clone()).await;
+    let sync_a = PkiSync::start(store.clone(), &a).await.unwrap();
+    assert_eq!(fs::read(a.join("pki/ca.key")).unwrap(), new_ca_key, "not taken at start");
+    assert!(sync_a.round().await.unwrap().refused.is_some());
+    assert_eq!(fs::read(a.join("pki/ca.key")).unwrap(), new_ca_key);
+
+    // A record of the generation seen but other contents (a fork) is refused too.
+    let current = record(&store).await;
+    let seen = generation::read(&b.join("pki")).unwrap().unwrap();
+    sync_b.round().await.unwrap();
+    let ring = keys::KeyRing::read(&b.join("pki")).unwrap();
+    let (opened, _) = ring.open(&current.value).unwrap();
+    let mut forked_files = opened.files.clone();
+    forked_files.insert("ca.key".into(), old_ca_key.clone());
+    let generation = generation_of(&b);
+    let forked = ring.get(keys::Which::Current).unwrap().seal(&forked_files, generation).unwrap();
+    put_back(&store, forked).await;
+    let refused = sync_b.round().await.unwrap().refused.expect("a fork is refused");
+    assert!(refused.fork, "{refused:?}");
+    assert!(seen.generation <= generation);
+    assert_eq!(fs::read(b.join("pki/ca.key")).unwrap(), new_ca_key);
+}
+
+#[tokio::test]
+async fn a_record_without_a_generation_is_taken_once_and_sealed_again_with_one() {
+    let (_tmp, a, b, store, sync_a, sync_b) = two_directories().await;
+    // The record as the code before generations wrote it; a and b forget what they saw.
+    let key = ensure_seal_key(&a.join("pki")).unwrap();
+    let files = read_local(&a.join("pki")).unwrap();
+    let legacy = key.seal_without_generation(&files);
+    put_back(&store, legacy.clone()).await;
+    for dir in [&a, &b] {
+        fs::remove_file(dir.join("pki").join(generation::FILE)).unwrap();
+    }
+    let round = sync_a.round().await.unwrap();
+    assert!(round.refused.is_none() && round.pushed, "taken and sealed again at once: {round:?}");
+    assert_eq!(key.open(&record(&store).await.value).unwrap().generation, Some(1));
+    assert_eq!(generation_of(&a), 1);
+    assert!(sync_b.round().await.unwrap().refused.is_none());
+    assert_eq!(generation_of(&b), 1);
+    // Put back once more, it is older than generation 1: refused.
+    put_back(&store, legacy).await;
+    let refused = sync_b.round().await.unwrap().refused.expect("refused");
+    assert_eq!((refused.generation, refused.highest), (0, 1));
+}
+
+/// Every apiserver follows what the other did (what the command waits for).
+async fn rounds(syncs: &[&PkiSync]) {
+    for _ in 0..2 {
+        for s in syncs {
+            let round = s.round().await.unwrap();
+            assert!(round.refused.is_none(), "{round:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_seal_key_rotates_step_by_step_while_both_directories_follow() {
+    let (_tmp, a, b, store, sync_a, sync_b) = two_directories().await;
+    let (pa, pb) = (a.join("pki"), b.join("pki"));
+    let old_key = fs::read_to_string(pa.join(SEAL_KEY_FILE)).unwrap();
+    let old = SealKey::from_text(&old_key).unwrap();
+    let start = keys::observe(&pa).unwrap();
+    assert!(!start.under_way());
+    keys::apply(&pa, &keys::Step::WriteNext).unwrap();
+    let mut steps = vec![keys::Step::WriteNext];
+    loop {
+        rounds(&[&sync_a, &sync_b]).await;
+        // Each apiserver opens the record in every state a rotation leaves.
+        for p in [&pa, &pb] {
+            keys::KeyRing::read(p).unwrap().open(&record(&store).await.value).unwrap();
+        }
+        let Some(step) = keys::next_step(&keys::observe(&pa).unwrap()).unwrap() else { break };
+        keys::apply(&pa, &step).unwrap();
+        steps.push(step);
+        assert!(steps.len() <= keys::MAX_STEPS, "{steps:?}");
+    }
+    use keys::Step::*;
+    // The apiserver of a makes a's new key its sync.key and drops the old one itself, as
+    // every apiserver does: the command has nothing left to do there.
+    assert_eq!(steps, [WriteNext, Begin, Switch, RemoveState, RemoveNext]);
+    let new_key = fs::read_to_string(pa.join(SEAL_KEY_FILE)).unwrap();
+    assert_ne!(new_key, old_key);
+    assert_eq!(fs::read_to_string(pb.join(SEAL_KEY_FILE)).unwrap(), new_key, "b seals with the new key");
+    for p in [&pa, &pb] {
+        for name in [keys::NEXT_KEY, keys::PREV_KEY, keys::STATE_FILE] {
+            assert!(!p.join(name).exists(), "{name} left in {}", p.display());
+        }
+        assert_eq!(fs::metadata(p.join(SEAL_KEY_FILE)).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let value = record(&store).await.value;
+    assert!(old.open(&value).is_err(), "the record no longer opens with the old key");
+    assert!(SealKey::from_text(&new_key).unwrap().open(&value).is_ok());
+    // b restarts on the new key.
+    PkiSync::start(store.clone(), &b).await.unwrap();
 }

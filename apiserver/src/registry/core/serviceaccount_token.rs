@@ -1,8 +1,12 @@
 //! TokenRequest: POST `serviceaccounts/<name>/token`, the `token` subresource of a
-//! ServiceAccount (upstream's `pkg/registry/core/serviceaccount/storage/token.go`). The
-//! request is checked ([`validate_token_request`], [`bound_kind`]), the service account and
-//! any bound Secret are read, and a bound token is signed by the issuer
-//! (`pki::service_account`). Nothing is stored; tokens never reach logs or errors.
+//! ServiceAccount (upstream's `pkg/registry/core/serviceaccount/storage/token.go`, 1.34). The
+//! request passes admission (NodeRestriction holds a node to its own pods), is checked
+//! ([`validate_token_request`], [`bound_kind`], [`check_service_account_uid`]: a
+//! `metadata.uid` must be the service account's), the service account and the bound Secret,
+//! Pod (which must run as that service account) or Node are read, and a token is signed by
+//! the issuer (`pki::service_account`) with a fresh `jti`. A pod-bound token also names the
+//! pod's Node (`kubernetes.io.node`: its name, and its uid when it exists). Nothing is
+//! stored; tokens never reach logs or errors.
 
 use std::sync::Arc;
 
@@ -13,6 +17,7 @@ use k8s_openapi::api::authentication::v1 as authnv1;
 use kustos_ca::jwt::{BoundClaims, ObjectRef};
 use serde_json::{json, Map, Value};
 
+use crate::admission::{self, Attributes, Operation, Phase};
 use crate::api::rest::{self, Call, Params, Reply};
 use crate::error::{ApiError, FieldError};
 use crate::meta;
@@ -76,6 +81,8 @@ pub fn validate_token_request(expiration_seconds: i64) -> Vec<FieldError> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BoundKind {
     Secret,
+    Pod,
+    Node,
 }
 
 /// `schema.FromAPIVersionAndKind(..).String()`: `group/version, Kind=kind`.
@@ -90,14 +97,124 @@ fn gvk_string(api_version: &str, kind: &str) -> (String, String) {
     (group.to_string(), format!("{group}/{version}, Kind={kind}"))
 }
 
-/// The kind of object a token may be bound to: Secrets (core group). Pods and Nodes are not
-/// served by this apiserver, so binding to them is refused like any other kind.
+/// The kind of object a token may be bound to: a Secret, Pod or Node of the core group (any
+/// version, as upstream).
 pub fn bound_kind(api_version: &str, kind: &str) -> Result<BoundKind, ApiError> {
     let (group, shown) = gvk_string(api_version, kind);
-    if group.is_empty() && kind == "Secret" {
-        return Ok(BoundKind::Secret);
+    match (group.as_str(), kind) {
+        ("", "Secret") => Ok(BoundKind::Secret),
+        ("", "Pod") => Ok(BoundKind::Pod),
+        ("", "Node") => Ok(BoundKind::Node),
+        _ => Err(ApiError::BadRequest(format!("cannot bind token to object of type {shown}"))),
     }
-    Err(ApiError::BadRequest(format!("cannot bind token to object of type {shown}")))
+}
+
+/// The service account a pod runs as (the ServiceAccount admission plugin's default,
+/// `default`, when the stored pod names none).
+pub fn pod_service_account(pod: &Value) -> &str {
+    pod.pointer("/spec/serviceAccountName").and_then(Value::as_str).filter(|s| !s.is_empty()).unwrap_or("default")
+}
+
+/// The node a pod is bound to (`spec.nodeName`), empty when it is not scheduled.
+pub fn pod_node_name(pod: &Value) -> &str {
+    pod.pointer("/spec/nodeName").and_then(Value::as_str).unwrap_or_default()
+}
+
+/// The TokenRequest's `metadata.uid` against the service account's, as upstream's
+/// TokenRequestServiceAccountUIDValidation (on by default since 1.34): given and different
+/// is a 409.
+pub fn check_service_account_uid(requested: &str, sa_name: &str, sa_uid: &str) -> Result<(), ApiError> {
+    if requested.is_empty() || requested == sa_uid {
+        return Ok(());
+    }
+    Err(ApiError::conflict(
+        AUTHENTICATION_GROUP,
+        "TokenRequest",
+        sa_name,
+        &format!("the UID in the token request ({requested}) does not match the UID of the service account ({sa_uid})"),
+    ))
+}
+
+/// What a token is bound to, read from the store.
+#[derive(Debug, Default)]
+struct Bound {
+    secret: Option<ObjectRef>,
+    pod: Option<ObjectRef>,
+    node: Option<ObjectRef>,
+}
+
+impl Bound {
+    fn apply(self, claims: BoundClaims) -> BoundClaims {
+        match (self.secret, self.pod, self.node) {
+            (Some(s), _, _) => claims.with_secret(s),
+            (None, Some(p), node) => claims.with_pod(p, node),
+            (None, None, Some(n)) => claims.with_node(n),
+            (None, None, None) => claims,
+        }
+    }
+}
+
+/// Read the object `r` names (a Secret or Pod in `namespace`, a Node) and check it against
+/// the reference: a pod must run as service account `sa_name`; a uid in the reference must be
+/// the stored one. A pod-bound token also names the pod's Node (its uid when that Node exists).
+async fn resolve_bound(
+    c: &Call<'_>,
+    namespace: &str,
+    sa_name: &str,
+    r: &k8s_openapi::api::authentication::v1::BoundObjectReference,
+) -> Result<Bound, ApiError> {
+    let kind = r.kind.as_deref().unwrap_or("");
+    let api_version = r.api_version.as_deref().unwrap_or("");
+    let ref_name = r.name.as_deref().unwrap_or("");
+    let read = |resource: &'static str, ns: Option<&'static str>| async move {
+        let Some(def) = c.state.registry.find("", "v1", resource) else { return Err(not_served()) };
+        let ns = ns.map_or(namespace, |n| n);
+        read_object(c.state, def, ns, ref_name).await?.ok_or_else(|| ApiError::not_found("", resource, ref_name))
+    };
+    let mut bound = Bound::default();
+    let uid = match bound_kind(api_version, kind)? {
+        BoundKind::Secret => {
+            let secret = read("secrets", None).await?;
+            let uid = meta::uid(&secret).to_string();
+            bound.secret = Some(ObjectRef::new(ref_name, &uid));
+            uid
+        }
+        BoundKind::Pod => {
+            let pod = read("pods", None).await?;
+            if pod_service_account(&pod) != sa_name {
+                return Err(ApiError::BadRequest(format!(
+                    "cannot bind token for serviceaccount {sa_name:?} to pod running with different serviceaccount name."
+                )));
+            }
+            let uid = meta::uid(&pod).to_string();
+            let node_name = pod_node_name(&pod);
+            if !node_name.is_empty() {
+                // A Node that does not exist leaves its name alone in the claims.
+                let node_uid = match c.state.registry.find("", "v1", "nodes") {
+                    Some(def) => read_object(c.state, def, "", node_name)
+                        .await?
+                        .map(|n| meta::uid(&n).to_string())
+                        .unwrap_or_default(),
+                    None => String::new(),
+                };
+                bound.node = Some(ObjectRef::new(node_name, node_uid));
+            }
+            bound.pod = Some(ObjectRef::new(ref_name, &uid));
+            uid
+        }
+        BoundKind::Node => {
+            let node = read("nodes", Some("")).await?;
+            let uid = meta::uid(&node).to_string();
+            bound.node = Some(ObjectRef::new(ref_name, &uid));
+            uid
+        }
+    };
+    if let Some(want) = r.uid.as_deref().filter(|u| !u.is_empty()) {
+        if want != uid {
+            return Err(ApiError::conflict("", kind, ref_name, &format!("the UID in the bound object reference ({want}) does not match the UID in record. The object might have been deleted and then recreated")));
+        }
+    }
+    Ok(bound)
 }
 
 fn rfc3339(t: DateTime<Utc>) -> String {
@@ -126,6 +243,10 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
     let req: authnv1::TokenRequest = serde_json::from_value(spec_only).map_err(|e| {
         ApiError::BadRequest(format!("TokenRequest in version \"v1\" cannot be handled as a TokenRequest: {e}"))
     })?;
+    // Admission (NodeRestriction) sees the request before the service account is read, as
+    // upstream's create handler runs mutating admission before the registry.
+    let attrs = Attributes { op: Operation::Create, def: c.def, info: c.info, user: c.user, field_selector: None };
+    admission::chain().admit_phase(c.state, &attrs, Phase::Mutating, Some(&obj), None).await?;
     let body_name = req.metadata.name.clone().unwrap_or_default();
     if !body_name.is_empty() && body_name != name {
         return Err(ApiError::invalid(
@@ -142,6 +263,8 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
     let sa = read_object(c.state, c.def, namespace, name)
         .await?
         .ok_or_else(|| ApiError::not_found("", "serviceaccounts", name))?;
+    let requested_uid = req.metadata.uid.clone().unwrap_or_default();
+    check_service_account_uid(&requested_uid, name, meta::uid(&sa))?;
     let now = Utc::now();
     let spec = req.spec.clone().unwrap_or_default();
     let mut audiences = spec.audiences.clone().unwrap_or_default();
@@ -153,27 +276,11 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
     if !errs.is_empty() {
         return Err(ApiError::invalid(AUTHENTICATION_GROUP, "TokenRequest", "", errs));
     }
-    let mut secret_ref = None;
-    if let Some(r) = &spec.bound_object_ref {
-        let kind = r.kind.as_deref().unwrap_or("");
-        let api_version = r.api_version.as_deref().unwrap_or("");
-        let ref_name = r.name.as_deref().unwrap_or("");
-        match bound_kind(api_version, kind)? {
-            BoundKind::Secret => {
-                let Some(secrets) = c.state.registry.find("", "v1", "secrets") else { return Err(not_served()) };
-                let secret = read_object(c.state, secrets, namespace, ref_name)
-                    .await?
-                    .ok_or_else(|| ApiError::not_found("", "secrets", ref_name))?;
-                let uid = meta::uid(&secret);
-                if let Some(want) = r.uid.as_deref().filter(|u| !u.is_empty()) {
-                    if want != uid {
-                        return Err(ApiError::conflict("", kind, ref_name, &format!("the UID in the bound object reference ({want}) does not match the UID in record. The object might have been deleted and then recreated")));
-                    }
-                }
-                secret_ref = Some(ObjectRef::new(ref_name, uid));
-            }
-        }
-    }
+    admission::chain().admit_phase(c.state, &attrs, Phase::Validating, Some(&obj), None).await?;
+    let bound = match &spec.bound_object_ref {
+        Some(r) => resolve_bound(c, namespace, name, r).await?,
+        None => Bound::default(),
+    };
     if let Some(max) = tokens.max_expiration_seconds().filter(|m| *m > 0 && expiration > *m) {
         warnings.push(format!("requested expiration of {expiration} seconds shortened to {max} seconds"));
         expiration = max;
@@ -183,16 +290,17 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
     } else {
         let sa_ref = ObjectRef::new(meta::name(&sa), meta::uid(&sa));
         let jti = uuid::Uuid::new_v4().to_string();
-        let mut claims = BoundClaims::new(tokens.issuer(), namespace, sa_ref, audiences.clone(), now, expiration, &jti);
-        if let Some(s) = secret_ref {
-            claims = claims.with_secret(s);
-        }
-        tokens.issue(&claims).map_err(|e| ApiError::internal(format!("failed to generate token: {e}")))?
+        let claims =
+            bound.apply(BoundClaims::new(tokens.issuer(), namespace, sa_ref, audiences.clone(), now, expiration, &jti));
+        tokens.issue(&claims).await.map_err(|e| ApiError::internal(format!("failed to generate token: {e}")))?
     };
     let mut metadata = obj.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
     metadata.insert("name".into(), json!(name));
     metadata.insert("namespace".into(), json!(namespace));
     metadata.insert("creationTimestamp".into(), json!(rfc3339(now)));
+    if requested_uid.is_empty() {
+        metadata.insert("uid".into(), json!(meta::uid(&sa)));
+    }
     metadata.retain(|_, v| !v.is_null());
     let mut spec = Map::new();
     spec.insert("audiences".into(), json!(audiences));
@@ -224,12 +332,11 @@ fn decode_token_request(
     url_namespace: &str,
 ) -> Result<(Value, Vec<String>), ApiError> {
     let mode = params.field_validation()?;
-    let mut raw = rest::decode_body(def, body, content_type)?;
+    let (mut raw, dups) = rest::decode_body(def, body, content_type, mode)?;
     if let Some(m) = raw.as_object_mut() {
         m.remove("status");
     }
-    let dups = rest::duplicate_fields(body, content_type, mode);
-    let (mut obj, warnings) = rest::typed_check(def, &raw, mode, &dups)?;
+    let (mut obj, warnings) = rest::typed_check(def, raw, mode, &dups)?;
     let in_body = meta::namespace(&obj).to_string();
     if in_body.is_empty() {
         meta::meta_mut(&mut obj).insert("namespace".into(), json!(url_namespace));
@@ -262,7 +369,9 @@ mod tests {
 
     use super::*;
     use crate::authn::serviceaccount::fixture::{authenticated, env, env_with, invalid};
-    use crate::authn::serviceaccount::{Rejection, CREDENTIAL_ID_EXTRA};
+    use crate::authn::serviceaccount::{
+        Rejection, CREDENTIAL_ID_EXTRA, NODE_NAME_EXTRA, NODE_UID_EXTRA, POD_NAME_EXTRA, POD_UID_EXTRA,
+    };
     use crate::pki::service_account::DEFAULT_ISSUER;
 
     #[test]
@@ -285,9 +394,11 @@ mod tests {
     #[test]
     fn bound_object_kinds() {
         assert_eq!(bound_kind("v1", "Secret").unwrap(), BoundKind::Secret);
+        assert_eq!(bound_kind("v1", "Pod").unwrap(), BoundKind::Pod);
+        assert_eq!(bound_kind("v1", "Node").unwrap(), BoundKind::Node);
         let rejected = [
-            ("v1", "Pod", "cannot bind token to object of type /v1, Kind=Pod"),
-            ("v1", "Node", "cannot bind token to object of type /v1, Kind=Node"),
+            ("v1", "Namespace", "cannot bind token to object of type /v1, Kind=Namespace"),
+            ("apps/v1", "Pod", "cannot bind token to object of type apps/v1, Kind=Pod"),
             ("v1", "ConfigMap", "cannot bind token to object of type /v1, Kind=ConfigMap"),
             ("apps/v1", "Secret", "cannot bind token to object of type apps/v1, Kind=Secret"),
             ("a/b/c", "Thing", "cannot bind token to object of type /, Kind=Thing"),
@@ -333,7 +444,7 @@ mod tests {
         assert_eq!(expires.timestamp(), iat + 1200);
         assert!(uuid::Uuid::parse_str(&claims.jti).is_ok());
         let (header, _) = jwt::decode_unverified(token).unwrap();
-        assert_eq!(header.kid.as_deref(), Some(e.tokens.signing_key().public_key().key_id()));
+        assert_eq!(header.kid.as_deref(), Some(e.tokens.signing_key().unwrap().public_key().key_id()));
 
         let (user, auds) = authenticated(e.check(token, &["x"]).await);
         assert_eq!(auds, ["x"]);
@@ -407,6 +518,11 @@ mod tests {
         e.namespace("team").await;
         e.service_account("team", "builder").await;
         e.create("secrets", "team", json!({"metadata": {"name": "anchor"}})).await;
+        e.create("nodes", "", json!({"metadata": {"name": "n1"}})).await;
+        e.create("pods", "team", pod("other-sa", "n1", "other")).await;
+        e.create("pods", "team", pod("no-sa", "n1", "")).await;
+        let sa_uid = meta::uid(&e.stored_object("serviceaccounts", "team", "builder").await).to_string();
+        let sa_uid_conflict = format!("Operation cannot be fulfilled on TokenRequest.authentication.k8s.io \"builder\": the UID in the token request (someone-else) does not match the UID of the service account ({sa_uid})");
         let tr = |spec: Value| json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec});
         let cases: Vec<(&str, &str, &str, Value, u16, &str)> = vec![
             ("too short", "builder", "", tr(json!({"expirationSeconds": 10})), 422,
@@ -418,8 +534,18 @@ mod tests {
              "TokenRequest.authentication.k8s.io \"builder\" is invalid: metadata.name: Invalid value: \"other\": must match the service account name if specified"),
             ("namespace mismatch", "builder", "", json!({"metadata": {"namespace": "elsewhere"}, "spec": {}}), 400,
              "the namespace of the provided object does not match the namespace sent on the request"),
-            ("bound to a pod", "builder", "", tr(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p"}})), 400,
-             "cannot bind token to object of type /v1, Kind=Pod"),
+            ("bound to a missing pod", "builder", "", tr(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "p"}})), 404,
+             "pods \"p\" not found"),
+            ("bound to another service account's pod", "builder", "", tr(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "other-sa"}})), 400,
+             "cannot bind token for serviceaccount \"builder\" to pod running with different serviceaccount name."),
+            ("bound to a pod without a service account", "builder", "", tr(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": "no-sa"}})), 400,
+             "cannot bind token for serviceaccount \"builder\" to pod running with different serviceaccount name."),
+            ("bound to a missing node", "builder", "", tr(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": "ghost"}})), 404,
+             "nodes \"ghost\" not found"),
+            ("bound node uid differs", "builder", "", tr(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Node", "name": "n1", "uid": "old"}})), 409,
+             "Operation cannot be fulfilled on Node \"n1\": the UID in the bound object reference (old) does not match the UID in record. The object might have been deleted and then recreated"),
+            ("service account uid differs", "builder", "", json!({"metadata": {"uid": "someone-else"}, "spec": {}}), 409,
+             &sa_uid_conflict),
             ("bound to a missing secret", "builder", "", tr(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": "nope"}})), 404,
              "secrets \"nope\" not found"),
             ("bound secret uid differs", "builder", "", tr(json!({"boundObjectRef": {"apiVersion": "v1", "kind": "Secret", "name": "anchor", "uid": "old"}})), 409,
@@ -436,6 +562,95 @@ mod tests {
             if !message.is_empty() {
                 assert_eq!(err.to_string(), message, "{what}");
             }
+        }
+    }
+
+    /// A pod `name` in the test namespace on `node` running as `sa` (none when empty).
+    fn pod(name: &str, node: &str, sa: &str) -> Value {
+        let mut spec = json!({"containers": [{"name": "c", "image": "busybox"}]});
+        if !node.is_empty() {
+            spec["nodeName"] = json!(node);
+        }
+        if !sa.is_empty() {
+            spec["serviceAccountName"] = json!(sa);
+        }
+        json!({"metadata": {"name": name}, "spec": spec})
+    }
+
+    fn claims_of(token: &str) -> BoundClaims {
+        BoundClaims::from_claims(&jwt::decode_unverified(token).unwrap().1).unwrap()
+    }
+
+    #[tokio::test]
+    async fn pod_and_node_bound_tokens() {
+        let e = env().await;
+        e.namespace("team").await;
+        let sa = e.service_account("team", "builder").await;
+        let node = e.create("nodes", "", json!({"metadata": {"name": "n1"}})).await;
+        let node_uid = meta::uid(&node).to_string();
+        let web = e.create("pods", "team", pod("web", "n1", "builder")).await;
+        let pod_uid = meta::uid(&web).to_string();
+        e.create("pods", "team", pod("elsewhere", "gone-node", "builder")).await;
+        e.create("pods", "team", pod("pending", "", "builder")).await;
+        let bind = |kind: &str, name: &str| json!({"boundObjectRef": {"apiVersion": "v1", "kind": kind, "name": name}});
+
+        // Pod-bound: the pod and its Node in the claims and in the user's extra.
+        let token = e.token("team", "builder", bind("Pod", "web")).await;
+        let claims = claims_of(&token);
+        assert_eq!(claims.pod, Some(ObjectRef::new("web", &pod_uid)));
+        assert_eq!(claims.node, Some(ObjectRef::new("n1", &node_uid)));
+        assert_eq!(claims.secret, None);
+        let (user, _) = authenticated(e.check(&token, &[]).await);
+        assert_eq!(user.uid, meta::uid(&sa));
+        let extra = |k: &str| user.extra.get(k).cloned().unwrap_or_default();
+        assert_eq!(extra(POD_NAME_EXTRA), ["web"]);
+        assert_eq!(extra(POD_UID_EXTRA), [pod_uid.as_str()]);
+        assert_eq!(extra(NODE_NAME_EXTRA), ["n1"]);
+        assert_eq!(extra(NODE_UID_EXTRA), [node_uid.as_str()]);
+        assert_eq!(extra(CREDENTIAL_ID_EXTRA), [format!("JTI={}", claims.jti)]);
+        // A pod on a Node that does not exist: the node's name only; not scheduled: no node.
+        let on_missing = claims_of(&e.token("team", "builder", bind("Pod", "elsewhere")).await);
+        assert_eq!(on_missing.node, Some(ObjectRef::new("gone-node", "")));
+        assert_eq!(claims_of(&e.token("team", "builder", bind("Pod", "pending")).await).node, None);
+
+        // Node-bound: dies with the Node, and with its replacement.
+        let node_token = e.token("team", "builder", bind("Node", "n1")).await;
+        let claims = claims_of(&node_token);
+        assert_eq!((claims.node, claims.pod), (Some(ObjectRef::new("n1", &node_uid)), None));
+        let (user, _) = authenticated(e.check(&node_token, &[]).await);
+        assert_eq!(user.extra.get(NODE_UID_EXTRA), Some(&vec![node_uid.clone()]));
+        assert!(!user.extra.contains_key(POD_NAME_EXTRA));
+        e.remove("nodes", "", "n1").await;
+        assert_eq!(invalid(e.check(&node_token, &[]).await), Rejection::TokenInvalidated.to_string());
+        // The pod-bound token names the node, but is bound to the pod only.
+        authenticated(e.check(&token, &[]).await);
+        let replaced = e.create("nodes", "", json!({"metadata": {"name": "n1"}})).await;
+        assert_eq!(
+            invalid(e.check(&node_token, &[]).await),
+            format!("node UID ({}) does not match service account node ref claim ({node_uid})", meta::uid(&replaced))
+        );
+
+        // The pod-bound token dies with its pod.
+        e.remove("pods", "team", "web").await;
+        assert_eq!(invalid(e.check(&token, &[]).await), Rejection::TokenInvalidated.to_string());
+        e.create("pods", "team", pod("web", "n1", "builder")).await;
+        assert!(invalid(e.check(&token, &[]).await).starts_with("pod UID ("));
+    }
+
+    #[tokio::test]
+    async fn service_account_uid_precondition() {
+        let e = env().await;
+        e.namespace("team").await;
+        let sa = e.service_account("team", "builder").await;
+        let uid = meta::uid(&sa);
+        // The service account's uid, given or not, is the TokenRequest's.
+        for given in [json!({"spec": {}}), json!({"metadata": {"uid": uid}, "spec": {}})] {
+            let r = e.request_token("team", "builder", "", given).await.unwrap();
+            assert_eq!(r.body["metadata"]["uid"], json!(uid));
+        }
+        let cases = [(String::new(), true), (uid.to_string(), true), ("other".to_string(), false)];
+        for (given, ok) in cases {
+            assert_eq!(check_service_account_uid(&given, "builder", uid).is_ok(), ok, "{given:?}");
         }
     }
 
