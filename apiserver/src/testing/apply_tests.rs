@@ -86,11 +86,16 @@ async fn apply_creates_and_reapplying_changes_nothing() {
 #[tokio::test]
 async fn a_yaml_body_applies() {
     let srv = server().await;
-    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y\ndata:\n  k: v\n";
-    let r = send_raw(&srv, Method::PATCH, &format!("{CMS}/y?fieldManager=m1"), APPLY, "test/1.0", yaml).await;
+    let yaml = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y1\ndata:\n  k: v\n";
+    let r = send_raw(&srv, Method::PATCH, &format!("{CMS}/y1?fieldManager=m1"), APPLY, "test/1.0", yaml).await;
     assert_eq!(r.status, 201, "{r}");
     assert_eq!(r.body["data"], json!({"k": "v"}));
-    let bad = send_raw(&srv, Method::PATCH, &format!("{CMS}/y?fieldManager=m1"), APPLY, "test/1.0", "[1, 2").await;
+    // YAML 1.1, as upstream's decoder reads it: a bare `y` is the boolean true, not a name.
+    let yes = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: y\n";
+    let r = send_raw(&srv, Method::PATCH, &format!("{CMS}/y?fieldManager=m1"), APPLY, "test/1.0", yes).await;
+    assert_eq!(r.status, 400, "{r}");
+    assert!(r.body["message"].as_str().unwrap_or_default().contains("boolean `true`"), "{r}");
+    let bad = send_raw(&srv, Method::PATCH, &format!("{CMS}/y1?fieldManager=m1"), APPLY, "test/1.0", "[1, 2").await;
     assert_eq!(bad.status, 400, "{bad}");
     assert_eq!(bad.reason(), "BadRequest");
 }
