@@ -215,7 +215,8 @@ mod tests {
 
         let value = until.to_rfc3339();
         // (what, annotation, at, wait until)
-        let cases: &[(&str, Option<&str>, DateTime<Utc>, Result<Option<DateTime<Utc>>, &str>)] = &[
+        type Want = Result<Option<DateTime<Utc>>, &'static str>;
+        let cases: &[(&str, Option<&str>, DateTime<Utc>, Want)] = &[
             ("no annotation", None, now(), Ok(None)),
             ("right after the switch", Some(&value), now(), Ok(Some(until))),
             ("a second before", Some(&value), until - Duration::seconds(1), Ok(Some(until))),
