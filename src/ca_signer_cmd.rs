@@ -6,9 +6,16 @@
 //! run again after it happened changes nothing, so a command killed at any point can be run
 //! again. Works the same against `kustos server` and, with `kustos controller-manager`,
 //! against any kube-apiserver.
+//!
+//! `switch` then waits (at most [`CONFIRM_WITHIN`]) until the Signer's `status.caFingerprint`
+//! names the new CA: from then on every request is signed by it. `finish` is refused while
+//! a certificate from the previous CA may be valid: the CSRs' certificates are counted; pod
+//! certificates, which leave nothing to count, are waited for until the time `switch`
+//! recorded ([`rotation::POD_CERTIFICATES_UNTIL`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use chrono::Utc;
@@ -23,6 +30,9 @@ use kustos_controllers::signers::{self, NEXT_CERT, PREVIOUS_CERT};
 use kustos_crds::Signer;
 
 use crate::kubeconfig_cmd;
+
+/// How long `switch` waits for the `signers` controller to sign from the new CA.
+const CONFIRM_WITHIN: Duration = Duration::from_secs(30);
 
 /// The kubeconfig of a `--signer` command: `--kubeconfig`, else `$KUBECONFIG`, else the
 /// admin kubeconfig of `--data-dir`.
@@ -87,6 +97,40 @@ async fn issued(client: &kube::Client, signer_name: &str) -> anyhow::Result<Vec<
         .collect())
 }
 
+/// A time in whole seconds, UTC (`2026-11-29T20:04:56Z`), rounded up.
+fn rfc3339(t: chrono::DateTime<Utc>) -> String {
+    let up = if t.timestamp_subsec_nanos() > 0 { t + chrono::Duration::seconds(1) } else { t };
+    up.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Until when a pod certificate of the previous CA may be valid (`None`: none may be now).
+fn pod_certificates_wait(t: &Target) -> anyhow::Result<Option<chrono::DateTime<Utc>>> {
+    let annotation = t.secret.metadata.annotations.as_ref().and_then(|a| a.get(rotation::POD_CERTIFICATES_UNTIL));
+    rotation::pod_certificates_wait(annotation.map(String::as_str), Utc::now())
+        .map_err(|e| anyhow::anyhow!("Secret {}: {e}", t.secret.metadata.name.as_deref().unwrap_or_default()))
+}
+
+/// Wait until the Signer's status says the CA of `cert_pem` signs; whether it did in time.
+async fn confirmed(t: &Target, name: &str, cert_pem: &str) -> bool {
+    let Some(der) = kustos_ca::certificates_from_pem(cert_pem).ok().and_then(|v| v.into_iter().next()) else {
+        return false;
+    };
+    let want = kustos_ca::fingerprint(&der);
+    let api = Api::<Signer>::all(t.client.clone());
+    let deadline = tokio::time::Instant::now() + CONFIRM_WITHIN;
+    loop {
+        if let Ok(s) = api.get(name).await {
+            if s.status.and_then(|st| st.ca_fingerprint).as_deref() == Some(want.as_str()) {
+                return true;
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
 /// The still-valid certificates the previous CA issued, and the last expiry among them.
 async fn previous_still_valid(t: &Target) -> anyhow::Result<(usize, Option<chrono::DateTime<Utc>>)> {
     let d = data(&t.secret);
@@ -119,6 +163,20 @@ pub async fn rotate(
         if valid > 0 {
             eprintln!("warning: --force: {valid} still-valid certificate(s) from the previous CA stop verifying");
         }
+        if let Some(until) = pod_certificates_wait(&t)? {
+            if !force {
+                anyhow::bail!(
+                    "not finishing: pod certificates issued by the previous CA of Signer {name} may be valid until {} \
+                     (the switch, plus podCertificates.maxExpirationSeconds, plus a margin); wait, or pass --force \
+                     (pods' certificates from it then stop verifying against the trust bundle)",
+                    rfc3339(until)
+                );
+            }
+            eprintln!(
+                "warning: --force: pod certificates from the previous CA (valid until {} at the latest) stop verifying",
+                rfc3339(until)
+            );
+        }
     }
     let import_ref = import.as_ref().map(|(c, k)| (c.as_str(), k.as_str()));
     let next = rotation::apply(&data(&t.secret), step, import_ref, &t.signer.spec.signer_name, Utc::now())
@@ -128,7 +186,21 @@ pub async fn rotate(
         return Ok(());
     };
     let mut secret = t.secret.clone();
+    let signing_pem = next.get(signers::CERT).map(|b| String::from_utf8_lossy(&b.0).into_owned()).unwrap_or_default();
     secret.data = Some(next);
+    // The record of the previous CA's pod certificates goes in the same write as the step.
+    let annotations = secret.metadata.annotations.get_or_insert_with(Default::default);
+    match step {
+        Step::Begin => {}
+        Step::Switch => {
+            if let Some(until) = rotation::pod_certificates_until(t.signer.spec.pod_certificates.as_ref(), Utc::now()) {
+                annotations.insert(rotation::POD_CERTIFICATES_UNTIL.into(), rfc3339(until));
+            }
+        }
+        Step::Finish => {
+            annotations.remove(rotation::POD_CERTIFICATES_UNTIL);
+        }
+    }
     let secret_name = secret.metadata.name.clone().unwrap_or_default();
     t.secrets
         .replace(&secret_name, &PostParams::default(), &secret)
@@ -153,7 +225,16 @@ pub async fn rotate(
             println!("next: both CAs are in the Signer's trust bundle; `kustos ca rotate switch --signer {name}`")
         }
         Step::Switch => {
-            println!("next: the new CA signs; `kustos ca status --signer {name}` says when finishing is safe")
+            if confirmed(&t, name, &signing_pem).await {
+                println!("the signers controller signs from the new CA (status.caFingerprint)");
+            } else {
+                eprintln!(
+                    "warning: Signer {name}'s status does not name the new CA after {}s: is the signers controller \
+                     running, and the Signer Ready? Until it does, the previous CA may sign",
+                    CONFIRM_WITHIN.as_secs()
+                );
+            }
+            println!("next: `kustos ca status --signer {name}` says when finishing is safe")
         }
         Step::Finish => println!("done: the previous CA is out of the Signer's trust bundle"),
     }
@@ -184,11 +265,17 @@ pub async fn status(kubeconfig: &Path, name: &str) -> anyhow::Result<()> {
     let verdict = match rotation::phase(&d) {
         Phase::None => "rotation: none in progress".to_string(),
         Phase::Begun => "rotation: begun (run `switch` next)".to_string(),
-        Phase::Switched => match previous_still_valid(&t).await? {
-            (0, _) => "rotation: switched; finish: safe".to_string(),
-            (n, last) => format!(
-                "rotation: switched; finish: not safe: {n} certificate(s) from the previous CA still valid{}",
-                last.map(|t| format!(", the last until {}", t.to_rfc3339())).unwrap_or_default()
+        Phase::Switched => match (previous_still_valid(&t).await?, pod_certificates_wait(&t)?) {
+            ((0, _), None) => "rotation: switched; finish: safe".to_string(),
+            ((0, _), Some(until)) => format!(
+                "rotation: switched; finish: not safe: pod certificates from the previous CA may be valid until {}",
+                rfc3339(until)
+            ),
+            ((n, last), pods) => format!(
+                "rotation: switched; finish: not safe: {n} certificate(s) from the previous CA still valid{}{}",
+                last.map(|t| format!(", the last until {}", t.to_rfc3339())).unwrap_or_default(),
+                pods.map(|t| format!("; pod certificates from it may be valid until {}", rfc3339(t)))
+                    .unwrap_or_default()
             ),
         },
     };

@@ -14,6 +14,9 @@
 //! | `kustos_csr_denied_total` | counter | `signer` | CSRs a controller denied |
 //! | `kustos_csr_signed_total` | counter | `signer` | certificates written into `status.certificate` |
 //! | `kustos_csr_failed_total` | counter | `signer` | CSRs the signer marked `Failed` |
+//! | `kustos_pcr_issued_total` | counter | `signer` | PodCertificateRequests a Signer marked `Issued` (a chain in `status.certificateChain`) |
+//! | `kustos_pcr_denied_total` | counter | `signer` | PodCertificateRequests a Signer marked `Denied` |
+//! | `kustos_pcr_failed_total` | counter | `signer` | PodCertificateRequests a Signer marked `Failed` |
 //! | `kustos_bootstrap_tokens_cleaned_total` | counter | | expired bootstrap-token Secrets deleted |
 //! | `kustos_leader_election_master_status` | gauge | `name` | 1 while this replica holds the Lease, else 0 |
 //! | `kustos_leader_election_transitions_total` | counter | `name` | times this replica started or stopped leading |
@@ -51,6 +54,9 @@ struct Inner {
     csr_denied: Family<Labels, Counter>,
     csr_signed: Family<Labels, Counter>,
     csr_failed: Family<Labels, Counter>,
+    pcr_issued: Family<Labels, Counter>,
+    pcr_denied: Family<Labels, Counter>,
+    pcr_failed: Family<Labels, Counter>,
     tokens_cleaned: Counter,
     leader: Family<Labels, Gauge>,
     leader_transitions: Family<Labels, Counter>,
@@ -87,6 +93,9 @@ impl Metrics {
         let csr_denied = Family::<Labels, Counter>::default();
         let csr_signed = Family::<Labels, Counter>::default();
         let csr_failed = Family::<Labels, Counter>::default();
+        let pcr_issued = Family::<Labels, Counter>::default();
+        let pcr_denied = Family::<Labels, Counter>::default();
+        let pcr_failed = Family::<Labels, Counter>::default();
         let tokens_cleaned = Counter::default();
         let leader = Family::<Labels, Gauge>::default();
         let leader_transitions = Family::<Labels, Counter>::default();
@@ -134,6 +143,13 @@ impl Metrics {
             "CertificateSigningRequests the signer marked Failed, by signer",
             csr_failed.clone(),
         );
+        registry.register("kustos_pcr_issued", "PodCertificateRequests issued, by signer", pcr_issued.clone());
+        registry.register("kustos_pcr_denied", "PodCertificateRequests denied, by signer", pcr_denied.clone());
+        registry.register(
+            "kustos_pcr_failed",
+            "PodCertificateRequests the signer marked Failed, by signer",
+            pcr_failed.clone(),
+        );
         registry.register(
             "kustos_bootstrap_tokens_cleaned",
             "Expired bootstrap-token Secrets deleted",
@@ -159,6 +175,9 @@ impl Metrics {
                 csr_denied,
                 csr_signed,
                 csr_failed,
+                pcr_issued,
+                pcr_denied,
+                pcr_failed,
                 tokens_cleaned,
                 leader,
                 leader_transitions,
@@ -221,6 +240,16 @@ impl Metrics {
         self.inner.csr_failed.get_or_create(&label("signer", signer)).inc();
     }
 
+    /// A PodCertificateRequest of `signer` got its terminal condition (`outcome`).
+    pub fn pcr_answered(&self, signer: &str, outcome: PcrOutcome) {
+        let family = match outcome {
+            PcrOutcome::Issued => &self.inner.pcr_issued,
+            PcrOutcome::Denied => &self.inner.pcr_denied,
+            PcrOutcome::Failed => &self.inner.pcr_failed,
+        };
+        family.get_or_create(&label("signer", signer)).inc();
+    }
+
     /// An expired bootstrap-token Secret was deleted.
     pub fn token_cleaned(&self) {
         self.inner.tokens_cleaned.inc();
@@ -244,6 +273,14 @@ impl Metrics {
         }
         out
     }
+}
+
+/// How a PodCertificateRequest was answered: its terminal condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PcrOutcome {
+    Issued,
+    Denied,
+    Failed,
 }
 
 fn label(key: &'static str, value: &str) -> Labels {
@@ -270,6 +307,10 @@ mod tests {
         m.csr_signed("kubernetes.io/kube-apiserver-client-kubelet");
         m.csr_signed("kubernetes.io/kube-apiserver-client-kubelet");
         m.csr_failed("kubernetes.io/kube-apiserver-client");
+        m.pcr_answered("example.com/pods", PcrOutcome::Issued);
+        m.pcr_answered("example.com/pods", PcrOutcome::Issued);
+        m.pcr_answered("example.com/pods", PcrOutcome::Denied);
+        m.pcr_answered("example.com/other", PcrOutcome::Failed);
         m.token_cleaned();
         m.set_leader("kcm", true);
         m.queue_added("csrsigning");
@@ -284,6 +325,9 @@ mod tests {
             ("denied", "kustos_csr_denied_total{signer=\"kubernetes.io/kubelet-serving\"}", "1"),
             ("signed", "kustos_csr_signed_total{signer=\"kubernetes.io/kube-apiserver-client-kubelet\"}", "2"),
             ("failed", "kustos_csr_failed_total{signer=\"kubernetes.io/kube-apiserver-client\"}", "1"),
+            ("pcr issued", "kustos_pcr_issued_total{signer=\"example.com/pods\"}", "2"),
+            ("pcr denied", "kustos_pcr_denied_total{signer=\"example.com/pods\"}", "1"),
+            ("pcr failed", "kustos_pcr_failed_total{signer=\"example.com/other\"}", "1"),
             ("tokens cleaned", "kustos_bootstrap_tokens_cleaned_total", "1"),
             ("leader", "kustos_leader_election_master_status{name=\"kcm\"}", "1"),
             ("transitions", "kustos_leader_election_transitions_total{name=\"kcm\"}", "1"),

@@ -9,7 +9,7 @@
 //!   Secret (`spec.caSecretRef`, else `kube-system/kustos-signer-<name>`, generated on first
 //!   sight: a P-256 CA named after the signer, valid ten years), load it ([`load_ca`]),
 //!   publish the bundle, and write `status` (`Ready` with the reason, `trustBundle`,
-//!   `caSecret`). Two Signers naming the same signer name: the older one signs, the other is
+//!   `caSecret`, `caFingerprint`: the CA that signs). Two Signers naming the same signer name: the older one signs, the other is
 //!   `Ready` False (`SignerNameTaken`). A CSR re-check follows any change to what signs.
 //! - **CSRs** (per object, the shared CSR informer): an approved CSR for a Ready Signer's
 //!   name with no certificate and no `Failed` condition is checked against the Signer's rules
@@ -92,6 +92,10 @@ pub struct Loaded {
     pub max_duration: chrono::Duration,
     /// How it signs PodCertificateRequests, if it does.
     pub pod_certificates: Option<kustos_crds::signer::PodCertificates>,
+    /// When its CA Secret was read: pod certificates are signed only from a recent reading
+    /// ([`pod_certificates::FRESH_FOR`]), so that a CA a rotation switched away from stops
+    /// signing within a known time even when the Signers cannot be read again.
+    pub loaded_at: DateTime<Utc>,
 }
 
 fn text<'a>(data: &'a BTreeMap<String, ByteString>, key: &str) -> Option<&'a str> {
@@ -145,6 +149,7 @@ pub fn next_status(
     signer: &Signer,
     ready: Result<String, (&str, String)>,
     trust_bundle: Option<String>,
+    ca_fingerprint: Option<String>,
     now: DateTime<Utc>,
 ) -> Option<SignerStatus> {
     let (status, reason, message) = match ready {
@@ -159,6 +164,7 @@ pub fn next_status(
         && current.observed_generation == generation
         && current.trust_bundle == trust_bundle
         && current.ca_secret == ca_secret
+        && current.ca_fingerprint == ca_fingerprint
     {
         return None;
     }
@@ -166,6 +172,7 @@ pub fn next_status(
     next.observed_generation = generation;
     next.trust_bundle = trust_bundle;
     next.ca_secret = ca_secret;
+    next.ca_fingerprint = ca_fingerprint;
     csr::set_condition(&mut next.conditions, CONDITION_READY, (status, reason, message), generation, now);
     Some(next)
 }
@@ -314,8 +321,10 @@ async fn sync_signers(
         let spec: &SignerSpec = &signer.spec;
         let outcome = load_signer(signer, &owners, client, now).await;
         let mut bundle_name = None;
+        let mut fingerprint = None;
         let ready_now = match outcome {
             Ok(l) => {
+                fingerprint = Some(kustos_ca::fingerprint(l.ca.cert_der()));
                 sources.push((spec.signer_name.clone(), Ok(l.bundle.clone())));
                 let name = ctb::bundle_name(&spec.signer_name, &l.bundle);
                 let message = format!(
@@ -336,7 +345,7 @@ async fn sync_signers(
                 Err((reason, message))
             }
         };
-        statuses.push((signer.clone(), ready_now, bundle_name));
+        statuses.push((signer.clone(), ready_now, bundle_name, fingerprint));
     }
     if let Some((api, ar)) = bundles {
         let existing: Vec<ctb::Existing> =
@@ -353,10 +362,10 @@ async fn sync_signers(
         a.sort();
         a != b
     };
-    for (signer, ready_now, bundle) in statuses {
-        if next_status(&signer, ready_now.clone(), bundle.clone(), now).is_some() {
+    for (signer, ready_now, bundle, fingerprint) in statuses {
+        if next_status(&signer, ready_now.clone(), bundle.clone(), fingerprint.clone(), now).is_some() {
             let res = runtime::update_status(signers, &signer.name_any(), |cur| {
-                let status = next_status(cur, ready_now.clone(), bundle.clone(), now)?;
+                let status = next_status(cur, ready_now.clone(), bundle.clone(), fingerprint.clone(), now)?;
                 let mut next = cur.clone();
                 next.status = Some(status);
                 Some(next)
@@ -431,6 +440,7 @@ async fn load_signer(
         compiled,
         max_duration: chrono::Duration::seconds(i64::from(spec.max_expiration_seconds())),
         pod_certificates: spec.pod_certificates.clone(),
+        loaded_at: now,
     })
 }
 
@@ -482,7 +492,7 @@ pub async fn run(
             }
         })
     };
-    let loop_pcrs = pod_certificates::run(client.clone(), ready.clone(), cfg.clone());
+    let loop_pcrs = pod_certificates::run(client.clone(), signers.clone(), ready.clone(), cfg.clone());
     let ctx = Arc::new(Context {
         csrs: Api::all(client),
         signers,

@@ -204,6 +204,13 @@ pub struct SignerStatus {
     /// CSRs it refused (condition `Failed`): they broke its rules.
     #[serde(default)]
     pub failed: i64,
+    /// What it did with PodCertificateRequests, when it signs them (`spec.podCertificates`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_certificates: Option<PodCertificateCounts>,
+    /// The SHA-256 fingerprint (hex) of the CA certificate that signs now; after a rotation's
+    /// `switch`, the new CA's once the controller signs from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_fingerprint: Option<String>,
     /// The ClusterTrustBundle its CA certificates are published in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trust_bundle: Option<String>,
@@ -217,6 +224,21 @@ pub struct SignerStatus {
     /// which CA, until when, or what is wrong).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+}
+
+/// PodCertificateRequests a Signer answered, by outcome (the request's terminal condition).
+#[derive(Serialize, Deserialize, Debug, Clone, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodCertificateCounts {
+    /// Requests `Issued`: a certificate chain written into their status.
+    #[serde(default)]
+    pub issued: i64,
+    /// Requests `Denied` (a key type the Signer does not sign, an unreadable request).
+    #[serde(default)]
+    pub denied: i64,
+    /// Requests `Failed` (the CA could not issue an hour's certificate).
+    #[serde(default)]
+    pub failed: i64,
 }
 
 fn is_false(b: &bool) -> bool {

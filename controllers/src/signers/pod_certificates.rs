@@ -17,6 +17,13 @@
 //! server auth. It begins at `now` (the apiserver wants `notBefore` within 5 minutes of its
 //! clock) and lasts `min(spec.maxExpirationSeconds, podCertificates.maxExpirationSeconds)`,
 //! cut at the CA's own end; `beginRefreshAt` is three quarters of the way.
+//!
+//! Each answer is counted on the Signer (`status.podCertificates.issued`/`denied`/`failed`)
+//! and in the metrics (`kustos_pcr_issued_total`/`denied`/`failed`, by signer). Requests are
+//! signed only from a CA read within [`FRESH_FOR`]: a CA that a rotation's `switch` replaced
+//! stops signing within that time even if the Signers cannot be read again meanwhile, which
+//! bounds how long its pod certificates can stay valid (`kustos ca rotate finish --signer`
+//! relies on it).
 
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
@@ -29,10 +36,12 @@ use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::pod_certificate::{self as pc, condition, KeyType};
 use kustos_ca::{Ca, IssueParams, SubjectKey, Usage};
-use kustos_crds::signer::PodCertificates;
+use kustos_crds::signer::{PodCertificateCounts, PodCertificates};
+use kustos_crds::{Signer, SignerStatus};
 
-use super::{Ready, NAME};
+use super::{Loaded, Ready, NAME};
 use crate::csr::to_time;
+use crate::metrics::PcrOutcome;
 use crate::runtime::{self, Backoff};
 
 /// How soon a request whose signer name has no ready Signer is looked at again (a Signer
@@ -40,6 +49,28 @@ use crate::runtime::{self, Backoff};
 const RECHECK: StdDuration = StdDuration::from_secs(10);
 /// The shortest lifetime the API accepts.
 const MIN_LIFETIME: Duration = Duration::hours(1);
+/// How old a reading of a Signer's CA may be and still sign pod certificates. The Signers are
+/// read every 30 s (at once on a rotation step); a CA read longer ago than this signs nothing
+/// until read again.
+pub const FRESH_FOR: Duration = Duration::minutes(2);
+
+/// The Signer to sign with, if its CA was read recently enough ([`FRESH_FOR`]).
+pub fn usable(signer: Option<Arc<Loaded>>, now: DateTime<Utc>) -> Option<Arc<Loaded>> {
+    signer.filter(|s| now - s.loaded_at <= FRESH_FOR)
+}
+
+/// `status` with one more answer counted.
+pub fn counted(status: Option<&SignerStatus>, outcome: PcrOutcome) -> SignerStatus {
+    let mut next = status.cloned().unwrap_or_default();
+    let counts = next.pod_certificates.get_or_insert_with(PodCertificateCounts::default);
+    let n = match outcome {
+        PcrOutcome::Issued => &mut counts.issued,
+        PcrOutcome::Denied => &mut counts.denied,
+        PcrOutcome::Failed => &mut counts.failed,
+    };
+    *n = n.saturating_add(1);
+    next
+}
 
 /// What to sign: the request's verified identity and key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,8 +188,10 @@ fn refused(type_: &str, reason: &str, message: &str, now: DateTime<Utc>) -> PodC
 
 pub(super) struct Context {
     client: Client,
+    signers: Api<Signer>,
     ready: Ready,
     backoff: Backoff,
+    metrics: crate::metrics::Metrics,
 }
 
 impl runtime::Context for Context {
@@ -183,19 +216,19 @@ async fn reconcile(obj: Arc<PodCertificateRequest>, ctx: Arc<Context>) -> Result
     }
     let (name, namespace) = (obj.name_any(), obj.namespace().unwrap_or_default());
     let now = Utc::now();
-    let signer = ctx.ready.read().ok().and_then(|m| m.get(&obj.spec.signer_name).cloned());
+    let signer = usable(ctx.ready.read().ok().and_then(|m| m.get(&obj.spec.signer_name).cloned()), now);
     let cfg = signer.as_ref().and_then(|s| s.pod_certificates.as_ref());
-    let status = match decide(&obj, cfg) {
+    let (status, outcome) = match decide(&obj, cfg) {
         Decision::Skip(_) => return Ok(Action::requeue(RECHECK)),
         Decision::Deny(reason, message) => {
             tracing::info!(controller = NAME, namespace = %namespace, request = %name, reason, "denied the PodCertificateRequest");
-            refused(condition::DENIED, reason, &message, now)
+            (refused(condition::DENIED, reason, &message, now), PcrOutcome::Denied)
         }
         Decision::Sign(plan) => {
             let Some(signer) = &signer else { return Ok(Action::requeue(RECHECK)) };
             match issue(&signer.ca, &plan, now) {
-                Ok(status) => status,
-                Err(message) => refused(condition::FAILED, "SignerFailure", &message, now),
+                Ok(status) => (status, PcrOutcome::Issued),
+                Err(message) => (refused(condition::FAILED, "SignerFailure", &message, now), PcrOutcome::Failed),
             }
         }
     };
@@ -203,16 +236,29 @@ async fn reconcile(obj: Arc<PodCertificateRequest>, ctx: Arc<Context>) -> Result
     next.status = Some(status);
     let api: Api<PodCertificateRequest> = Api::namespaced(ctx.client.clone(), &namespace);
     match api.replace_status(&name, &PostParams::default(), &next).await {
-        Ok(_) => Ok(Action::await_change()),
-        Err(e) if runtime::is_status(&e, 409) => Ok(Action::requeue(crate::csr::AFTER_CONFLICT)),
-        Err(e) if runtime::is_status(&e, 404) => Ok(Action::await_change()),
-        Err(source) => Err(Error::Status { name: format!("{namespace}/{name}"), source }),
+        Ok(_) => {}
+        Err(e) if runtime::is_status(&e, 409) => return Ok(Action::requeue(crate::csr::AFTER_CONFLICT)),
+        Err(e) if runtime::is_status(&e, 404) => return Ok(Action::await_change()),
+        Err(source) => return Err(Error::Status { name: format!("{namespace}/{name}"), source }),
     }
+    ctx.metrics.pcr_answered(&obj.spec.signer_name, outcome);
+    if let Some(signer) = signer {
+        let res = runtime::update_status(&ctx.signers, &signer.object, |s| {
+            let mut next = s.clone();
+            next.status = Some(counted(s.status.as_ref(), outcome));
+            Some(next)
+        })
+        .await;
+        if let Err(e) = res {
+            tracing::warn!(controller = NAME, signer = %signer.object, error = %e, "could not count on the Signer");
+        }
+    }
+    Ok(Action::await_change())
 }
 
 /// Sign requests until the task is dropped; nothing when the apiserver serves no v1
 /// PodCertificateRequests.
-pub(super) async fn run(client: Client, ready: Ready, cfg: crate::Config) -> anyhow::Result<()> {
+pub(super) async fn run(client: Client, signers: Api<Signer>, ready: Ready, cfg: crate::Config) -> anyhow::Result<()> {
     let served = client
         .list_api_group_resources("certificates.k8s.io/v1")
         .await
@@ -221,7 +267,13 @@ pub(super) async fn run(client: Client, ready: Ready, cfg: crate::Config) -> any
         tracing::info!(controller = NAME, "the apiserver serves no v1 PodCertificateRequests: Signers sign none");
         return futures::future::pending().await;
     }
-    let ctx = Arc::new(Context { client: client.clone(), ready, backoff: Backoff::default() });
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        signers,
+        ready,
+        backoff: Backoff::default(),
+        metrics: cfg.metrics.clone(),
+    });
     let api: Api<PodCertificateRequest> = Api::all(client);
     runtime::per_object_watching(NAME, api, kube::runtime::watcher::Config::default(), &cfg.metrics, ctx, reconcile)
         .await

@@ -219,3 +219,56 @@ fn a_ca_ending_soon_cuts_the_lifetime_or_fails() {
     let err = issue(&ca, &plan("p256", Duration::hours(24)), now()).unwrap_err();
     assert!(err.contains("within an hour"), "{err}");
 }
+
+#[test]
+fn only_a_recent_reading_of_the_ca_signs() {
+    let spec = kustos_crds::SignerSpec {
+        signer_name: "example.com/pods".into(),
+        usages: vec!["digital signature".into()],
+        ..Default::default()
+    };
+    let read_at = |at: DateTime<Utc>| {
+        Some(Arc::new(Loaded {
+            object: "pods".into(),
+            ca: Ca::generate("pods CA", Duration::days(30), now()).unwrap(),
+            bundle: String::new(),
+            rules: spec.rules(),
+            compiled: spec.rules().compile().unwrap(),
+            max_duration: Duration::hours(1),
+            pod_certificates: Some(cfg(None, &[])),
+            loaded_at: at,
+        }))
+    };
+    // (what, read how long before now, signs)
+    let cases: &[(&str, Duration, bool)] = &[
+        ("just read", Duration::zero(), true),
+        ("read a resync ago", Duration::seconds(30), true),
+        ("read at the limit", FRESH_FOR, true),
+        ("read longer ago (the Signers cannot be read)", FRESH_FOR + Duration::seconds(1), false),
+    ];
+    for (what, ago, signs) in cases {
+        assert_eq!(usable(read_at(now() - *ago), now()).is_some(), *signs, "{what}");
+    }
+    assert!(usable(None, now()).is_none(), "no Signer");
+}
+
+#[test]
+fn answers_are_counted_on_the_signer() {
+    let mut status: Option<SignerStatus> = None;
+    // (outcome, issued, denied, failed after it)
+    let steps: &[(PcrOutcome, i64, i64, i64)] = &[
+        (PcrOutcome::Issued, 1, 0, 0),
+        (PcrOutcome::Issued, 2, 0, 0),
+        (PcrOutcome::Denied, 2, 1, 0),
+        (PcrOutcome::Failed, 2, 1, 1),
+    ];
+    for (outcome, issued, denied, failed) in steps {
+        let next = counted(status.as_ref(), *outcome);
+        let c = next.pod_certificates.clone().unwrap();
+        assert_eq!((c.issued, c.denied, c.failed), (*issued, *denied, *failed), "{outcome:?}");
+        status = Some(next);
+    }
+    let kept = SignerStatus { issued: 7, failed: 3, trust_bundle: Some("b".into()), ..Default::default() };
+    let next = counted(Some(&kept), PcrOutcome::Issued);
+    assert_eq!((next.issued, next.failed, next.trust_bundle.as_deref()), (7, 3, Some("b")), "the CSR counts stay");
+}

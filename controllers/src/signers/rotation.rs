@@ -8,17 +8,48 @@
 //!   `previous.crt`;
 //! - finish: `previous.crt` goes (the caller checks first that no certificate it issued is
 //!   still valid, or is told to force).
+//!
+//! Pod certificates leave no trace to count (their requests are deleted 30 minutes after
+//! creation, the certificates live on in pods), so `switch` also records on the Secret
+//! ([`POD_CERTIFICATES_UNTIL`]) when the last pod certificate the previous CA may have
+//! signed expires: the switch, plus `podCertificates.maxExpirationSeconds`, plus
+//! [`SWITCH_MARGIN`] for the controller to stop signing from it. `finish` waits for that time
+//! ([`pod_certificates_wait`]).
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, Duration, Utc};
 use k8s_openapi::ByteString;
 use kustos_ca::Ca;
+use kustos_crds::signer::PodCertificates;
 
 use super::{CERT, KEY, NEXT_CERT, NEXT_KEY, PREVIOUS_CERT};
 
 /// How long a rotated-in CA made here is valid.
 const NEW_CA_VALIDITY_DAYS: i64 = 3650;
+/// The annotation `switch` sets on the CA Secret: until when (RFC 3339) a pod certificate
+/// the previous CA signed may be valid. `finish` removes it.
+pub const POD_CERTIFICATES_UNTIL: &str = "kustos.dev/previous-ca-pod-certificates-until";
+/// How long after a switch the previous CA may still sign a pod certificate, with room for
+/// clocks that disagree: the controller reads the Secret at once on the Signer's annotation
+/// and signs only from a reading younger than [`super::pod_certificates::FRESH_FOR`].
+pub const SWITCH_MARGIN: Duration = Duration::minutes(5);
+
+/// The value of [`POD_CERTIFICATES_UNTIL`] for a switch at `now` of a Signer signing pod
+/// certificates as `pod` says; `None` when it signs none.
+pub fn pod_certificates_until(pod: Option<&PodCertificates>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    pod.map(|p| now + Duration::seconds(i64::from(p.max_expiration_seconds())) + SWITCH_MARGIN)
+}
+
+/// Until when `finish` must wait for the previous CA's pod certificates to expire, given the
+/// annotation's value: `Ok(None)` when none may be valid at `now`.
+pub fn pod_certificates_wait(annotation: Option<&str>, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>, String> {
+    let Some(value) = annotation else { return Ok(None) };
+    let until = DateTime::parse_from_rfc3339(value.trim())
+        .map_err(|e| format!("the annotation {POD_CERTIFICATES_UNTIL} ({value:?}) is not an RFC 3339 time: {e}"))?
+        .with_timezone(&Utc);
+    Ok((until > now).then_some(until))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
@@ -166,6 +197,40 @@ mod tests {
         let finished = apply(&switched, Step::Finish, None, "example.com/mesh", now()).unwrap().unwrap();
         assert_eq!(phase(&finished), Phase::None);
         assert_eq!(finished.keys().collect::<Vec<_>>(), [CERT, KEY]);
+    }
+
+    #[test]
+    fn pod_certificates_of_the_previous_ca_are_waited_for() {
+        let pod = PodCertificates { trust_domain: "cluster.local".into(), ..Default::default() };
+        let day = Duration::days(1);
+        assert_eq!(pod_certificates_until(None, now()), None, "a Signer signing no pod certificates");
+        let until = pod_certificates_until(Some(&pod), now()).unwrap();
+        assert_eq!(until, now() + day + SWITCH_MARGIN, "the default day, and the margin");
+        let short = PodCertificates { max_expiration_seconds: Some(3600), ..pod.clone() };
+        assert_eq!(pod_certificates_until(Some(&short), now()), Some(now() + Duration::hours(1) + SWITCH_MARGIN));
+        assert!(
+            SWITCH_MARGIN > super::super::pod_certificates::FRESH_FOR,
+            "the margin covers the controller's stale reading"
+        );
+
+        let value = until.to_rfc3339();
+        // (what, annotation, at, wait until)
+        type Want = Result<Option<DateTime<Utc>>, &'static str>;
+        let cases: &[(&str, Option<&str>, DateTime<Utc>, Want)] = &[
+            ("no annotation", None, now(), Ok(None)),
+            ("right after the switch", Some(&value), now(), Ok(Some(until))),
+            ("a second before", Some(&value), until - Duration::seconds(1), Ok(Some(until))),
+            ("at the time", Some(&value), until, Ok(None)),
+            ("after", Some(&value), until + day, Ok(None)),
+            ("garbled", Some("tomorrow"), now(), Err("not an RFC 3339 time")),
+        ];
+        for (what, annotation, at, want) in cases {
+            match (pod_certificates_wait(*annotation, *at), want) {
+                (Ok(got), Ok(w)) => assert_eq!(got, *w, "{what}"),
+                (Err(got), Err(w)) => assert!(got.contains(w), "{what}: {got}"),
+                (got, _) => panic!("{what}: {got:?}"),
+            }
+        }
     }
 
     #[test]

@@ -102,6 +102,7 @@ fn loaded(spec: &SignerSpec) -> Loaded {
         compiled: spec.rules().compile().unwrap(),
         max_duration: chrono::Duration::seconds(i64::from(spec.max_expiration_seconds())),
         pod_certificates: None,
+        loaded_at: now(),
     }
 }
 
@@ -191,23 +192,35 @@ fn decisions() {
 #[test]
 fn status_follows_readiness() {
     let s = signer("mesh", "example.com/mesh", 0);
-    let ready = next_status(&s, Ok("signing with CA".into()), Some("example.com:mesh:ab".into()), now()).unwrap();
+    let fp = || Some("aa11".to_string());
+    let ready = next_status(&s, Ok("signing with CA".into()), Some("example.com:mesh:ab".into()), fp(), now()).unwrap();
     let cond = ready.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!((cond.status.as_str(), cond.reason.as_str()), ("True", "CALoaded"));
     assert_eq!(ready.trust_bundle.as_deref(), Some("example.com:mesh:ab"));
     assert_eq!(ready.ca_secret.as_ref().map(|r| r.name.as_str()), Some("kustos-signer-mesh"));
+    assert_eq!(ready.ca_fingerprint, fp(), "the CA that signs");
 
     let mut written = (*s).clone();
     written.status = Some(ready.clone());
     let later = now() + chrono::Duration::minutes(5);
     assert_eq!(
-        next_status(&written, Ok("signing with CA".into()), Some("example.com:mesh:ab".into()), later),
+        next_status(&written, Ok("signing with CA".into()), Some("example.com:mesh:ab".into()), fp(), later),
         None,
         "nothing changed: nothing to write"
     );
-    let taken = next_status(&written, Err(("SignerNameTaken", "taken".into())), None, later).unwrap();
+    let switched = next_status(
+        &written,
+        Ok("signing with CA".into()),
+        Some("example.com:mesh:ab".into()),
+        Some("bb22".into()),
+        later,
+    )
+    .expect("another CA signs (a rotation's switch): a new status");
+    assert_eq!(switched.ca_fingerprint.as_deref(), Some("bb22"));
+    let taken = next_status(&written, Err(("SignerNameTaken", "taken".into())), None, None, later).unwrap();
     let cond = taken.conditions.iter().find(|c| c.type_ == "Ready").unwrap();
     assert_eq!((cond.status.as_str(), cond.reason.as_str()), ("False", "SignerNameTaken"));
     assert_eq!(cond.last_transition_time, csr::to_time(later), "a new status: a new transition");
     assert_eq!(taken.trust_bundle, None);
+    assert_eq!(taken.ca_fingerprint, None, "nothing signs");
 }
