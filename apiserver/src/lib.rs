@@ -326,7 +326,7 @@ async fn resource(
             info.verb
         )));
     }
-    let handler = def.strategy.create_handler(&info.subresource);
+    let handler = api::create_handler(def, &info.subresource);
     let special = def.create_only || handler.is_some();
     if special && info.verb != "create" {
         return Err(ApiError::MethodNotAllowed(format!(
