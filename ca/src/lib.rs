@@ -22,7 +22,8 @@
 //! - [`generate_sa_keypair`]: the service-account token signing key; [`jwt`] signs and
 //!   verifies service-account tokens with it.
 //! - [`jws`]: the detached HS256 signatures of `cluster-info` (bootstrap signer).
-//! - [`rfc3339`]: timestamps as Go reads and writes them (bootstrap token expirations).
+//! - [`rfc3339`]: timestamps as Go reads and writes them (bootstrap token expirations);
+//!   [`duration`]: durations as Go's `time.ParseDuration` reads them.
 //!
 //! Issued certificates follow what Kubernetes' own signers produce: NotBefore backdated by
 //! [`BACKDATE`], NotAfter capped at the CA's NotAfter, a random 128-bit serial, CA:false,
@@ -32,6 +33,7 @@ pub mod bootstrap_token;
 pub mod bundle;
 pub mod csr;
 pub mod der;
+pub mod duration;
 pub mod jws;
 pub mod jwt;
 mod key;
