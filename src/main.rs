@@ -503,7 +503,7 @@ fn in_process_client(running: &kustos_apiserver::Running) -> anyhow::Result<kube
     let issue = |ca: &kustos_ca::Ca| -> anyhow::Result<Vec<u8>> {
         let params = kustos_ca::IssueParams::client(
             "system:kube-controller-manager",
-            vec!["system:masters".into()],
+            vec![kustos_apiserver::authn::MASTERS_GROUP.into()],
             // Capped at the CA's NotAfter by issuing; a new one is issued at every start.
             chrono::Duration::days(3650),
         );
