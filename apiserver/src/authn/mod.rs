@@ -279,12 +279,6 @@ impl X509Authenticator {
     }
 }
 
-/// Compare secrets (tokens, token secrets) in time independent of where they differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use subtle::ConstantTimeEq as _;
-    a.ct_eq(b).into()
-}
-
 /// A `Bearer` Authorization header whose token is not text: a credential nobody can accept
 /// (401), not an absent one.
 fn has_undecodable_bearer(req: &http::request::Parts) -> bool {
