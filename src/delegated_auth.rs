@@ -35,7 +35,7 @@ use kustos_apiserver::error::ApiError;
 /// `--authorization-always-allow-paths`' default: the probes need no credentials.
 pub const DEFAULT_ALWAYS_ALLOW_PATHS: &str = "/healthz,/readyz,/livez";
 /// Groups allowed everything without a review (the apiserver allows them everything anyway).
-pub const ALWAYS_ALLOW_GROUPS: &[&str] = &["system:masters"];
+pub const ALWAYS_ALLOW_GROUPS: &[&str] = &[kustos_apiserver::authn::MASTERS_GROUP];
 /// Answers remembered at most, per cache; past that the expired ones go, then all.
 const CACHE_MAX: usize = 4096;
 /// How long one review may take (upstream's client timeout).

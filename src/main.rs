@@ -312,36 +312,18 @@ impl SigningArgs {
     }
 }
 
-/// `90` (seconds), or Go's duration syntax with whole numbers: `90s`, `5m`, `1h`, `500ms`,
-/// `8760h0m0s`, `1h30m`.
+/// `90` (seconds), or Go's duration syntax ([`kustos_ca::duration::parse`]) with whole
+/// numbers and no sign: `90s`, `5m`, `1h`, `500ms`, `8760h0m0s`, `1h30m`.
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     let bad = || format!("invalid duration {s:?}: expected e.g. 30s, 5m, 1h, 8760h0m0s");
     if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
         return s.parse().map(std::time::Duration::from_secs).map_err(|_| bad());
     }
-    let mut rest = s;
-    let mut total = std::time::Duration::ZERO;
-    if rest.is_empty() {
+    if s.starts_with(['-', '+']) || s.contains('.') {
         return Err(bad());
     }
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let unit = match &rest[..unit_len] {
-            "ns" => std::time::Duration::from_nanos(n),
-            "us" | "µs" => std::time::Duration::from_micros(n),
-            "ms" => std::time::Duration::from_millis(n),
-            "s" => std::time::Duration::from_secs(n),
-            "m" => std::time::Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
-            "h" => std::time::Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
-            _ => return Err(bad()),
-        };
-        total = total.checked_add(unit).ok_or_else(bad)?;
-        rest = &rest[unit_len..];
-    }
-    Ok(total)
+    let nanos = kustos_ca::duration::parse(s).map_err(|_| bad())?;
+    u64::try_from(nanos).map(std::time::Duration::from_nanos).map_err(|_| bad())
 }
 
 fn init_logging(format: &str) {
@@ -521,7 +503,7 @@ fn in_process_client(running: &kustos_apiserver::Running) -> anyhow::Result<kube
     let issue = |ca: &kustos_ca::Ca| -> anyhow::Result<Vec<u8>> {
         let params = kustos_ca::IssueParams::client(
             "system:kube-controller-manager",
-            vec!["system:masters".into()],
+            vec![kustos_apiserver::authn::MASTERS_GROUP.into()],
             // Capped at the CA's NotAfter by issuing; a new one is issued at every start.
             chrono::Duration::days(3650),
         );

@@ -127,64 +127,9 @@ fn parse_ttl(s: &str) -> anyhow::Result<Duration> {
     Ok(d)
 }
 
-/// A duration as Go's `time.ParseDuration` reads it: an optional sign, then one or more
-/// decimal numbers (optionally with a fraction) each followed by a unit among ns, us (µs),
-/// ms, s, m and h; a bare `0` is zero.
+/// A duration as Go's `time.ParseDuration` reads it ([`kustos_ca::duration::parse`]).
 pub fn parse_go_duration(s: &str) -> Result<Duration, String> {
-    let invalid = || format!("time: invalid duration {s:?}");
-    let (negative, mut rest) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if rest == "0" {
-        return Ok(Duration::zero());
-    }
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let int_len = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let (int_part, after) = rest.split_at(int_len);
-        let (frac_part, after) = match after.strip_prefix('.') {
-            Some(f) => {
-                let n = f.bytes().take_while(u8::is_ascii_digit).count();
-                f.split_at(n)
-            }
-            None => ("", after),
-        };
-        if int_part.is_empty() && frac_part.is_empty() {
-            return Err(invalid());
-        }
-        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
-        let (unit, after) = after.split_at(unit_len);
-        let nanos: u128 = match unit {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            "" => return Err(format!("time: missing unit in duration {s:?}")),
-            other => return Err(format!("time: unknown unit {other:?} in duration {s:?}")),
-        };
-        let whole: u128 = if int_part.is_empty() { 0 } else { int_part.parse().map_err(|_| invalid())? };
-        let mut value = whole.checked_mul(nanos).ok_or_else(invalid)?;
-        // The fraction, digit by digit, as Go scales it (truncating below a nanosecond).
-        let mut scale = nanos;
-        for d in frac_part.bytes().take(30) {
-            scale /= 10;
-            value += u128::from(d - b'0') * scale;
-        }
-        total = total.checked_add(value).ok_or_else(invalid)?;
-        if total > i64::MAX as u128 {
-            return Err(invalid());
-        }
-        rest = after;
-    }
-    let nanos = i64::try_from(total).map_err(|_| invalid())?;
-    Ok(Duration::nanoseconds(if negative { -nanos } else { nanos }))
+    kustos_ca::duration::parse(s).map(Duration::nanoseconds)
 }
 
 /// `<id>` from a token id or a full token, or kubeadm's error.

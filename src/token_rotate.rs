@@ -75,7 +75,8 @@ pub struct RotatePlan {
 
 /// Check every argument before anything is read or written.
 pub fn plan(args: RotateArgs) -> anyhow::Result<RotatePlan> {
-    let ttl = crate::token::parse_go_duration(&args.ttl)
+    let ttl = kustos_ca::duration::parse(&args.ttl)
+        .map(Duration::nanoseconds)
         .map_err(|e| anyhow::anyhow!("invalid argument {:?} for \"--ttl\" flag: {e}", args.ttl))?;
     if ttl <= Duration::zero() {
         anyhow::bail!(

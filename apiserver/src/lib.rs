@@ -326,7 +326,7 @@ async fn resource(
             info.verb
         )));
     }
-    let handler = def.strategy.create_handler(&info.subresource);
+    let handler = api::create_handler(def, &info.subresource);
     let special = def.create_only || handler.is_some();
     if special && info.verb != "create" {
         return Err(ApiError::MethodNotAllowed(format!(
@@ -423,8 +423,11 @@ pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
     let Some(def) = state.registry.namespace_kind() else {
         anyhow::bail!("namespaces are not registered");
     };
-    let user =
-        UserInfo { name: "system:apiserver".into(), groups: vec!["system:masters".into()], ..Default::default() };
+    let user = UserInfo {
+        name: "system:apiserver".into(),
+        groups: vec![crate::authn::MASTERS_GROUP.into()],
+        ..Default::default()
+    };
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         if state.storage.get(&def.key(None, ns)).await?.is_some() {
             continue;

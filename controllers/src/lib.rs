@@ -27,7 +27,6 @@
 pub mod bootstrap_signer;
 pub mod bootstrap_tokens;
 pub mod ca_files;
-pub mod client;
 pub mod clusterrole_aggregation;
 pub mod clustertrustbundle_publisher;
 pub mod csr;

@@ -459,7 +459,7 @@ impl Plugin for CertificateSubjectRestriction {
             .map_err(|e| csr_forbidden(&name, format!("failed to parse CSR: spec.request is not base64: {e}")))?;
         let parsed =
             kustos_ca::csr::parse_pem(&pem).map_err(|e| csr_forbidden(&name, format!("failed to parse CSR: {e}")))?;
-        if parsed.organizations.iter().any(|o| o == crate::authz::MASTERS_GROUP) {
+        if parsed.organizations.iter().any(|o| o == crate::authn::MASTERS_GROUP) {
             return Err(csr_forbidden(
                 &name,
                 format!("use of {signer} signer with system:masters group is not allowed"),
@@ -540,7 +540,7 @@ impl Plugin for BootstrapCsrReads {
 pub fn restrict_read(info: &RequestInfo, user: &UserInfo, field_selector: Option<&str>) -> Result<(), ApiError> {
     let csr = info.api_group == CSR_GROUP && info.resource == CSRS;
     let bootstrapper = user.groups.iter().any(|g| g == BOOTSTRAPPERS_GROUP)
-        && !user.groups.iter().any(|g| g == crate::authz::MASTERS_GROUP);
+        && !user.groups.iter().any(|g| g == crate::authn::MASTERS_GROUP);
     if !csr || !bootstrapper || !matches!(info.verb.as_str(), "list" | "watch") {
         return Ok(());
     }

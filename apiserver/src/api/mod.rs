@@ -16,6 +16,9 @@
 //!   need; re-exported here).
 //! - [`crd`]: serving CustomResourceDefinitions' kinds.
 //! - [`reviews`]: the create-only review kinds (TokenReview, SubjectAccessReview, ...).
+//! - [`serviceaccount_token`]: TokenRequest, a ServiceAccount's create-only `token`
+//!   subresource; [`create_handler`] finds it by the kind the registration says the
+//!   subresource takes.
 //! - [`protobuf`]: the Kubernetes protobuf wire format.
 //! - [`observe`]: request metrics, the access log, warnings for paths nothing serves.
 //! - [`yaml`]: YAML to JSON at a cost bounded by the input's size (bodies, apply patches,
@@ -34,6 +37,29 @@ pub mod reviews;
 /// Structural schemas live with the kinds (`registry/`), which need them.
 pub use crate::registry::schema;
 pub mod selectors;
+pub mod serviceaccount_token;
 pub mod table;
 pub mod watch;
 pub mod yaml;
+
+/// The handler of a subresource whose only verb is `create` and which is not stored
+/// (a ServiceAccount's `token`: TokenRequest).
+pub type CreateHandler = for<'a> fn(
+    &'a rest::Call<'a>,
+    &'a bytes::Bytes,
+    &'a str,
+) -> futures::future::BoxFuture<'a, crate::error::Result<rest::Reply>>;
+
+/// The handler of `def`'s create-only subresource `sub` ([`crate::registry::Strategy::create_only`]),
+/// chosen by the kind its body is; None when `sub` is not one, or no handler serves its kind.
+pub fn create_handler(def: &crate::registry::ResourceDef, sub: &str) -> Option<CreateHandler> {
+    if !def.strategy.create_only(sub) {
+        return None;
+    }
+    match def.strategy.subresource_kind(sub)? {
+        ("authentication.k8s.io", "v1", "TokenRequest") => {
+            Some(|c, body, content_type| Box::pin(serviceaccount_token::token_request(c, body, content_type)))
+        }
+        _ => None,
+    }
+}

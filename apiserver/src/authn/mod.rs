@@ -28,6 +28,7 @@ pub mod bootstrap_token;
 pub mod client_ca;
 pub mod impersonation;
 pub mod serviceaccount;
+pub mod user;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -50,6 +51,7 @@ use crate::pki::Pki;
 pub const ANONYMOUS_USER: &str = "system:anonymous";
 pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
+pub use user::MASTERS_GROUP;
 
 /// The authenticated identity of a request (`user.Info` upstream).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -275,12 +277,6 @@ impl X509Authenticator {
             None => AuthResult::NoCredentials,
         }
     }
-}
-
-/// Compare secrets (tokens, token secrets) in time independent of where they differ.
-pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    use subtle::ConstantTimeEq as _;
-    a.ct_eq(b).into()
 }
 
 /// A `Bearer` Authorization header whose token is not text: a credential nobody can accept

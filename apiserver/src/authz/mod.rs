@@ -18,6 +18,7 @@ use axum::response::IntoResponse;
 use axum::{extract::Request, middleware::Next, response::Response};
 
 use crate::authn::UserInfo;
+use crate::authn::MASTERS_GROUP;
 use crate::error::ApiError;
 use crate::http::request_info::RequestInfo;
 
@@ -80,8 +81,6 @@ pub trait Authorizer: Send + Sync {
         RuleSet { incomplete: true, ..Default::default() }
     }
 }
-
-pub const MASTERS_GROUP: &str = "system:masters";
 
 /// Members of `system:masters` may do everything.
 pub struct MastersAuthorizer;

@@ -33,7 +33,6 @@ pub const CATCH_ALL: &str = "catch-all";
 
 const ALL: &str = "*";
 const KUBE_SYSTEM: &str = "kube-system";
-const SYSTEM_MASTERS: &str = "system:masters";
 const AUTHENTICATED: &str = "system:authenticated";
 const UNAUTHENTICATED: &str = "system:unauthenticated";
 const NODES: &str = "system:nodes";
@@ -203,7 +202,7 @@ pub fn mandatory_priority_levels() -> Vec<PriorityLevelConfiguration> {
 /// The mandatory FlowSchemas: `exempt` (precedence 1) and `catch-all` (10000).
 pub fn mandatory_flow_schemas() -> Vec<FlowSchema> {
     vec![
-        flow_schema(EXEMPT, EXEMPT, 1, None, vec![everything(groups(&[SYSTEM_MASTERS]))]),
+        flow_schema(EXEMPT, EXEMPT, 1, None, vec![everything(groups(&[crate::authn::MASTERS_GROUP]))]),
         flow_schema(
             CATCH_ALL,
             CATCH_ALL,

@@ -146,7 +146,7 @@ async fn apf(fc: &Arc<FlowControl>, user: &UserInfo, info: &RequestInfo, req: Re
 }
 
 async fn max_in_flight(m: &MaxInFlight, user: &UserInfo, info: &RequestInfo, req: Request, next: Next) -> Response {
-    if info.verb == "watch" || user.groups.iter().any(|g| g == "system:masters") {
+    if info.verb == "watch" || user.groups.iter().any(|g| g == crate::authn::MASTERS_GROUP) {
         return next.run(req).await;
     }
     let (sem, kind) = if mutating(&info.verb) { (&m.mutating, "mutating") } else { (&m.read_only, "readOnly") };

@@ -63,9 +63,8 @@ pub const RENEW_BEFORE: Duration = Duration::days(30);
 pub const CA_COMMON_NAME: &str = "kustos-ca";
 /// CN of the serving certificate.
 pub const SERVING_COMMON_NAME: &str = "kube-apiserver";
-/// User and group of the admin kubeconfig.
+/// User of the admin kubeconfig (its group: `authn::user::MASTERS_GROUP`).
 pub const ADMIN_USER: &str = "kustos-admin";
-pub const ADMIN_GROUP: &str = "system:masters";
 /// Cluster and context name in generated kubeconfigs.
 pub const CLUSTER_NAME: &str = "kustos";
 
@@ -504,8 +503,9 @@ pub fn write_admin_kubeconfig(dir: &Path, pki: &Pki, server_url: &str, now: Date
         None => None,
     };
     let reusable = existing.as_ref().filter(|e| {
-        let admin_subject = kustos_ca::parse_certificate_pem(&e.cert_pem)
-            .is_ok_and(|i| i.common_name == ADMIN_USER && i.organizations.iter().any(|o| o == ADMIN_GROUP));
+        let admin_subject = kustos_ca::parse_certificate_pem(&e.cert_pem).is_ok_and(|i| {
+            i.common_name == ADMIN_USER && i.organizations.iter().any(|o| o == crate::authn::user::MASTERS_GROUP)
+        });
         admin_subject && reuse_problem(&pki.ca, &e.cert_pem, &e.key_pem, now).is_none()
     });
     let (cert_pem, key_pem) = match reusable {
@@ -519,7 +519,10 @@ pub fn write_admin_kubeconfig(dir: &Path, pki: &Pki, server_url: &str, now: Date
         None => {
             let issued = pki
                 .ca
-                .issue(IssueParams::client(ADMIN_USER, vec![ADMIN_GROUP.to_string()], CERT_VALIDITY), now)
+                .issue(
+                    IssueParams::client(ADMIN_USER, vec![crate::authn::user::MASTERS_GROUP.to_string()], CERT_VALIDITY),
+                    now,
+                )
                 .context("issuing the admin client certificate")?;
             tracing::info!(file = %path.display(), not_after = %issued.not_after, "issued the admin client certificate");
             (issued.cert_pem, issued.key_pem.unwrap_or_default())

@@ -40,8 +40,8 @@ use kustos_ca::{fingerprint, pem_encode, signed_by, Ca, IssueParams, KeyPair, Si
 use serde::{Deserialize, Serialize};
 
 use super::{
-    read_admin_kubeconfig, read_optional, write_private, write_public, KubeconfigAuth, ADMIN_GROUP, ADMIN_USER,
-    CA_COMMON_NAME, CA_VALIDITY, CERT_VALIDITY, SERVING_COMMON_NAME,
+    read_admin_kubeconfig, read_optional, write_private, write_public, KubeconfigAuth, ADMIN_USER, CA_COMMON_NAME,
+    CA_VALIDITY, CERT_VALIDITY, SERVING_COMMON_NAME,
 };
 
 /// The rotation's state file in `DIR/pki/`.
@@ -500,7 +500,10 @@ pub fn apply(paths: &Paths, step: &Step, new_ca: &NewCa, now: DateTime<Utc>) -> 
             let bundle = load_bundle(paths)?;
             let issued = bundle
                 .signer()
-                .issue(IssueParams::client(ADMIN_USER, vec![ADMIN_GROUP.to_string()], CERT_VALIDITY), now)
+                .issue(
+                    IssueParams::client(ADMIN_USER, vec![crate::authn::user::MASTERS_GROUP.to_string()], CERT_VALIDITY),
+                    now,
+                )
                 .context("issuing the admin client certificate")?;
             let auth =
                 KubeconfigAuth::ClientCert { cert_pem: issued.cert_pem, key_pem: issued.key_pem.unwrap_or_default() };

@@ -1,7 +1,7 @@
 //! The request a resource handler is given ([`Call`]: the server state, the kind's
 //! registration, the request info, the user, the query [`Params`] and the negotiated output)
 //! and what it answers ([`Reply`]). Defined with the registry because a kind's own
-//! handlers ([`super::CreateHandler`]) take them as the generic handlers in `api/rest/` do.
+//! handlers (a create-only subresource's, `api::CreateHandler`) take them as the generic handlers in `api/rest/` do.
 
 use std::sync::Arc;
 

@@ -15,7 +15,7 @@
 //! Everything kind-specific the generic path needs is asked of the strategy, never decided
 //! by group or resource name: the kind's [`Role`] (namespaces), its name rule, its
 //! strategic-merge-patch keys, its subresources' verbs and kinds and its create-only
-//! subresources ([`CreateHandler`]), its Table. Admission plugins (`admission/`) say
+//! subresources ([`Strategy::create_only`]), its Table. Admission plugins (`admission/`) say
 //! themselves which kinds they handle.
 //!
 //! Layer: below admission and the API handlers, above storage. Files here import `storage`,
@@ -113,14 +113,6 @@ pub enum ListStrategy {
     Replace,
 }
 
-/// The handler of a subresource whose only verb is `create` and which is not stored
-/// (a ServiceAccount's `token`: TokenRequest).
-pub type CreateHandler = for<'a> fn(
-    &'a call::Call<'a>,
-    &'a bytes::Bytes,
-    &'a str,
-) -> futures::future::BoxFuture<'a, crate::error::Result<call::Reply>>;
-
 /// The rules for one kind. Every method has no I/O.
 pub trait Strategy: Send + Sync + 'static {
     /// Decode the object into its typed form and back: Ok(pruned) with unknown fields removed,
@@ -128,16 +120,18 @@ pub trait Strategy: Send + Sync + 'static {
     /// The caller compares input and output to find unknown fields (fieldValidation).
     fn roundtrip(&self, obj: &Value) -> Result<Value, DecodeError>;
 
-    /// The handler of a create-only subresource (see [`CreateHandler`]); None: `sub` is an
-    /// ordinary subresource of the stored object (`status`, `approval`, `finalize`).
-    fn create_handler(&self, _sub: &str) -> Option<CreateHandler> {
-        None
+    /// Whether `sub` is a create-only subresource: not stored, its only verb `create`, its
+    /// body of the kind [`Strategy::subresource_kind`] names, served by the API handler of
+    /// that kind (`api::create_handler`; a ServiceAccount's `token`: TokenRequest). False:
+    /// an ordinary subresource of the stored object (`status`, `approval`, `finalize`).
+    fn create_only(&self, _sub: &str) -> bool {
+        false
     }
 
     /// The verbs of subresource `sub`: `create` for a create-only subresource (one with a
-    /// [`CreateHandler`]), otherwise `get`, `patch` and `update` like `status`.
+    /// [`Strategy::create_only`]), otherwise `get`, `patch` and `update` like `status`.
     fn subresource_verbs(&self, sub: &str) -> &'static [&'static str] {
-        if self.create_handler(sub).is_some() {
+        if self.create_only(sub) {
             &["create"]
         } else {
             &["get", "patch", "update"]

@@ -464,37 +464,12 @@ pub fn format_ok(format: &str, s: &str) -> bool {
             matches!(parts.len(), 6 | 8 | 20)
                 && parts.iter().all(|p| p.len() == 2 && p.chars().all(|c| c.is_ascii_hexdigit()))
         }
-        "duration" => go_duration_ok(s),
+        "duration" => kustos_ca::duration::parse(s).is_ok(),
         "uri" => s.split_once(':').is_some_and(|(scheme, _)| {
             !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
         }),
         _ => true,
     }
-}
-
-/// Go's `time.ParseDuration` syntax: `300ms`, `-1.5h`, `2h45m`, `0`.
-fn go_duration_ok(s: &str) -> bool {
-    let s = s.strip_prefix(['-', '+']).unwrap_or(s);
-    if s == "0" {
-        return true;
-    }
-    if s.is_empty() {
-        return false;
-    }
-    let mut rest = s;
-    while !rest.is_empty() {
-        let num_len = rest.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(rest.len());
-        if num_len == 0 {
-            return false;
-        }
-        rest = &rest[num_len..];
-        let unit = ["ns", "us", "µs", "μs", "ms", "s", "m", "h"].iter().find(|u| rest.starts_with(**u));
-        match unit {
-            Some(u) => rest = &rest[u.len()..],
-            None => return false,
-        }
-    }
-    true
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

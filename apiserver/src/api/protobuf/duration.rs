@@ -1,60 +1,9 @@
 //! `metav1.Duration`'s JSON form: Go's `time.Duration` text (`1h0m0s`, `1.5s`, `300ms`),
 //! parsed as `time.ParseDuration` does and written as `Duration.String` writes it.
 
-const UNITS: &[(&str, u128)] = &[
-    ("ns", 1),
-    ("us", 1_000),
-    ("µs", 1_000),
-    ("μs", 1_000),
-    ("ms", 1_000_000),
-    ("s", 1_000_000_000),
-    ("m", 60_000_000_000),
-    ("h", 3_600_000_000_000),
-];
-
 /// Nanoseconds of a Go duration text; `None` when it is not one or does not fit an int64.
 pub fn parse(s: &str) -> Option<i64> {
-    let (neg, mut rest) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if rest == "0" {
-        return Some(0);
-    }
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let int_end = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
-        let (int, after) = rest.split_at(int_end);
-        let (frac, after) = match after.strip_prefix('.') {
-            Some(a) => {
-                let end = a.find(|c: char| !c.is_ascii_digit()).unwrap_or(a.len());
-                a.split_at(end)
-            }
-            None => ("", after),
-        };
-        if int.is_empty() && frac.is_empty() {
-            return None;
-        }
-        let unit_end = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
-        let (unit, next) = after.split_at(unit_end);
-        let scale = UNITS.iter().find(|(u, _)| *u == unit)?.1;
-        let whole: u128 = if int.is_empty() { 0 } else { int.parse().ok()? };
-        let mut part = whole.checked_mul(scale)?;
-        // The fraction, digit by digit, truncated as Go does.
-        let mut f = scale;
-        for d in frac.bytes().take(30) {
-            f /= 10;
-            part += u128::from(d - b'0') * f;
-        }
-        total = total.checked_add(part)?;
-        rest = next;
-    }
-    let v = i64::try_from(total).ok().or_else(|| (neg && total == 1u128 << 63).then_some(i64::MIN))?;
-    Some(if neg { v.wrapping_neg() } else { v })
+    kustos_ca::duration::parse(s).ok()
 }
 
 /// Go's `Duration.String` of `nanos`.

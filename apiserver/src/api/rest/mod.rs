@@ -91,7 +91,7 @@ fn is_namespace(def: &ResourceDef) -> bool {
 pub fn apiserver_user() -> UserInfo {
     UserInfo {
         name: "system:apiserver".into(),
-        groups: vec![crate::authz::MASTERS_GROUP.into(), crate::authn::AUTHENTICATED_GROUP.into()],
+        groups: vec![crate::authn::MASTERS_GROUP.into(), crate::authn::AUTHENTICATED_GROUP.into()],
         ..Default::default()
     }
 }

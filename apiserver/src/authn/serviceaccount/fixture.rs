@@ -11,13 +11,13 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::api::rest::{self, Call, Params, Reply};
+use crate::api::serviceaccount_token::token_request;
 use crate::authn::serviceaccount::ServiceAccountAuthenticator;
 use crate::authn::{AuthnChain, TokenAuthenticator as _, TokenResult, UserInfo};
 use crate::authz::{Attributes, Authorizer, Verdict};
 use crate::error::ApiError;
 use crate::http::request_info::RequestInfo;
 use crate::pki::service_account::{ServiceAccountTokens, DEFAULT_ISSUER};
-use crate::registry::core::serviceaccount_token::token_request;
 use crate::storage::sqlite::SqliteStorage;
 use crate::storage::KeyValue;
 use crate::{AppState, Security};

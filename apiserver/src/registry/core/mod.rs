@@ -1,6 +1,6 @@
 //! core/v1 kinds, one file per kind: [`namespace`], [`configmap`], [`secret`],
-//! [`serviceaccount`] (with its `token` subresource, TokenRequest, in
-//! [`serviceaccount_token`]), [`event`], [`node`], [`pod`] (its validation in [`pod_validation`])
+//! [`serviceaccount`] (its `token` subresource, TokenRequest, is served by
+//! `api::serviceaccount_token`), [`event`], [`node`], [`pod`] (its validation in [`pod_validation`])
 //! and [`service`]; [`data`] holds what ConfigMaps and Secrets share.
 //!
 //! Each strategy mirrors upstream's `pkg/registry/core/<kind>/strategy.go`, the v1 defaulting and
@@ -18,7 +18,6 @@ pub mod pod_validation;
 pub mod secret;
 pub mod service;
 pub mod serviceaccount;
-pub mod serviceaccount_token;
 
 use std::sync::Arc;
 

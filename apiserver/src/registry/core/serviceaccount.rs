@@ -1,5 +1,6 @@
 //! `serviceaccounts` (`pkg/registry/core/serviceaccount`): secret references keep only their
-//! name; the `token` subresource is TokenRequest ([`super::serviceaccount_token`]).
+//! name; the `token` subresource is TokenRequest, create-only (served by
+//! `api::serviceaccount_token`).
 
 use k8s_openapi::api::core::v1 as corev1;
 use serde_json::{json, Value};
@@ -28,10 +29,8 @@ impl Strategy for ServiceAccountStrategy {
         &[(&["secrets"], crate::registry::ListStrategy::MergeByKey("name"))]
     }
 
-    fn create_handler(&self, sub: &str) -> Option<crate::registry::CreateHandler> {
-        (sub == "token").then_some(|c, body, content_type| {
-            Box::pin(super::serviceaccount_token::token_request(c, body, content_type))
-        })
+    fn create_only(&self, sub: &str) -> bool {
+        sub == "token"
     }
 
     fn subresource_kind(&self, sub: &str) -> Option<crate::registry::Gvk> {

@@ -374,6 +374,21 @@ mod tests {
     };
     use crate::pki::service_account::DEFAULT_ISSUER;
 
+    /// A subresource the registry calls create-only is served by a handler (else it would be
+    /// taken for an ordinary subresource of the stored object).
+    #[test]
+    fn every_create_only_subresource_has_a_handler() {
+        let registry = crate::registry::Registry::builtin();
+        let mut seen = Vec::new();
+        for def in &registry.resources {
+            for sub in def.subresources.iter().filter(|s| def.strategy.create_only(s)) {
+                assert!(crate::api::create_handler(def, sub).is_some(), "{}/{sub}", def.resource);
+                seen.push(format!("{}/{sub}", def.resource));
+            }
+        }
+        assert_eq!(seen, ["serviceaccounts/token"]);
+    }
+
     #[test]
     fn token_request_validation() {
         assert!(validate_token_request(600).is_empty());
