@@ -163,7 +163,8 @@ mod tests {
     async fn discovery_prefers_v1_then_v1beta1() {
         let not_found = crate::mock::status(404, "NotFound");
         // (what, the replies to GET /apis/certificates.k8s.io/v1 and then v1beta1, the answer)
-        let cases: Vec<(&str, Vec<(u16, serde_json::Value)>, Option<Version>)> = vec![
+        type Case<'a> = (&'a str, Vec<(u16, serde_json::Value)>, Option<Version>);
+        let cases: Vec<Case> = vec![
             ("v1 served", vec![(200, resources(&["certificatesigningrequests", RESOURCE]))], Some(Version::V1)),
             (
                 "v1 without the resource (1.36), v1beta1 with it",

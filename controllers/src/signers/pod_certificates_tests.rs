@@ -55,7 +55,8 @@ fn v1beta1_requests_of_the_deprecated_form() {
     };
     let invalid = |m: &str| Err(Decision::Deny("InvalidRequest", m.into()));
     // (what, request, Ok(the key certified) or Err(decision))
-    let cases: Vec<(&str, v1beta1::PodCertificateRequest, Result<Vec<u8>, Decision>)> = vec![
+    type Case<'a> = (&'a str, v1beta1::PodCertificateRequest, Result<Vec<u8>, Decision>);
+    let cases: Vec<Case> = vec![
         ("P-256", beta_pcr("p256", |_| {}), signs("p256")),
         ("RSA 3072 (PSS proof)", beta_pcr("rsa3072", |_| {}), signs("rsa3072")),
         ("RSA 3072, PSS salt 32", beta_pcr("rsa3072-salt32", |_| {}), signs("rsa3072-salt32")),
