@@ -95,6 +95,11 @@ struct ServerArgs {
     /// (upstream's fixed 30 minutes; kustos' own flag).
     #[arg(long, default_value = "30m", value_parser = parse_duration)]
     pod_certificate_request_cleaner_threshold: std::time::Duration,
+    /// Turn off group versions or single resources the apiserver serves, as kube-apiserver's
+    /// flag: `GROUP/VERSION=false`, `GROUP/VERSION/RESOURCE=false` (comma-separated,
+    /// repeatable), e.g. `certificates.k8s.io/v1/podcertificaterequests=false`.
+    #[arg(long = "runtime-config", value_delimiter = ',')]
+    runtime_config: Vec<String>,
     /// Controllers to run (`server` only): `*` (every controller that is on by default),
     /// `name`, `-name`. The default also runs bootstrapsigner and tokencleaner (off in `*`,
     /// as upstream), as kubeadm runs kube-controller-manager, and nodelifecycle (off in `*`,
@@ -369,6 +374,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.storage = storage.clone();
     cfg.bind_address = args.bind_address;
     cfg.enable_bootstrap_token_auth = args.enable_bootstrap_token_auth;
+    cfg.runtime_config = args.runtime_config.clone();
     cfg.secure_port = args.secure_port;
     cfg.tls_sans = args.tls_san.clone();
     cfg.anonymous_auth = args.anonymous_auth;

@@ -91,7 +91,13 @@ fn kustomize_builds_the_whole_operator_install() {
     assert_eq!(args.first(), Some(&"controller-manager"), "{args:?}");
     assert!(args.contains(&"--leader-elect=true"), "{args:?}");
     let controllers = args.iter().find_map(|a| a.strip_prefix("--controllers=")).expect("--controllers");
-    for c in ["csrapproving", "csrsigning", "kube-apiserver-serving-clustertrustbundle-publisher"] {
+    for c in [
+        "csrapproving",
+        "csrsigning",
+        "kube-apiserver-serving-clustertrustbundle-publisher",
+        "signers",
+        "podcertificaterequest-cleaner",
+    ] {
         assert!(controllers.split(',').any(|n| n == c), "{c} runs: {controllers}");
     }
     assert!(
@@ -157,7 +163,8 @@ fn rbac_is_least_privilege() {
                 assert!(!list(k).iter().any(|v| v == "*"), "{name}: no wildcard {k}: {rule}");
             }
             let verbs = list("verbs");
-            if list("resources").iter().any(|r| r == "signers") {
+            let certificates = list("apiGroups").iter().any(|g| g == "certificates.k8s.io");
+            if certificates && list("resources").iter().any(|r| r == "signers") {
                 assert!(!list("resourceNames").is_empty(), "{name}: approve/sign are scoped to signer names: {rule}");
             }
             for dangerous in ["escalate", "bind", "impersonate"] {
@@ -166,6 +173,32 @@ fn rbac_is_least_privilege() {
         }
     }
     assert!(seen >= 6, "one role per controller, found {seen}");
+    // The PodCertificateRequest controllers: the cleaner holds exactly upstream's rule; the
+    // signer reads the requests and writes only their status.
+    let cleaner = find(&objects, "ClusterRole", "kustos:controller:podcertificaterequest-cleaner");
+    assert_eq!(
+        cleaner["rules"],
+        serde_json::json!([{"apiGroups": ["certificates.k8s.io"], "resources": ["podcertificaterequests"],
+                            "verbs": ["get", "list", "watch", "delete"]}])
+    );
+    let signers = find(&objects, "ClusterRole", "kustos:controller:signers");
+    let pcr_rules: Vec<&Value> = signers["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| {
+            r["resources"].as_array().is_some_and(|rs| {
+                rs.iter().any(|x| x.as_str().is_some_and(|x| x.starts_with("podcertificaterequests")))
+            })
+        })
+        .collect();
+    assert_eq!(
+        pcr_rules,
+        [
+            &serde_json::json!({"apiGroups": ["certificates.k8s.io"], "resources": ["podcertificaterequests"], "verbs": ["list", "watch"]}),
+            &serde_json::json!({"apiGroups": ["certificates.k8s.io"], "resources": ["podcertificaterequests/status"], "verbs": ["update"]}),
+        ]
+    );
     // Each binding's subject is one of kustos' own service accounts.
     for b in objects.iter().filter(|o| o["kind"] == "ClusterRoleBinding" || o["kind"] == "RoleBinding") {
         for s in b["subjects"].as_array().expect("subjects") {

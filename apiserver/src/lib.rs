@@ -96,7 +96,16 @@ pub struct Security {
 
 impl AppState {
     pub fn new(storage: Arc<dyn Storage>, server_address: String, security: Security) -> Arc<Self> {
-        let registry = Registry::builtin();
+        Self::with_registry(Registry::builtin(), storage, server_address, security)
+    }
+
+    /// Serving the kinds of `registry` (the built-in ones, less what `--runtime-config` turns off).
+    pub fn with_registry(
+        registry: Registry,
+        storage: Arc<dyn Storage>,
+        server_address: String,
+        security: Security,
+    ) -> Arc<Self> {
         let crds = api::crd::Dynamic::new(&registry);
         let views = registry
             .resources
@@ -519,6 +528,9 @@ pub struct Config {
     pub storage: StorageConfig,
     /// `--v`: from 2 on, one log line per request.
     pub verbosity: u8,
+    /// `--runtime-config`: group versions and resources turned off
+    /// ([`registry::runtime_config`]).
+    pub runtime_config: Vec<String>,
 }
 
 /// `--storage`: the embedded SQLite store in the data dir, or etcd.
@@ -553,6 +565,7 @@ impl Config {
             max_mutating_requests_inflight: 200,
             storage: StorageConfig::Sqlite,
             verbosity: 0,
+            runtime_config: Vec::new(),
         }
     }
 }
@@ -651,6 +664,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         &cfg.service_account_key_files,
     )
     .map_err(anyhow::Error::msg)?;
+    let registry =
+        registry::runtime_config::apply(&Registry::builtin(), &cfg.runtime_config).map_err(anyhow::Error::msg)?;
     pki::data_dir::secure(&cfg.data_dir)?;
     let now = chrono::Utc::now();
     let store = open_storage(&cfg).await?;
@@ -685,7 +700,6 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         .with(Arc::new(sa_authn))
         .with_api_audiences(api_audiences.clone());
     if cfg.enable_bootstrap_token_auth {
-        let registry = Registry::builtin();
         chain = chain.with(Arc::new(authn::bootstrap_token::BootstrapTokenAuthenticator::for_registry(
             store.clone(),
             &registry,
@@ -694,7 +708,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     }
     let authn = Arc::new(chain);
     let authz = default_authorizer(rbac_cache.clone());
-    let state = AppState::new(
+    let state = AppState::with_registry(
+        registry,
         store,
         server_address.clone(),
         Security { authn, authz, rbac: rbac_cache, service_accounts: Some(sa_tokens) },

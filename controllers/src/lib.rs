@@ -42,6 +42,7 @@ pub mod metrics;
 mod mock;
 pub mod node_lifecycle;
 pub mod pcr_cleaner;
+pub mod pod_certificate_requests;
 pub mod root_ca_cert_publisher;
 pub mod runtime;
 pub mod serviceaccount;

@@ -6,9 +6,10 @@
 //! Each request is reconciled on its own when it changes and again at its deadline (its
 //! `creationTimestamp` plus the threshold). The delete carries the request's UID as
 //! precondition: NotFound (already gone) and Conflict (a new request of the same name) are
-//! not errors. The API version is chosen at start: `certificates.k8s.io/v1`, else `v1beta1`
-//! (a kube-apiserver 1.35 or 1.36 with the beta API enabled); against an apiserver that
-//! serves neither the controller logs one line and does nothing.
+//! not errors. The API version is chosen at start ([`pcrs::served`]):
+//! `certificates.k8s.io/v1`, else `v1beta1` (a kube-apiserver 1.34 to 1.36 with the beta API
+//! enabled); against an apiserver that serves neither the controller logs one line and does
+//! nothing.
 
 use std::fmt::Debug;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use kube::api::{DeleteParams, Preconditions};
 use kube::runtime::controller::Action;
 use kube::{Api, Client, Resource, ResourceExt as _};
 
+use crate::pod_certificate_requests::{self as pcrs, Version};
 use crate::runtime::{self, Backoff};
 
 pub const NAME: &str = "podcertificaterequest-cleaner";
@@ -134,18 +136,10 @@ where
 pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     let ctx =
         Arc::new(Context { client: client.clone(), threshold: cfg.pcr_cleaner_threshold, backoff: Backoff::default() });
-    for version in ["v1", "v1beta1"] {
-        let served = client
-            .list_api_group_resources(&format!("certificates.k8s.io/{version}"))
-            .await
-            .is_ok_and(|l| l.resources.iter().any(|r| r.name == "podcertificaterequests"));
-        if !served {
-            continue;
-        }
-        return match version {
-            "v1" => run_for::<v1::PodCertificateRequest>(client, cfg, ctx).await,
-            _ => run_for::<v1beta1::PodCertificateRequest>(client, cfg, ctx).await,
-        };
+    match pcrs::served(&client).await {
+        Some(Version::V1) => return run_for::<v1::PodCertificateRequest>(client, cfg, ctx).await,
+        Some(Version::V1beta1) => return run_for::<v1beta1::PodCertificateRequest>(client, cfg, ctx).await,
+        None => {}
     }
     tracing::warn!(
         controller = NAME,

@@ -19,7 +19,8 @@
 //!   counts follow. CSRs for any other signer name are left alone.
 //!
 //! - **PodCertificateRequests** (per object, [`pod_certificates`]): a Ready Signer with
-//!   `spec.podCertificates` issues SPIFFE certificates for the v1 requests naming it.
+//!   `spec.podCertificates` issues SPIFFE certificates for the requests naming it (v1, else
+//!   v1beta1).
 //!
 //! The CA Secret's keys: `tls.crt` and `tls.key` sign; during a rotation (`kustos ca rotate
 //! … --signer NAME`) `next.crt`/`next.key` (begun, not yet signing) and `previous.crt` (the

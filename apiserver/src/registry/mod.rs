@@ -44,6 +44,7 @@ pub mod node;
 pub mod podcertificaterequests;
 pub mod rbac;
 pub mod reviews;
+pub mod runtime_config;
 pub mod schema;
 pub mod shared;
 pub mod storage;

@@ -1,5 +1,6 @@
 //! The `signers` controller's PodCertificateRequests: a Signer with `spec.podCertificates`
-//! signs the requests (`certificates.k8s.io/v1`) for its signer name, from its CA.
+//! signs the requests for its signer name, from its CA, in the version the apiserver serves
+//! (`certificates.k8s.io/v1`, else `v1beta1`: [`crate::pod_certificate_requests::served`]).
 //!
 //! What enters: a request and, when one is ready, the Signer for its `spec.signerName` (its
 //! CA and `podCertificates`), and `now`. What leaves: the request's next status, written
@@ -13,7 +14,10 @@
 //! namespace and `spec.serviceAccountName` make the SPIFFE ID
 //! `spiffe://<trustDomain>/ns/<namespace>/sa/<serviceAccountName>`, its only name (URI
 //! subjectAltName, empty subject); the key is the stub request's (its self-signature
-//! checked again here). Usages: digital signature (+ key encipherment for RSA), client auth,
+//! checked again here), or, for a v1beta1 request of the deprecated form, `pkixPublicKey`
+//! once `proofOfPossession` verifies over `spec.podUID` as the apiserver's validation checks
+//! it (a request whose key does not read or whose proof fails is `Denied`,
+//! `InvalidRequest`). Usages: digital signature (+ key encipherment for RSA), client auth,
 //! server auth. It begins at `now` (the apiserver wants `notBefore` within 5 minutes of its
 //! clock) and lasts `min(spec.maxExpirationSeconds, podCertificates.maxExpirationSeconds)`,
 //! cut at the CA's own end; `beginRefreshAt` is three quarters of the way.
@@ -29,7 +33,8 @@ use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
 use chrono::{DateTime, Duration, DurationRound as _, Utc};
-use k8s_openapi::api::certificates::v1::{PodCertificateRequest, PodCertificateRequestStatus};
+use k8s_openapi::api::certificates::v1::PodCertificateRequestStatus;
+use k8s_openapi::api::certificates::{v1, v1beta1};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
@@ -42,6 +47,7 @@ use kustos_crds::{Signer, SignerStatus};
 use super::{Loaded, Ready, NAME};
 use crate::csr::to_time;
 use crate::metrics::PcrOutcome;
+use crate::pod_certificate_requests::{self as pcrs, Request, RequestedKey, Version};
 use crate::runtime::{self, Backoff};
 
 /// How soon a request whose signer name has no ready Signer is looked at again (a Signer
@@ -77,7 +83,7 @@ pub fn counted(status: Option<&SignerStatus>, outcome: PcrOutcome) -> SignerStat
 pub struct Plan {
     /// The SPIFFE ID, the certificate's only name.
     pub spiffe_id: String,
-    /// SubjectPublicKeyInfo, DER: the stub request's key.
+    /// SubjectPublicKeyInfo, DER: the requested key.
     pub public_key_der: Vec<u8>,
     pub key_type: KeyType,
     pub lifetime: Duration,
@@ -93,41 +99,60 @@ pub enum Decision {
 }
 
 /// Whether the request has a terminal (`Issued`, `Denied`, `Failed`) condition.
-pub fn is_done(pcr: &PodCertificateRequest) -> bool {
-    pcr.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| cs.iter().any(|c| condition::TERMINAL.contains(&c.type_.as_str())))
+pub fn is_done(pcr: &impl Request) -> bool {
+    pcr.view().conditions.iter().any(|c| condition::TERMINAL.contains(&c.type_.as_str()))
+}
+
+/// The requested key (DER SubjectPublicKeyInfo) and its type, checked as the apiserver's
+/// validation checks it, or why it is refused. The apiserver checked it at create; a request
+/// that does not pass again is refused all the same.
+pub fn requested_key(key: RequestedKey<'_>, pod_uid: &str) -> Result<(Vec<u8>, KeyType), String> {
+    match key {
+        RequestedKey::Stub(stub) => pc::parse_stub_request(stub)
+            .map(|s| (s.public_key_der, s.key_type))
+            .map_err(|e| format!("spec.stubPKCS10Request: {e}")),
+        RequestedKey::Pkix { public_key, proof } => {
+            if public_key.is_empty() {
+                return Err("spec.stubPKCS10Request: Required value".into());
+            }
+            let (key, key_type) =
+                pc::accepted_key(public_key).map_err(|p| format!("spec.pkixPublicKey: {}", p.detail()))?;
+            if !pc::verify_proof_of_possession(&key, pod_uid, proof) {
+                return Err("spec.proofOfPossession: could not verify proof-of-possession signature".into());
+            }
+            Ok((public_key.to_vec(), key_type))
+        }
+    }
 }
 
 /// Decide for `pcr` given the `podCertificates` of the ready Signer for its name, if any.
-pub fn decide(pcr: &PodCertificateRequest, signer: Option<&PodCertificates>) -> Decision {
+pub fn decide(pcr: &impl Request, signer: Option<&PodCertificates>) -> Decision {
     let Some(cfg) = signer else { return Decision::Skip("no ready Signer signs pod certificates for this name") };
     if is_done(pcr) {
         return Decision::Skip("issued, denied or failed already");
     }
-    let stub = match pc::parse_stub_request(&pcr.spec.stub_pkc_s10_request.0) {
-        Ok(s) => s,
-        // The apiserver checked it at create; a request that no longer reads is refused.
-        Err(e) => return Decision::Deny("InvalidRequest", format!("spec.stubPKCS10Request: {e}")),
+    let spec = pcr.view();
+    let (public_key_der, key_type) = match requested_key(spec.key, spec.pod_uid) {
+        Ok(k) => k,
+        Err(message) => return Decision::Deny("InvalidRequest", message),
     };
-    if !cfg.key_types.is_empty() && !cfg.key_types.iter().any(|k| k == stub.key_type.name()) {
+    if !cfg.key_types.is_empty() && !cfg.key_types.iter().any(|k| k == key_type.name()) {
         return Decision::Deny(
             condition::REASON_UNSUPPORTED_KEY_TYPE,
-            format!("the signer does not sign {} keys; it signs {}", stub.key_type.name(), cfg.key_types.join(", ")),
+            format!("the signer does not sign {} keys; it signs {}", key_type.name(), cfg.key_types.join(", ")),
         );
     }
-    let namespace = pcr.metadata.namespace.as_deref().unwrap_or_default();
-    let sa = &pcr.spec.service_account_name;
+    let namespace = pcr.meta().namespace.as_deref().unwrap_or_default();
+    let sa = spec.service_account_name;
     if namespace.is_empty() || sa.is_empty() {
         return Decision::Deny("InvalidRequest", "the request names no namespace or service account".into());
     }
-    let requested = pcr.spec.max_expiration_seconds.map(i64::from).unwrap_or(i64::from(cfg.max_expiration_seconds()));
+    let requested = spec.max_expiration_seconds.map(i64::from).unwrap_or(i64::from(cfg.max_expiration_seconds()));
     let lifetime = Duration::seconds(requested.min(i64::from(cfg.max_expiration_seconds())));
     Decision::Sign(Box::new(Plan {
         spiffe_id: format!("spiffe://{}/ns/{namespace}/sa/{sa}", cfg.trust_domain),
-        public_key_der: stub.public_key_der,
-        key_type: stub.key_type,
+        public_key_der,
+        key_type,
         lifetime,
     }))
 }
@@ -210,15 +235,15 @@ pub enum Error {
     },
 }
 
-async fn reconcile(obj: Arc<PodCertificateRequest>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if is_done(&obj) {
+async fn reconcile<K: Request>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if is_done(&*obj) {
         return Ok(Action::await_change());
     }
     let (name, namespace) = (obj.name_any(), obj.namespace().unwrap_or_default());
     let now = Utc::now();
-    let signer = usable(ctx.ready.read().ok().and_then(|m| m.get(&obj.spec.signer_name).cloned()), now);
+    let signer = usable(ctx.ready.read().ok().and_then(|m| m.get(obj.view().signer_name).cloned()), now);
     let cfg = signer.as_ref().and_then(|s| s.pod_certificates.as_ref());
-    let (status, outcome) = match decide(&obj, cfg) {
+    let (status, outcome) = match decide(&*obj, cfg) {
         Decision::Skip(_) => return Ok(Action::requeue(RECHECK)),
         Decision::Deny(reason, message) => {
             tracing::info!(controller = NAME, namespace = %namespace, request = %name, reason, "denied the PodCertificateRequest");
@@ -233,15 +258,15 @@ async fn reconcile(obj: Arc<PodCertificateRequest>, ctx: Arc<Context>) -> Result
         }
     };
     let mut next = (*obj).clone();
-    next.status = Some(status);
-    let api: Api<PodCertificateRequest> = Api::namespaced(ctx.client.clone(), &namespace);
+    next.set_status(status);
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
     match api.replace_status(&name, &PostParams::default(), &next).await {
         Ok(_) => {}
         Err(e) if runtime::is_status(&e, 409) => return Ok(Action::requeue(crate::csr::AFTER_CONFLICT)),
         Err(e) if runtime::is_status(&e, 404) => return Ok(Action::await_change()),
         Err(source) => return Err(Error::Status { name: format!("{namespace}/{name}"), source }),
     }
-    ctx.metrics.pcr_answered(&obj.spec.signer_name, outcome);
+    ctx.metrics.pcr_answered(obj.view().signer_name, outcome);
     if let Some(signer) = signer {
         let res = runtime::update_status(&ctx.signers, &signer.object, |s| {
             let mut next = s.clone();
@@ -256,17 +281,17 @@ async fn reconcile(obj: Arc<PodCertificateRequest>, ctx: Arc<Context>) -> Result
     Ok(Action::await_change())
 }
 
-/// Sign requests until the task is dropped; nothing when the apiserver serves no v1
+/// Sign requests until the task is dropped; nothing when the apiserver serves no
 /// PodCertificateRequests.
 pub(super) async fn run(client: Client, signers: Api<Signer>, ready: Ready, cfg: crate::Config) -> anyhow::Result<()> {
-    let served = client
-        .list_api_group_resources("certificates.k8s.io/v1")
-        .await
-        .is_ok_and(|l| l.resources.iter().any(|r| r.name == "podcertificaterequests"));
-    if !served {
-        tracing::info!(controller = NAME, "the apiserver serves no v1 PodCertificateRequests: Signers sign none");
+    let Some(version) = pcrs::served(&client).await else {
+        tracing::info!(
+            controller = NAME,
+            "the apiserver serves no PodCertificateRequests (certificates.k8s.io/v1 or v1beta1): Signers sign none"
+        );
         return futures::future::pending().await;
-    }
+    };
+    tracing::info!(controller = NAME, version = version.name(), "signing PodCertificateRequests");
     let ctx = Arc::new(Context {
         client: client.clone(),
         signers,
@@ -274,9 +299,23 @@ pub(super) async fn run(client: Client, signers: Api<Signer>, ready: Ready, cfg:
         backoff: Backoff::default(),
         metrics: cfg.metrics.clone(),
     });
-    let api: Api<PodCertificateRequest> = Api::all(client);
-    runtime::per_object_watching(NAME, api, kube::runtime::watcher::Config::default(), &cfg.metrics, ctx, reconcile)
-        .await
+    match version {
+        Version::V1 => run_for::<v1::PodCertificateRequest>(client, cfg, ctx).await,
+        Version::V1beta1 => run_for::<v1beta1::PodCertificateRequest>(client, cfg, ctx).await,
+    }
+}
+
+async fn run_for<K: Request>(client: Client, cfg: crate::Config, ctx: Arc<Context>) -> anyhow::Result<()> {
+    let api: Api<K> = Api::all(client);
+    runtime::per_object_watching(
+        NAME,
+        api,
+        kube::runtime::watcher::Config::default(),
+        &cfg.metrics,
+        ctx,
+        reconcile::<K>,
+    )
+    .await
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use super::*;
 use base64::Engine as _;
-use k8s_openapi::api::certificates::v1::PodCertificateRequestSpec;
+use k8s_openapi::api::certificates::v1::{PodCertificateRequest, PodCertificateRequestSpec};
 use k8s_openapi::ByteString;
 use kube::api::ObjectMeta;
 
@@ -16,6 +16,108 @@ fn stub(name: &str) -> Vec<u8> {
         serde_json::from_str(include_str!("../../../ca/src/testdata/pod_certificate_keys.json")).unwrap();
     let k = v["keys"].as_array().unwrap().iter().find(|k| k["name"] == name).unwrap();
     base64::engine::general_purpose::STANDARD.decode(k["stub"].as_str().unwrap()).unwrap()
+}
+
+/// Go's test vector for `name`: the key's DER, its proof of possession, and the pod UID it
+/// signs.
+fn go_pkix(name: &str) -> (Vec<u8>, Vec<u8>, String) {
+    let v: serde_json::Value =
+        serde_json::from_str(include_str!("../../../ca/src/testdata/pod_certificate_keys.json")).unwrap();
+    let k = v["keys"].as_array().unwrap().iter().find(|k| k["name"] == name).unwrap();
+    let b = |f: &str| base64::engine::general_purpose::STANDARD.decode(k[f].as_str().unwrap()).unwrap();
+    (b("pkix"), b("proof"), v["podUID"].as_str().unwrap().to_string())
+}
+
+/// A v1beta1 request of the deprecated form (`pkixPublicKey` and `proofOfPossession`, no stub).
+fn beta_pcr(key: &str, edit: impl FnOnce(&mut v1beta1::PodCertificateRequestSpec)) -> v1beta1::PodCertificateRequest {
+    let (pkix, proof, pod_uid) = go_pkix(key);
+    let mut spec = v1beta1::PodCertificateRequestSpec {
+        signer_name: "example.com/mesh".into(),
+        service_account_name: "web".into(),
+        pod_uid,
+        pkix_public_key: Some(ByteString(pkix)),
+        proof_of_possession: Some(ByteString(proof)),
+        ..Default::default()
+    };
+    edit(&mut spec);
+    v1beta1::PodCertificateRequest {
+        metadata: ObjectMeta { name: Some("r".into()), namespace: Some("team-a".into()), ..Default::default() },
+        spec,
+        status: None,
+    }
+}
+
+#[test]
+fn v1beta1_requests_of_the_deprecated_form() {
+    let signs = |key: &str| {
+        let (pkix, _, _) = go_pkix(key);
+        Ok(pkix)
+    };
+    let invalid = |m: &str| Err(Decision::Deny("InvalidRequest", m.into()));
+    // (what, request, Ok(the key certified) or Err(decision))
+    type Case<'a> = (&'a str, v1beta1::PodCertificateRequest, Result<Vec<u8>, Decision>);
+    let cases: Vec<Case> = vec![
+        ("P-256", beta_pcr("p256", |_| {}), signs("p256")),
+        ("RSA 3072 (PSS proof)", beta_pcr("rsa3072", |_| {}), signs("rsa3072")),
+        ("RSA 3072, PSS salt 32", beta_pcr("rsa3072-salt32", |_| {}), signs("rsa3072-salt32")),
+        ("Ed25519", beta_pcr("ed25519", |_| {}), signs("ed25519")),
+        (
+            "the proof signs another pod's UID",
+            beta_pcr("p256", |s| s.pod_uid = "another-pod".into()),
+            invalid("spec.proofOfPossession: could not verify proof-of-possession signature"),
+        ),
+        (
+            "another key's proof",
+            beta_pcr("p256", |s| s.proof_of_possession = Some(ByteString(go_pkix("p384").1))),
+            invalid("spec.proofOfPossession: could not verify proof-of-possession signature"),
+        ),
+        (
+            "no proof",
+            beta_pcr("p256", |s| s.proof_of_possession = None),
+            invalid("spec.proofOfPossession: could not verify proof-of-possession signature"),
+        ),
+        (
+            "a key the API refuses",
+            beta_pcr("rsa2048", |_| {}),
+            Err(Decision::Deny(
+                "InvalidRequest",
+                format!("spec.pkixPublicKey: {}", pc::accepted_key(&go_pkix("rsa2048").0).unwrap_err().detail()),
+            )),
+        ),
+        (
+            "no key at all",
+            beta_pcr("p256", |s| s.pkix_public_key = None),
+            invalid("spec.stubPKCS10Request: Required value"),
+        ),
+        (
+            "a stub request instead",
+            beta_pcr("p256", |s| {
+                s.pkix_public_key = None;
+                s.proof_of_possession = None;
+                s.stub_pkc_s10_request = ByteString(stub("p384"));
+            }),
+            Ok(pc::parse_stub_request(&stub("p384")).unwrap().public_key_der),
+        ),
+    ];
+    for (what, req, want) in cases {
+        match (decide(&req, Some(&cfg(None, &[]))), want) {
+            (Decision::Sign(plan), Ok(key)) => {
+                assert_eq!(plan.public_key_der, key, "{what}: the requested key");
+                assert_eq!(plan.spiffe_id, ID, "{what}");
+            }
+            (got, Err(want)) => assert_eq!(got, want, "{what}"),
+            (got, Ok(_)) => panic!("{what}: {got:?}"),
+        }
+    }
+    // A certificate for the pkixPublicKey, and its status in v1beta1's form.
+    let ca = Ca::generate("mesh CA", Duration::days(30), now() - Duration::days(1)).unwrap();
+    let mut req = beta_pcr("p256", |_| {});
+    let Decision::Sign(plan) = decide(&req, Some(&cfg(None, &[]))) else { panic!("signs") };
+    req.set_status(issue(&ca, &plan, now()).unwrap());
+    let chain = req.status.as_ref().and_then(|s| s.certificate_chain.clone()).unwrap();
+    let leaf = pc::read_chain(&chain).unwrap();
+    assert_eq!(leaf.key, Some(pc::parse_pkix(&go_pkix("p256").0).unwrap()), "the pkixPublicKey is certified");
+    assert!(is_done(&req), "Issued is terminal in v1beta1 too");
 }
 
 fn pcr(key: &str, max: Option<i32>, conditions: &[&str]) -> PodCertificateRequest {

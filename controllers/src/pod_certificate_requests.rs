@@ -1,0 +1,201 @@
+//! PodCertificateRequests (`certificates.k8s.io`) in whichever version the apiserver serves,
+//! for the controllers that read and write them (`signers`, `podcertificaterequest-cleaner`).
+//!
+//! What enters: the apiserver's discovery of `certificates.k8s.io/v1` and `v1beta1`; a typed
+//! request of either version. What leaves: the one [`Version`] to use (v1 first, then
+//! v1beta1, as kube-apiserver 1.37 serves v1 and 1.34–1.36 serve v1beta1 when enabled), and a
+//! version-free [`View`] of a request's spec (the key it asks to certify, in the form the
+//! request carries it) plus a way to set its status, so each controller has one loop, generic
+//! over [`Request`], and no copy per version.
+
+use std::fmt::Debug;
+
+use k8s_openapi::api::certificates::{v1, v1beta1};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::core::NamespaceResourceScope;
+use kube::{Client, Resource};
+
+pub const GROUP: &str = "certificates.k8s.io";
+pub const RESOURCE: &str = "podcertificaterequests";
+
+/// A served version of PodCertificateRequests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V1beta1,
+}
+
+impl Version {
+    /// In order of preference.
+    pub const ALL: [Version; 2] = [Version::V1, Version::V1beta1];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Version::V1 => "v1",
+            Version::V1beta1 => "v1beta1",
+        }
+    }
+}
+
+/// The version the apiserver serves PodCertificateRequests in, by discovery: the first of
+/// [`Version::ALL`] whose group version lists them; None when neither does (a group version
+/// that cannot be read counts as not serving them).
+pub async fn served(client: &Client) -> Option<Version> {
+    for v in Version::ALL {
+        let listed = client
+            .list_api_group_resources(&format!("{GROUP}/{}", v.name()))
+            .await
+            .is_ok_and(|l| l.resources.iter().any(|r| r.name == RESOURCE));
+        if listed {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// The key a request asks to have certified, as it carries it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestedKey<'a> {
+    /// `spec.stubPKCS10Request` (DER): the key, self-signed.
+    Stub(&'a [u8]),
+    /// v1beta1's deprecated pair: `spec.pkixPublicKey` (DER SubjectPublicKeyInfo) and
+    /// `spec.proofOfPossession` (a signature over the pod UID).
+    Pkix { public_key: &'a [u8], proof: &'a [u8] },
+}
+
+/// The fields of a request's spec the controllers read, whatever the version.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct View<'a> {
+    pub signer_name: &'a str,
+    pub service_account_name: &'a str,
+    pub pod_uid: &'a str,
+    pub max_expiration_seconds: Option<i32>,
+    pub key: RequestedKey<'a>,
+    pub conditions: &'a [Condition],
+}
+
+/// A PodCertificateRequest of one version. The status written is v1's type (v1beta1's has
+/// the same fields).
+pub trait Request:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+    + Send
+    + Sync
+    + 'static
+{
+    fn view(&self) -> View<'_>;
+    fn set_status(&mut self, status: v1::PodCertificateRequestStatus);
+}
+
+fn conditions<T>(c: Option<&Option<Vec<T>>>) -> &[T] {
+    c.and_then(Option::as_deref).unwrap_or_default()
+}
+
+impl Request for v1::PodCertificateRequest {
+    fn view(&self) -> View<'_> {
+        let s = &self.spec;
+        View {
+            signer_name: &s.signer_name,
+            service_account_name: &s.service_account_name,
+            pod_uid: &s.pod_uid,
+            max_expiration_seconds: s.max_expiration_seconds,
+            key: RequestedKey::Stub(&s.stub_pkc_s10_request.0),
+            conditions: conditions(self.status.as_ref().map(|st| &st.conditions)),
+        }
+    }
+
+    fn set_status(&mut self, status: v1::PodCertificateRequestStatus) {
+        self.status = Some(status);
+    }
+}
+
+impl Request for v1beta1::PodCertificateRequest {
+    fn view(&self) -> View<'_> {
+        let s = &self.spec;
+        let stub = &s.stub_pkc_s10_request.0;
+        // Validation takes one form or the other, never both.
+        let key = if stub.is_empty() {
+            RequestedKey::Pkix {
+                public_key: s.pkix_public_key.as_ref().map(|b| b.0.as_slice()).unwrap_or_default(),
+                proof: s.proof_of_possession.as_ref().map(|b| b.0.as_slice()).unwrap_or_default(),
+            }
+        } else {
+            RequestedKey::Stub(stub)
+        };
+        View {
+            signer_name: &s.signer_name,
+            service_account_name: &s.service_account_name,
+            pod_uid: &s.pod_uid,
+            max_expiration_seconds: s.max_expiration_seconds,
+            key,
+            conditions: conditions(self.status.as_ref().map(|st| &st.conditions)),
+        }
+    }
+
+    fn set_status(&mut self, status: v1::PodCertificateRequestStatus) {
+        self.status = Some(v1beta1::PodCertificateRequestStatus {
+            begin_refresh_at: status.begin_refresh_at,
+            certificate_chain: status.certificate_chain,
+            conditions: status.conditions,
+            not_after: status.not_after,
+            not_before: status.not_before,
+        });
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::mock::Mock;
+    use serde_json::json;
+
+    fn resources(names: &[&str]) -> serde_json::Value {
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": "certificates.k8s.io/v1",
+               "resources": names.iter().map(|n| json!({"name": n, "singularName": "", "namespaced": true,
+                   "kind": "K", "verbs": ["get"]})).collect::<Vec<_>>()})
+    }
+
+    #[tokio::test]
+    async fn discovery_prefers_v1_then_v1beta1() {
+        let not_found = crate::mock::status(404, "NotFound");
+        // (what, the replies to GET /apis/certificates.k8s.io/v1 and then v1beta1, the answer)
+        type Case<'a> = (&'a str, Vec<(u16, serde_json::Value)>, Option<Version>);
+        let cases: Vec<Case> = vec![
+            ("v1 served", vec![(200, resources(&["certificatesigningrequests", RESOURCE]))], Some(Version::V1)),
+            (
+                "v1 without the resource (1.36), v1beta1 with it",
+                vec![(200, resources(&["certificatesigningrequests"])), (200, resources(&[RESOURCE, "x/status"]))],
+                Some(Version::V1beta1),
+            ),
+            ("only v1beta1", vec![(404, not_found.clone()), (200, resources(&[RESOURCE]))], Some(Version::V1beta1)),
+            ("neither", vec![(200, resources(&["certificatesigningrequests"])), (404, not_found.clone())], None),
+            ("discovery fails", vec![(500, not_found.clone()), (500, not_found)], None),
+        ];
+        for (what, replies, want) in cases {
+            let mock = Mock::new(replies);
+            assert_eq!(served(&mock.client()).await, want, "{what}");
+            let asked: Vec<String> = mock.lines();
+            let expected: Vec<&str> = ["GET /apis/certificates.k8s.io/v1", "GET /apis/certificates.k8s.io/v1beta1"]
+                .into_iter()
+                .take(if want == Some(Version::V1) { 1 } else { 2 })
+                .collect();
+            assert_eq!(asked, expected, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_v1beta1_request_carries_its_key_in_one_form() {
+        let mut pcr = v1beta1::PodCertificateRequest::default();
+        pcr.spec.pkix_public_key = Some(k8s_openapi::ByteString(vec![1, 2]));
+        pcr.spec.proof_of_possession = Some(k8s_openapi::ByteString(vec![3]));
+        assert_eq!(pcr.view().key, RequestedKey::Pkix { public_key: &[1, 2], proof: &[3] });
+        pcr.spec.stub_pkc_s10_request = k8s_openapi::ByteString(vec![9]);
+        assert_eq!(pcr.view().key, RequestedKey::Stub(&[9]), "the stub request wins when it is there");
+        pcr.set_status(v1::PodCertificateRequestStatus { certificate_chain: Some("c".into()), ..Default::default() });
+        assert_eq!(pcr.status.unwrap().certificate_chain.as_deref(), Some("c"));
+    }
+}
