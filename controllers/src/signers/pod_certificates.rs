@@ -7,7 +7,9 @@
 //! `notBefore`, `beginRefreshAt`, `notAfter`; or `Denied` (a key type the Signer does not
 //! sign: `UnsupportedKeyType`, as upstream); or `Failed` (the CA cannot issue an hour's
 //! certificate). Requests already Issued, Denied or Failed are left alone, as are requests
-//! for any other signer name.
+//! for any other signer name — except `kubernetes.io/kube-apiserver-client-pod`, which
+//! [`super::client_pod`] decides and the apiserver's client CA signs, where given
+//! (`kustos server`).
 //!
 //! The certificate's identity comes only from fields the apiserver verified: the request's
 //! namespace and `spec.serviceAccountName` make the SPIFFE ID
@@ -31,7 +33,8 @@ use kustos_ca::pod_certificate::{self as pc, condition, KeyType};
 use kustos_ca::{Ca, IssueParams, SubjectKey, Usage};
 use kustos_crds::signer::PodCertificates;
 
-use super::{Ready, NAME};
+use super::{client_pod, Ready, NAME};
+use crate::ca_files::CaFiles;
 use crate::csr::to_time;
 use crate::runtime::{self, Backoff};
 
@@ -159,6 +162,8 @@ pub(super) struct Context {
     client: Client,
     ready: Ready,
     backoff: Backoff,
+    /// The CA of `kubernetes.io/kube-apiserver-client-pod`, when this process serves it.
+    client_pod: Option<CaFiles>,
 }
 
 impl runtime::Context for Context {
@@ -183,26 +188,65 @@ async fn reconcile(obj: Arc<PodCertificateRequest>, ctx: Arc<Context>) -> Result
     }
     let (name, namespace) = (obj.name_any(), obj.namespace().unwrap_or_default());
     let now = Utc::now();
+    let status = if obj.spec.signer_name == client_pod::SIGNER_NAME {
+        // Served here only where the apiserver reads these certificates (`kustos server`).
+        let Some(files) = &ctx.client_pod else { return Ok(Action::await_change()) };
+        match client_pod::decide(&obj) {
+            client_pod::Decision::Skip(_) => return Ok(Action::await_change()),
+            client_pod::Decision::Deny(reason, message) => {
+                tracing::info!(controller = NAME, namespace = %namespace, request = %name, reason, "denied the PodCertificateRequest");
+                refused(condition::DENIED, reason, &message, now)
+            }
+            client_pod::Decision::Sign(plan) => match client_pod::issue(files.current().signer(), &plan, now) {
+                Ok(status) => status,
+                Err(message) => refused(condition::FAILED, "SignerFailure", &message, now),
+            },
+        }
+    } else {
+        match own_signer_status(&obj, &ctx, now) {
+            Some(status) => status,
+            None => return Ok(Action::requeue(RECHECK)),
+        }
+    };
+    write_status(&obj, status, &ctx, &name, &namespace).await
+}
+
+/// The next status of a request for a Signer's own name; `None`: not now.
+fn own_signer_status(
+    obj: &PodCertificateRequest,
+    ctx: &Context,
+    now: DateTime<Utc>,
+) -> Option<PodCertificateRequestStatus> {
+    let (name, namespace) = (obj.name_any(), obj.namespace().unwrap_or_default());
     let signer = ctx.ready.read().ok().and_then(|m| m.get(&obj.spec.signer_name).cloned());
     let cfg = signer.as_ref().and_then(|s| s.pod_certificates.as_ref());
-    let status = match decide(&obj, cfg) {
-        Decision::Skip(_) => return Ok(Action::requeue(RECHECK)),
+    Some(match decide(obj, cfg) {
+        Decision::Skip(_) => return None,
         Decision::Deny(reason, message) => {
             tracing::info!(controller = NAME, namespace = %namespace, request = %name, reason, "denied the PodCertificateRequest");
             refused(condition::DENIED, reason, &message, now)
         }
         Decision::Sign(plan) => {
-            let Some(signer) = &signer else { return Ok(Action::requeue(RECHECK)) };
+            let signer = signer.as_ref()?;
             match issue(&signer.ca, &plan, now) {
                 Ok(status) => status,
                 Err(message) => refused(condition::FAILED, "SignerFailure", &message, now),
             }
         }
-    };
-    let mut next = (*obj).clone();
+    })
+}
+
+async fn write_status(
+    obj: &PodCertificateRequest,
+    status: PodCertificateRequestStatus,
+    ctx: &Context,
+    name: &str,
+    namespace: &str,
+) -> Result<Action, Error> {
+    let mut next = obj.clone();
     next.status = Some(status);
-    let api: Api<PodCertificateRequest> = Api::namespaced(ctx.client.clone(), &namespace);
-    match api.replace_status(&name, &PostParams::default(), &next).await {
+    let api: Api<PodCertificateRequest> = Api::namespaced(ctx.client.clone(), namespace);
+    match api.replace_status(name, &PostParams::default(), &next).await {
         Ok(_) => Ok(Action::await_change()),
         Err(e) if runtime::is_status(&e, 409) => Ok(Action::requeue(crate::csr::AFTER_CONFLICT)),
         Err(e) if runtime::is_status(&e, 404) => Ok(Action::await_change()),
@@ -221,7 +265,20 @@ pub(super) async fn run(client: Client, ready: Ready, cfg: crate::Config) -> any
         tracing::info!(controller = NAME, "the apiserver serves no v1 PodCertificateRequests: Signers sign none");
         return futures::future::pending().await;
     }
-    let ctx = Arc::new(Context { client: client.clone(), ready, backoff: Backoff::default() });
+    let client_pod = match &cfg.kube_apiserver_client_pod_ca {
+        None => {
+            tracing::info!(controller = NAME, "not serving {}: no client CA given", client_pod::SIGNER_NAME);
+            None
+        }
+        Some((cert, key)) => match CaFiles::load(cert, key) {
+            Ok(files) => Some(files),
+            Err(e) => {
+                tracing::error!(controller = NAME, error = %e, "not serving {}: its CA does not load", client_pod::SIGNER_NAME);
+                None
+            }
+        },
+    };
+    let ctx = Arc::new(Context { client: client.clone(), ready, backoff: Backoff::default(), client_pod });
     let api: Api<PodCertificateRequest> = Api::all(client);
     runtime::per_object_watching(NAME, api, kube::runtime::watcher::Config::default(), &cfg.metrics, ctx, reconcile)
         .await
