@@ -65,7 +65,8 @@ fn decisions() {
         ))
     };
     // (what, request, Ok(key type, lifetime) or Err(decision))
-    let cases: Vec<(&str, PodCertificateRequest, Result<(KeyType, Duration), Decision>)> = vec![
+    type Case<'a> = (&'a str, PodCertificateRequest, Result<(KeyType, Duration), Decision>);
+    let cases: Vec<Case> = vec![
         ("default: a day", pcr("p256", None), Ok((KeyType::EcdsaP256, h(24)))),
         ("shorter asked", pcr("p384", Some(7200)), Ok((KeyType::EcdsaP384, h(2)))),
         ("longer asked: capped at a day", pcr("ed25519", Some(7_862_400)), Ok((KeyType::Ed25519, h(24)))),
