@@ -29,6 +29,7 @@ pub mod bootstrap_token;
 pub mod client_ca;
 pub mod impersonation;
 pub mod pod_certificate;
+pub use pod_certificate::X509Outcome;
 pub mod serviceaccount;
 
 use std::collections::{BTreeMap, HashMap};
@@ -126,14 +127,6 @@ pub struct X509Authenticator {
     pod_identities: bool,
 }
 
-/// What a presented client certificate proves.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum X509Outcome {
-    Result(AuthResult),
-    /// A pod certificate: the user once its binding is checked.
-    Pod(pod_certificate::PodClaims),
-}
-
 /// The current trust set: its generation (bumped by every replacement) and the verifier
 /// (`None`: nothing is trusted).
 struct Trust {
@@ -206,8 +199,7 @@ impl X509Authenticator {
         Ok(())
     }
 
-    /// Verify a presented chain (leaf first) at `now`. A pod certificate (only when
-    /// [`Self::recognizing_pod_identities`]) is refused: its binding is not checked here.
+    /// Verify a presented chain (leaf first) at `now`; a pod certificate is refused here.
     pub fn verify(&self, chain: &[CertificateDer<'_>], now: DateTime<Utc>) -> AuthResult {
         match self.verify_outcome(chain, now) {
             X509Outcome::Result(r) => r,
@@ -316,8 +308,7 @@ fn describe(e: &rustls::Error) -> String {
 }
 
 impl X509Authenticator {
-    /// Authenticate by the connection's client certificate, if any (a pod certificate is
-    /// refused, as by [`Self::verify`]).
+    /// Authenticate by the connection's client certificate, if any (as [`Self::verify`]).
     pub fn authenticate(&self, req: &http::request::Parts) -> AuthResult {
         match req.extensions.get::<PeerCertificates>() {
             Some(peer) => self.verify(&peer.0, Utc::now()),
@@ -456,15 +447,12 @@ impl AuthnChain {
                 }
                 X509Outcome::Result(AuthResult::Invalid(reason)) => errors.push(reason),
                 X509Outcome::Result(AuthResult::NoCredentials) => {}
-                X509Outcome::Pod(claims) => match &self.pod_bindings {
-                    Some(b) => match b.pod_user(&claims, Utc::now()).await {
-                        Ok(mut user) => {
-                            mark_authenticated(&mut user);
-                            return Ok(user);
-                        }
-                        Err(reason) => errors.push(reason),
-                    },
-                    None => errors.push("x509: pod certificates are not accepted here".into()),
+                X509Outcome::Pod(claims) => match pod_certificate::user(self.pod_bindings.as_deref(), &claims).await {
+                    Ok(mut user) => {
+                        mark_authenticated(&mut user);
+                        return Ok(user);
+                    }
+                    Err(reason) => errors.push(reason),
                 },
             }
         }

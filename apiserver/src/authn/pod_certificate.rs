@@ -44,6 +44,22 @@ pub trait PodBindings: Send + Sync {
     async fn pod_user(&self, claims: &PodClaims, now: DateTime<Utc>) -> Result<UserInfo, String>;
 }
 
+/// What a presented client certificate proves (the x509 authenticator's answer).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum X509Outcome {
+    Result(super::AuthResult),
+    /// A pod certificate: the user once its binding is checked.
+    Pod(PodClaims),
+}
+
+/// The user of a pod certificate, checked with `bindings` (none: refused).
+pub async fn user(bindings: Option<&dyn PodBindings>, claims: &PodClaims) -> Result<UserInfo, String> {
+    match bindings {
+        Some(b) => b.pod_user(claims, chrono::Utc::now()).await,
+        None => Err("x509: pod certificates are not accepted here".into()),
+    }
+}
+
 /// The claims of a verified certificate with a PodIdentity, or why it is refused.
 pub fn claims(identity: PodIdentity, info: &CertInfo, cert_der: &[u8]) -> Result<PodClaims, String> {
     if !(info.dns_names.is_empty()
