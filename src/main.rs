@@ -434,6 +434,8 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
             csr_signing,
             node_lifecycle,
             apiserver_addresses: apiserver_addresses(&running),
+            // The apiserver's client CA signs pod client certificates, which it alone reads.
+            kube_apiserver_client_pod_ca: Some((running.pki.dir.join("ca.crt"), running.pki.dir.join("ca.key"))),
             ..Default::default()
         };
         // The controllers' counters are served on the apiserver's /metrics.

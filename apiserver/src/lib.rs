@@ -694,10 +694,11 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         authz::rbac::cache::spawn_follower(&rbac_cache);
     }
     let sa_tokens = Arc::new(pki::service_account::ServiceAccountTokens::start(&cfg, &pki, &server_address).await?);
-    let sa_authn = authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?;
+    let sa_authn = Arc::new(authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?);
     let api_audiences = sa_tokens.api_audiences().to_vec();
     let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?
-        .with(Arc::new(sa_authn))
+        .with(sa_authn.clone())
+        .with_pod_bindings(sa_authn)
         .with_api_audiences(api_audiences.clone());
     if cfg.enable_bootstrap_token_auth {
         chain = chain.with(Arc::new(authn::bootstrap_token::BootstrapTokenAuthenticator::for_registry(

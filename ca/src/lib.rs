@@ -43,6 +43,7 @@ mod key;
 pub mod name;
 pub mod pem;
 pub mod pod_certificate;
+pub mod pod_identity;
 pub mod rfc3339;
 
 use std::net::IpAddr;
@@ -275,6 +276,17 @@ pub struct IssueParams {
     pub key: SubjectKey,
     /// How long before `now` the certificate begins; None: [`BACKDATE`].
     pub backdate: Option<Duration>,
+    /// Further extensions, as given (e.g. the PodIdentity extension).
+    pub extensions: Vec<Extension>,
+}
+
+/// An extension added to an issued certificate verbatim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Extension {
+    pub oid_arcs: Vec<u64>,
+    pub critical: bool,
+    /// The extension's value (DER), the contents of its OCTET STRING.
+    pub value: Vec<u8>,
 }
 
 impl IssueParams {
@@ -603,6 +615,11 @@ impl Ca {
         cp.key_usages = usages.iter().filter_map(|u| u.key_usage()).collect();
         cp.extended_key_usages = usages.iter().filter_map(|u| u.extended_key_usage()).collect();
         cp.use_authority_key_identifier_extension = self.info.subject_key_id.is_some();
+        for e in &params.extensions {
+            let mut ext = rcgen::CustomExtension::from_oid_content(&e.oid_arcs, e.value.clone());
+            ext.set_criticality(e.critical);
+            cp.custom_extensions.push(ext);
+        }
 
         let mut issuer_params = rcgen::CertificateParams::default();
         if let Some(ski) = &self.info.subject_key_id {

@@ -162,6 +162,10 @@ pub struct Config {
     pub apiserver_addresses: Vec<String>,
     /// How old a PodCertificateRequest gets before `podcertificaterequest-cleaner` deletes it.
     pub pcr_cleaner_threshold: chrono::Duration,
+    /// The apiserver's client CA (certificate file, key file): `signers` then signs
+    /// PodCertificateRequests for `kubernetes.io/kube-apiserver-client-pod` with it. Only
+    /// `kustos server` sets it: only its apiserver reads the certificates as pods.
+    pub kube_apiserver_client_pod_ca: Option<(PathBuf, PathBuf)>,
 }
 
 impl Default for Config {
@@ -179,6 +183,7 @@ impl Default for Config {
             node_lifecycle: node_lifecycle::Timing::default(),
             apiserver_addresses: Vec::new(),
             pcr_cleaner_threshold: pcr_cleaner::DEFAULT_THRESHOLD,
+            kube_apiserver_client_pod_ca: None,
         }
     }
 }

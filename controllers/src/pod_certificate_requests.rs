@@ -8,6 +8,7 @@
 //! request carries it) plus a way to set its status, so each controller has one loop, generic
 //! over [`Request`], and no copy per version.
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use k8s_openapi::api::certificates::{v1, v1beta1};
@@ -68,9 +69,14 @@ pub enum RequestedKey<'a> {
 pub struct View<'a> {
     pub signer_name: &'a str,
     pub service_account_name: &'a str,
+    pub service_account_uid: &'a str,
+    pub pod_name: &'a str,
     pub pod_uid: &'a str,
+    pub node_name: &'a str,
+    pub node_uid: &'a str,
     pub max_expiration_seconds: Option<i32>,
     pub key: RequestedKey<'a>,
+    pub unverified_user_annotations: Option<&'a BTreeMap<String, String>>,
     pub conditions: &'a [Condition],
 }
 
@@ -100,8 +106,13 @@ impl Request for v1::PodCertificateRequest {
         View {
             signer_name: &s.signer_name,
             service_account_name: &s.service_account_name,
+            service_account_uid: &s.service_account_uid,
+            pod_name: &s.pod_name,
             pod_uid: &s.pod_uid,
+            node_name: &s.node_name,
+            node_uid: &s.node_uid,
             max_expiration_seconds: s.max_expiration_seconds,
+            unverified_user_annotations: s.unverified_user_annotations.as_ref(),
             key: RequestedKey::Stub(&s.stub_pkc_s10_request.0),
             conditions: conditions(self.status.as_ref().map(|st| &st.conditions)),
         }
@@ -128,8 +139,13 @@ impl Request for v1beta1::PodCertificateRequest {
         View {
             signer_name: &s.signer_name,
             service_account_name: &s.service_account_name,
+            service_account_uid: &s.service_account_uid,
+            pod_name: &s.pod_name,
             pod_uid: &s.pod_uid,
+            node_name: &s.node_name,
+            node_uid: &s.node_uid,
             max_expiration_seconds: s.max_expiration_seconds,
+            unverified_user_annotations: s.unverified_user_annotations.as_ref(),
             key,
             conditions: conditions(self.status.as_ref().map(|st| &st.conditions)),
         }

@@ -50,6 +50,7 @@ use crate::clustertrustbundle_publisher as ctb;
 use crate::csr;
 use crate::runtime::{self, whole_world_until, Backoff};
 
+pub mod client_pod;
 pub mod pod_certificates;
 pub mod rotation;
 

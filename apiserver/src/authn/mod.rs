@@ -19,7 +19,8 @@
 //! its headers; what leaves is the request with a `UserInfo` in its extensions, or a 401.
 //! Authenticators in order: x509 client certificates (here), bootstrap tokens
 //! ([`bootstrap_token`]), service-account JWTs ([`serviceaccount`], which also serves
-//! TokenRequest and the OIDC discovery documents), anonymous. [`impersonation`] then swaps
+//! TokenRequest and the OIDC discovery documents), anonymous. A client certificate with the
+//! PodIdentity extension is the pod's service account ([`pod_certificate`]). [`impersonation`] then swaps
 //! the user for an `Impersonate-*` one when the real user may impersonate. [`client_ca`]
 //! follows the client CA file while serving: the x509 authenticator's trust set and the CA
 //! subjects the TLS handshake hints.
@@ -27,6 +28,8 @@
 pub mod bootstrap_token;
 pub mod client_ca;
 pub mod impersonation;
+pub mod pod_certificate;
+pub use pod_certificate::X509Outcome;
 pub mod serviceaccount;
 pub mod user;
 
@@ -122,6 +125,8 @@ pub struct X509Authenticator {
     trust: RwLock<Trust>,
     /// Presented chain (concatenated DER) → user, valid until, trust generation.
     cache: Mutex<HashMap<Vec<u8>, CachedUser>>,
+    /// Whether a certificate with the PodIdentity extension is a pod ([`X509Outcome::Pod`]).
+    pod_identities: bool,
 }
 
 /// The current trust set: its generation (bumped by every replacement) and the verifier
@@ -131,7 +136,7 @@ struct Trust {
     verifier: Option<Arc<dyn ClientCertVerifier>>,
 }
 
-type CachedUser = (UserInfo, DateTime<Utc>, u64);
+type CachedUser = (X509Outcome, DateTime<Utc>, u64);
 
 impl std::fmt::Debug for X509Authenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -166,7 +171,15 @@ impl X509Authenticator {
         Ok(X509Authenticator {
             trust: RwLock::new(Trust { generation: 0, verifier }),
             cache: Mutex::new(HashMap::new()),
+            pod_identities: false,
         })
+    }
+
+    /// Read certificates with the PodIdentity extension as pods (the apiserver, which can
+    /// check their binding), not by their subject.
+    pub fn recognizing_pod_identities(mut self) -> Self {
+        self.pod_identities = true;
+        self
     }
 
     /// Trust every certificate of a PEM bundle.
@@ -188,10 +201,18 @@ impl X509Authenticator {
         Ok(())
     }
 
-    /// Verify a presented chain (leaf first) at `now`.
+    /// Verify a presented chain (leaf first) at `now`; a pod certificate is refused here.
     pub fn verify(&self, chain: &[CertificateDer<'_>], now: DateTime<Utc>) -> AuthResult {
+        match self.verify_outcome(chain, now) {
+            X509Outcome::Result(r) => r,
+            X509Outcome::Pod(_) => AuthResult::Invalid("x509: a pod certificate's binding is not checked here".into()),
+        }
+    }
+
+    /// Verify a presented chain (leaf first) at `now`.
+    pub fn verify_outcome(&self, chain: &[CertificateDer<'_>], now: DateTime<Utc>) -> X509Outcome {
         let Some((leaf, intermediates)) = chain.split_first() else {
-            return AuthResult::NoCredentials;
+            return X509Outcome::Result(AuthResult::NoCredentials);
         };
         let (generation, verifier) = {
             let trust = self.trust.read().unwrap_or_else(|e| e.into_inner());
@@ -199,31 +220,50 @@ impl X509Authenticator {
         };
         let key: Vec<u8> = chain.iter().flat_map(|c| c.as_ref().iter().copied()).collect();
         if let Ok(cache) = self.cache.lock() {
-            if let Some((user, until, cached_generation)) = cache.get(&key) {
+            if let Some((outcome, until, cached_generation)) = cache.get(&key) {
                 if now < *until && *cached_generation == generation {
-                    return AuthResult::Authenticated(user.clone());
+                    return outcome.clone();
                 }
             }
         }
+        let invalid = |reason: String| X509Outcome::Result(AuthResult::Invalid(reason));
         let Some(verifier) = verifier else {
-            return AuthResult::Invalid("x509: certificate signed by unknown authority".into());
+            return invalid("x509: certificate signed by unknown authority".into());
         };
         let unix = UnixTime::since_unix_epoch(StdDuration::from_secs(u64::try_from(now.timestamp()).unwrap_or(0)));
         if let Err(e) = verifier.verify_client_cert(leaf, intermediates, unix) {
-            return AuthResult::Invalid(describe(&e));
+            return invalid(describe(&e));
         }
         let info = match kustos_ca::parse_certificate_der(leaf) {
             Ok(i) => i,
-            Err(e) => return AuthResult::Invalid(format!("x509: {e}")),
+            Err(e) => return invalid(format!("x509: {e}")),
         };
-        if info.common_name.is_empty() {
-            return AuthResult::NoCredentials;
-        }
-        let uid = match x509_user_uid(&info.user_uids) {
-            Ok(uid) => uid,
-            Err(e) => return AuthResult::Invalid(e),
+        let pod = match self.pod_identities {
+            true => match kustos_ca::pod_identity::PodIdentity::from_certificate_der(leaf) {
+                Ok(pod) => pod,
+                Err(e) => return invalid(format!("x509: {e}")),
+            },
+            false => None,
         };
-        let user = UserInfo { name: info.common_name, uid, groups: info.organizations, ..Default::default() };
+        let outcome = match pod {
+            Some(identity) => match pod_certificate::claims(identity, &info, leaf) {
+                Ok(claims) => X509Outcome::Pod(claims),
+                Err(e) => return invalid(e),
+            },
+            None if info.common_name.is_empty() => return X509Outcome::Result(AuthResult::NoCredentials),
+            None => {
+                let uid = match x509_user_uid(&info.user_uids) {
+                    Ok(uid) => uid,
+                    Err(e) => return invalid(e),
+                };
+                X509Outcome::Result(AuthResult::Authenticated(UserInfo {
+                    name: info.common_name,
+                    uid,
+                    groups: info.organizations,
+                    ..Default::default()
+                }))
+            }
+        };
         if let Ok(mut cache) = self.cache.lock() {
             if cache.len() >= X509_CACHE_MAX {
                 cache.retain(|_, (_, until, _)| now < *until);
@@ -231,9 +271,9 @@ impl X509Authenticator {
                     cache.clear();
                 }
             }
-            cache.insert(key, (user.clone(), (now + X509_CACHE_TTL).min(info.not_after), generation));
+            cache.insert(key, (outcome.clone(), (now + X509_CACHE_TTL).min(info.not_after), generation));
         }
-        AuthResult::Authenticated(user)
+        outcome
     }
 }
 
@@ -270,11 +310,19 @@ fn describe(e: &rustls::Error) -> String {
 }
 
 impl X509Authenticator {
-    /// Authenticate by the connection's client certificate, if any.
+    /// Authenticate by the connection's client certificate, if any (as [`Self::verify`]).
     pub fn authenticate(&self, req: &http::request::Parts) -> AuthResult {
         match req.extensions.get::<PeerCertificates>() {
             Some(peer) => self.verify(&peer.0, Utc::now()),
             None => AuthResult::NoCredentials,
+        }
+    }
+
+    /// What the connection's client certificate, if any, proves.
+    pub fn authenticate_outcome(&self, req: &http::request::Parts) -> X509Outcome {
+        match req.extensions.get::<PeerCertificates>() {
+            Some(peer) => self.verify_outcome(&peer.0, Utc::now()),
+            None => X509Outcome::Result(AuthResult::NoCredentials),
         }
     }
 }
@@ -300,6 +348,8 @@ pub fn bearer_token(req: &http::request::Parts) -> Option<&str> {
 /// each token authenticator for a bearer token.
 pub struct AuthnChain {
     x509: Option<X509Authenticator>,
+    /// Checks pod certificates' bindings (none: pod certificates authenticate nobody).
+    pod_bindings: Option<Arc<dyn pod_certificate::PodBindings>>,
     tokens: Vec<Arc<dyn TokenAuthenticator>>,
     anonymous: bool,
     /// The apiserver's own audiences (`--api-audiences`): tokens used on requests must be
@@ -321,7 +371,7 @@ impl std::fmt::Debug for AuthnChain {
 impl AuthnChain {
     /// x509 client certificates against the PKI's CA bundle; anonymous when `anonymous`.
     pub fn new(pki: &Pki, anonymous: bool) -> anyhow::Result<Self> {
-        let x509 = X509Authenticator::new(&pki.ca_bundle_der()?)?;
+        let x509 = X509Authenticator::new(&pki.ca_bundle_der()?)?.recognizing_pod_identities();
         Ok(Self::from_parts(Some(x509), Vec::new(), anonymous))
     }
 
@@ -330,7 +380,13 @@ impl AuthnChain {
         tokens: Vec<Arc<dyn TokenAuthenticator>>,
         anonymous: bool,
     ) -> Self {
-        AuthnChain { x509, tokens, anonymous, api_audiences: Vec::new() }
+        AuthnChain { x509, pod_bindings: None, tokens, anonymous, api_audiences: Vec::new() }
+    }
+
+    /// Check pod certificates' bindings with `bindings`.
+    pub fn with_pod_bindings(mut self, bindings: Arc<dyn pod_certificate::PodBindings>) -> Self {
+        self.pod_bindings = Some(bindings);
+        self
     }
 
     /// Append a token authenticator (asked after the ones already present).
@@ -380,13 +436,20 @@ impl AuthnChain {
     pub async fn authenticate(&self, req: &http::request::Parts) -> Result<UserInfo, Vec<String>> {
         let mut errors = Vec::new();
         if let Some(x509) = &self.x509 {
-            match x509.authenticate(req) {
-                AuthResult::Authenticated(mut user) => {
+            match x509.authenticate_outcome(req) {
+                X509Outcome::Result(AuthResult::Authenticated(mut user)) => {
                     mark_authenticated(&mut user);
                     return Ok(user);
                 }
-                AuthResult::Invalid(reason) => errors.push(reason),
-                AuthResult::NoCredentials => {}
+                X509Outcome::Result(AuthResult::Invalid(reason)) => errors.push(reason),
+                X509Outcome::Result(AuthResult::NoCredentials) => {}
+                X509Outcome::Pod(claims) => match pod_certificate::user(self.pod_bindings.as_deref(), &claims).await {
+                    Ok(mut user) => {
+                        mark_authenticated(&mut user);
+                        return Ok(user);
+                    }
+                    Err(reason) => errors.push(reason),
+                },
             }
         }
         if bearer_token(req).is_none() && has_undecodable_bearer(req) {

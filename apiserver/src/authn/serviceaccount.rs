@@ -352,6 +352,11 @@ impl ServiceAccountAuthenticator {
 
     async fn authenticate_bound(&self, claims: &Map<String, Value>, now: DateTime<Utc>) -> Result<UserInfo, Rejection> {
         let claims = BoundClaims::from_claims(claims)?;
+        self.check_claims(&claims, now).await
+    }
+
+    /// Bound claims against the stored objects they name.
+    async fn check_claims(&self, claims: &BoundClaims, now: DateTime<Utc>) -> Result<UserInfo, Rejection> {
         let ns = &claims.namespace;
         let sa = self.read(&self.service_accounts, ns, &claims.service_account.name).await?;
         let secret = match &claims.secret {
@@ -372,7 +377,7 @@ impl ServiceAccountAuthenticator {
             pod: pod.as_ref().map(|(_, o)| o),
             node: node.as_ref().map(|(_, o)| o),
         };
-        check_bound(&claims, &stored, now)
+        check_bound(claims, &stored, now)
     }
 
     async fn authenticate_legacy(
@@ -415,6 +420,21 @@ impl ServiceAccountAuthenticator {
         if let Err(e) = result {
             tracing::debug!(secret = %kv.key, error = %e, "recording the use of a legacy service-account token");
         }
+    }
+}
+
+/// Pod certificates are bound as pod-bound tokens are: the service account and the pod.
+#[async_trait::async_trait]
+impl crate::authn::pod_certificate::PodBindings for ServiceAccountAuthenticator {
+    async fn pod_user(
+        &self,
+        claims: &crate::authn::pod_certificate::PodClaims,
+        now: DateTime<Utc>,
+    ) -> Result<UserInfo, String> {
+        let bound = crate::authn::pod_certificate::bound_claims(&claims.identity);
+        let mut user = self.check_claims(&bound, now).await.map_err(|e| e.to_string())?;
+        user.extra.insert(CREDENTIAL_ID_EXTRA.to_string(), vec![claims.credential_id.clone()]);
+        Ok(user)
     }
 }
 

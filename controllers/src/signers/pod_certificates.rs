@@ -8,7 +8,9 @@
 //! `notBefore`, `beginRefreshAt`, `notAfter`; or `Denied` (a key type the Signer does not
 //! sign: `UnsupportedKeyType`, as upstream); or `Failed` (the CA cannot issue an hour's
 //! certificate). Requests already Issued, Denied or Failed are left alone, as are requests
-//! for any other signer name.
+//! for any other signer name — except `kubernetes.io/kube-apiserver-client-pod`, which
+//! [`super::client_pod`] decides and the apiserver's client CA signs, where given
+//! (`kustos server`).
 //!
 //! The certificate's identity comes only from fields the apiserver verified: the request's
 //! namespace and `spec.serviceAccountName` make the SPIFFE ID
@@ -44,7 +46,8 @@ use kustos_ca::{Ca, IssueParams, SubjectKey, Usage};
 use kustos_crds::signer::{PodCertificateCounts, PodCertificates};
 use kustos_crds::{Signer, SignerStatus};
 
-use super::{Loaded, Ready, NAME};
+use super::{client_pod, Loaded, Ready, NAME};
+use crate::ca_files::CaFiles;
 use crate::csr::to_time;
 use crate::metrics::PcrOutcome;
 use crate::pod_certificate_requests::{self as pcrs, Request, RequestedKey, Version};
@@ -217,6 +220,8 @@ pub(super) struct Context {
     ready: Ready,
     backoff: Backoff,
     metrics: crate::metrics::Metrics,
+    /// The CA of `kubernetes.io/kube-apiserver-client-pod`, when this process serves it.
+    client_pod: Option<CaFiles>,
 }
 
 impl runtime::Context for Context {
@@ -241,6 +246,22 @@ async fn reconcile<K: Request>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action,
     }
     let (name, namespace) = (obj.name_any(), obj.namespace().unwrap_or_default());
     let now = Utc::now();
+    if obj.view().signer_name == client_pod::SIGNER_NAME {
+        // Served here only where the apiserver reads these certificates (`kustos server`).
+        let Some(files) = &ctx.client_pod else { return Ok(Action::await_change()) };
+        let status = match client_pod::decide(&*obj) {
+            client_pod::Decision::Skip(_) => return Ok(Action::await_change()),
+            client_pod::Decision::Deny(reason, message) => {
+                tracing::info!(controller = NAME, namespace = %namespace, request = %name, reason, "denied the PodCertificateRequest");
+                refused(condition::DENIED, reason, &message, now)
+            }
+            client_pod::Decision::Sign(plan) => match client_pod::issue(files.current().signer(), &plan, now) {
+                Ok(status) => status,
+                Err(message) => refused(condition::FAILED, "SignerFailure", &message, now),
+            },
+        };
+        return Ok(write_status(&*obj, status, &ctx, &name, &namespace).await?.unwrap_or(Action::await_change()));
+    }
     let signer = usable(ctx.ready.read().ok().and_then(|m| m.get(obj.view().signer_name).cloned()), now);
     let cfg = signer.as_ref().and_then(|s| s.pod_certificates.as_ref());
     let (status, outcome) = match decide(&*obj, cfg) {
@@ -257,14 +278,8 @@ async fn reconcile<K: Request>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action,
             }
         }
     };
-    let mut next = (*obj).clone();
-    next.set_status(status);
-    let api: Api<K> = Api::namespaced(ctx.client.clone(), &namespace);
-    match api.replace_status(&name, &PostParams::default(), &next).await {
-        Ok(_) => {}
-        Err(e) if runtime::is_status(&e, 409) => return Ok(Action::requeue(crate::csr::AFTER_CONFLICT)),
-        Err(e) if runtime::is_status(&e, 404) => return Ok(Action::await_change()),
-        Err(source) => return Err(Error::Status { name: format!("{namespace}/{name}"), source }),
+    if let Some(action) = write_status(&*obj, status, &ctx, &name, &namespace).await? {
+        return Ok(action);
     }
     ctx.metrics.pcr_answered(obj.view().signer_name, outcome);
     if let Some(signer) = signer {
@@ -281,6 +296,25 @@ async fn reconcile<K: Request>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action,
     Ok(Action::await_change())
 }
 
+/// Write `status` to the request: `None` once written, else what to do instead.
+async fn write_status<K: Request>(
+    obj: &K,
+    status: PodCertificateRequestStatus,
+    ctx: &Context,
+    name: &str,
+    namespace: &str,
+) -> Result<Option<Action>, Error> {
+    let mut next = obj.clone();
+    next.set_status(status);
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), namespace);
+    match api.replace_status(name, &PostParams::default(), &next).await {
+        Ok(_) => Ok(None),
+        Err(e) if runtime::is_status(&e, 409) => Ok(Some(Action::requeue(crate::csr::AFTER_CONFLICT))),
+        Err(e) if runtime::is_status(&e, 404) => Ok(Some(Action::await_change())),
+        Err(source) => Err(Error::Status { name: format!("{namespace}/{name}"), source }),
+    }
+}
+
 /// Sign requests until the task is dropped; nothing when the apiserver serves no
 /// PodCertificateRequests.
 pub(super) async fn run(client: Client, signers: Api<Signer>, ready: Ready, cfg: crate::Config) -> anyhow::Result<()> {
@@ -292,12 +326,26 @@ pub(super) async fn run(client: Client, signers: Api<Signer>, ready: Ready, cfg:
         return futures::future::pending().await;
     };
     tracing::info!(controller = NAME, version = version.name(), "signing PodCertificateRequests");
+    let client_pod = match &cfg.kube_apiserver_client_pod_ca {
+        None => {
+            tracing::info!(controller = NAME, "not serving {}: no client CA given", client_pod::SIGNER_NAME);
+            None
+        }
+        Some((cert, key)) => match CaFiles::load(cert, key) {
+            Ok(files) => Some(files),
+            Err(e) => {
+                tracing::error!(controller = NAME, error = %e, "not serving {}: its CA does not load", client_pod::SIGNER_NAME);
+                None
+            }
+        },
+    };
     let ctx = Arc::new(Context {
         client: client.clone(),
         signers,
         ready,
         backoff: Backoff::default(),
         metrics: cfg.metrics.clone(),
+        client_pod,
     });
     match version {
         Version::V1 => run_for::<v1::PodCertificateRequest>(client, cfg, ctx).await,
