@@ -11,10 +11,15 @@
 use std::collections::BTreeMap;
 use std::fmt::Debug;
 
+use chrono::{DateTime, Utc};
+
 use k8s_openapi::api::certificates::{v1, v1beta1};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::core::NamespaceResourceScope;
 use kube::{Client, Resource};
+use kustos_ca::pod_certificate::{self as pc, condition, KeyType};
+
+use crate::csr::to_time;
 
 pub const GROUP: &str = "certificates.k8s.io";
 pub const RESOURCE: &str = "podcertificaterequests";
@@ -159,6 +164,45 @@ impl Request for v1beta1::PodCertificateRequest {
             not_after: status.not_after,
             not_before: status.not_before,
         });
+    }
+}
+
+/// Whether the request has a terminal (`Issued`, `Denied`, `Failed`) condition.
+pub fn is_done(pcr: &impl Request) -> bool {
+    pcr.view().conditions.iter().any(|c| condition::TERMINAL.contains(&c.type_.as_str()))
+}
+
+/// The requested key (DER SubjectPublicKeyInfo) and its type, checked as the apiserver's
+/// validation checks it, or why it is refused. The apiserver checked it at create; a request
+/// that does not pass again is refused all the same.
+pub fn requested_key(key: RequestedKey<'_>, pod_uid: &str) -> Result<(Vec<u8>, KeyType), String> {
+    match key {
+        RequestedKey::Stub(stub) => pc::parse_stub_request(stub)
+            .map(|s| (s.public_key_der, s.key_type))
+            .map_err(|e| format!("spec.stubPKCS10Request: {e}")),
+        RequestedKey::Pkix { public_key, proof } => {
+            if public_key.is_empty() {
+                return Err("spec.stubPKCS10Request: Required value".into());
+            }
+            let (key, key_type) =
+                pc::accepted_key(public_key).map_err(|p| format!("spec.pkixPublicKey: {}", p.detail()))?;
+            if !pc::verify_proof_of_possession(&key, pod_uid, proof) {
+                return Err("spec.proofOfPossession: could not verify proof-of-possession signature".into());
+            }
+            Ok((public_key.to_vec(), key_type))
+        }
+    }
+}
+
+/// A terminal condition (status `True`).
+pub fn terminal(type_: &str, reason: &str, message: &str, now: DateTime<Utc>) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: to_time(now),
+        observed_generation: None,
     }
 }
 

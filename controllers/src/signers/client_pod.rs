@@ -30,9 +30,8 @@ use kustos_ca::pod_certificate::{condition, KeyType};
 use kustos_ca::pod_identity::{self, PodIdentity};
 use kustos_ca::{Ca, Extension, IssueParams, SubjectKey, Usage};
 
-use super::pod_certificates::{is_done, requested_key, terminal};
-use crate::pod_certificate_requests::Request;
 use crate::csr::to_time;
+use crate::pod_certificate_requests::{is_done, requested_key, terminal, Request};
 
 /// The signer name.
 pub const SIGNER_NAME: &str = "kubernetes.io/kube-apiserver-client-pod";
@@ -110,12 +109,7 @@ pub fn decide(pcr: &impl Request) -> Decision {
         );
     }
     let requested = s.max_expiration_seconds.map_or(MAX_LIFETIME, |secs| Duration::seconds(i64::from(secs)));
-    Decision::Sign(Box::new(Plan {
-        identity,
-        public_key_der,
-        key_type,
-        lifetime: requested.min(MAX_LIFETIME),
-    }))
+    Decision::Sign(Box::new(Plan { identity, public_key_der, key_type, lifetime: requested.min(MAX_LIFETIME) }))
 }
 
 /// The `Issued` status for `plan`, signed by `ca`, or why it cannot be issued (the `Failed`

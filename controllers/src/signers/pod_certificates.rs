@@ -37,11 +37,10 @@ use std::time::Duration as StdDuration;
 use chrono::{DateTime, Duration, DurationRound as _, Utc};
 use k8s_openapi::api::certificates::v1::PodCertificateRequestStatus;
 use k8s_openapi::api::certificates::{v1, v1beta1};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt as _};
-use kustos_ca::pod_certificate::{self as pc, condition, KeyType};
+use kustos_ca::pod_certificate::{condition, KeyType};
 use kustos_ca::{Ca, IssueParams, SubjectKey, Usage};
 use kustos_crds::signer::{PodCertificateCounts, PodCertificates};
 use kustos_crds::{Signer, SignerStatus};
@@ -50,7 +49,8 @@ use super::{client_pod, Loaded, Ready, NAME};
 use crate::ca_files::CaFiles;
 use crate::csr::to_time;
 use crate::metrics::PcrOutcome;
-use crate::pod_certificate_requests::{self as pcrs, Request, RequestedKey, Version};
+use crate::pod_certificate_requests::{self as pcrs, Request, Version};
+use crate::pod_certificate_requests::{is_done, requested_key, terminal};
 use crate::runtime::{self, Backoff};
 
 /// How soon a request whose signer name has no ready Signer is looked at again (a Signer
@@ -99,33 +99,6 @@ pub enum Decision {
     /// Condition `Denied` with this reason and message.
     Deny(&'static str, String),
     Sign(Box<Plan>),
-}
-
-/// Whether the request has a terminal (`Issued`, `Denied`, `Failed`) condition.
-pub fn is_done(pcr: &impl Request) -> bool {
-    pcr.view().conditions.iter().any(|c| condition::TERMINAL.contains(&c.type_.as_str()))
-}
-
-/// The requested key (DER SubjectPublicKeyInfo) and its type, checked as the apiserver's
-/// validation checks it, or why it is refused. The apiserver checked it at create; a request
-/// that does not pass again is refused all the same.
-pub fn requested_key(key: RequestedKey<'_>, pod_uid: &str) -> Result<(Vec<u8>, KeyType), String> {
-    match key {
-        RequestedKey::Stub(stub) => pc::parse_stub_request(stub)
-            .map(|s| (s.public_key_der, s.key_type))
-            .map_err(|e| format!("spec.stubPKCS10Request: {e}")),
-        RequestedKey::Pkix { public_key, proof } => {
-            if public_key.is_empty() {
-                return Err("spec.stubPKCS10Request: Required value".into());
-            }
-            let (key, key_type) =
-                pc::accepted_key(public_key).map_err(|p| format!("spec.pkixPublicKey: {}", p.detail()))?;
-            if !pc::verify_proof_of_possession(&key, pod_uid, proof) {
-                return Err("spec.proofOfPossession: could not verify proof-of-possession signature".into());
-            }
-            Ok((public_key.to_vec(), key_type))
-        }
-    }
 }
 
 /// Decide for `pcr` given the `podCertificates` of the ready Signer for its name, if any.
@@ -196,18 +169,6 @@ pub fn issue(ca: &Ca, plan: &Plan, now: DateTime<Utc>) -> Result<PodCertificateR
         not_after: Some(to_time(issued.not_after)),
         conditions: Some(vec![terminal(condition::ISSUED, "Issued", "issued by the signer", now)]),
     })
-}
-
-/// A terminal condition (status `True`).
-pub fn terminal(type_: &str, reason: &str, message: &str, now: DateTime<Utc>) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: "True".into(),
-        reason: reason.into(),
-        message: message.into(),
-        last_transition_time: to_time(now),
-        observed_generation: None,
-    }
 }
 
 fn refused(type_: &str, reason: &str, message: &str, now: DateTime<Utc>) -> PodCertificateRequestStatus {

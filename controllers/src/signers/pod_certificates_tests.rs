@@ -5,6 +5,7 @@ use base64::Engine as _;
 use k8s_openapi::api::certificates::v1::{PodCertificateRequest, PodCertificateRequestSpec};
 use k8s_openapi::ByteString;
 use kube::api::ObjectMeta;
+use kustos_ca::pod_certificate as pc;
 
 fn now() -> DateTime<Utc> {
     DateTime::parse_from_rfc3339("2026-11-26T12:00:00.250Z").unwrap().with_timezone(&Utc)
