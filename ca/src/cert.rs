@@ -41,6 +41,9 @@ pub struct CertInfo {
     pub public_key_der: Vec<u8>,
     pub subject_key_id: Option<Vec<u8>>,
     pub authority_key_id: Option<Vec<u8>>,
+    /// The value (DER) of every PodIdentity extension, in order: read them with
+    /// [`crate::pod_identity::PodIdentity::from_info`].
+    pub pod_identity_values: Vec<Vec<u8>>,
 }
 
 impl CertInfo {
@@ -137,6 +140,7 @@ pub fn parse_certificate_der(der: &[u8]) -> Result<CertInfo> {
         public_key_der: cert.public_key().raw.to_vec(),
         subject_key_id: None,
         authority_key_id: None,
+        pod_identity_values: Vec::new(),
     };
     if let Some(bc) = cert.basic_constraints().map_err(cerr)? {
         info.is_ca = bc.value.ca;
@@ -208,12 +212,14 @@ pub fn parse_certificate_der(der: &[u8]) -> Result<CertInfo> {
             }
         }
     }
+    let pod_identity_oid = crate::pod_identity::oid_content();
     for ext in cert.iter_extensions() {
         match ext.parsed_extension() {
             ParsedExtension::SubjectKeyIdentifier(id) => info.subject_key_id = Some(id.0.to_vec()),
             ParsedExtension::AuthorityKeyIdentifier(aki) => {
                 info.authority_key_id = aki.key_identifier.as_ref().map(|id| id.0.to_vec());
             }
+            _ if ext.oid.as_bytes() == pod_identity_oid.as_slice() => info.pod_identity_values.push(ext.value.to_vec()),
             _ => {}
         }
     }

@@ -22,8 +22,6 @@
 //! eight elements in order, minimal lengths, valid UTF-8, nothing after them; a certificate
 //! with two such extensions is refused.
 
-use x509_parser::prelude::FromDer as _;
-
 use crate::der::{read_der, tlv, TAG_SEQUENCE};
 
 /// The arcs of the PodIdentity extension's OID.
@@ -108,15 +106,17 @@ impl PodIdentity {
     /// The identity a certificate (DER) carries: `None` without the extension; an error when
     /// the certificate or the extension does not read, or the extension appears twice.
     pub fn from_certificate_der(cert_der: &[u8]) -> Result<Option<PodIdentity>, String> {
-        let (_, cert) = x509_parser::certificate::X509Certificate::from_der(cert_der)
-            .map_err(|e| format!("reading the certificate: {e}"))?;
-        let oid = oid_content();
-        let mut found = cert.extensions().iter().filter(|e| e.oid.as_bytes() == oid.as_slice());
-        let Some(ext) = found.next() else { return Ok(None) };
-        if found.next().is_some() {
-            return Err("certificate contains multiple Kubernetes PodIdentity extensions".into());
+        let info = crate::parse_certificate_der(cert_der).map_err(|e| format!("reading the certificate: {e}"))?;
+        PodIdentity::from_info(&info)
+    }
+
+    /// The identity a parsed certificate carries, if any; refused when it carries two.
+    pub fn from_info(info: &crate::CertInfo) -> Result<Option<PodIdentity>, String> {
+        match info.pod_identity_values.as_slice() {
+            [] => Ok(None),
+            [value] => PodIdentity::from_der(value).map(Some),
+            _ => Err("certificate contains multiple Kubernetes PodIdentity extensions".into()),
         }
-        PodIdentity::from_der(ext.value).map(Some)
     }
 }
 
@@ -127,7 +127,7 @@ pub fn sha256_hex(data: &[u8]) -> String {
 }
 
 /// The OID's content bytes (without tag and length).
-fn oid_content() -> Vec<u8> {
+pub(crate) fn oid_content() -> Vec<u8> {
     let full = crate::der::oid(&OID_ARCS);
     full[2..].to_vec()
 }

@@ -239,7 +239,7 @@ impl X509Authenticator {
             Err(e) => return invalid(format!("x509: {e}")),
         };
         let pod = match self.pod_identities {
-            true => match kustos_ca::pod_identity::PodIdentity::from_certificate_der(leaf) {
+            true => match kustos_ca::pod_identity::PodIdentity::from_info(&info) {
                 Ok(pod) => pod,
                 Err(e) => return invalid(format!("x509: {e}")),
             },

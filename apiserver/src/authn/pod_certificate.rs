@@ -141,6 +141,7 @@ mod tests {
             public_key_der: vec![],
             subject_key_id: None,
             authority_key_id: None,
+            pod_identity_values: vec![],
         }
     }
 
