@@ -121,6 +121,7 @@ pub type OnTrust = Box<dyn Fn(&[Vec<u8>]) + Send + Sync>;
 /// loop ended); apply each [`Decision`] to the authenticator and the TLS hints. The serving
 /// files are followed the same way; the TLS configuration is rebuilt when either changes.
 pub fn spawn(
+    tasks: &crate::tasks::Tasks,
     path: PathBuf,
     mut state: State,
     authn: Arc<AuthnChain>,
@@ -128,12 +129,12 @@ pub fn spawn(
     mut serving: Serving,
     every: Duration,
     on_trust: OnTrust,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
+) {
+    tasks.spawn("client-ca-files", async move {
         let mut reported: Option<Problem> = None;
         loop {
             tokio::select! {
-                _ = tls.closed() => return,
+                _ = tls.closed() => return Ok(()),
                 _ = tokio::time::sleep(every) => {}
             }
             let cert = tokio::fs::read_to_string(&serving.cert_path).await.ok();
