@@ -746,8 +746,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());
     let (tls_tx, tls_rx) = tokio::sync::watch::channel(http::serve::tls_config(&pki)?);
-    authn::client_ca::spawn(
-        &state.tasks,
+    let client_ca_files = authn::client_ca::follow(
         pki.dir.join("ca.crt"),
         authn::client_ca::State::new(kustos_ca::bundle::ca_certificates(&pki.ca_bundle_pem)?, now),
         state.security.authn.clone(),
@@ -760,6 +759,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         cfg.client_ca_reload_interval,
         pki::cluster_info::follower(Arc::downgrade(&state), format!("https://{server_address}")),
     );
+    state.tasks.spawn("client-ca-files", client_ca_files);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(http::serve::serve_dynamic(listener, tls_rx, app, async move {
         let _ = rx.await;
