@@ -742,7 +742,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     flowcontrol::maintain::spawn(&state.tasks, Arc::downgrade(&state), flowcontrol::maintain::PERIOD);
     pki::cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
     start_flow_control(&state, &cfg).await?;
-    api::rest::delete::gc::spawn_startup_sweep(state.clone());
+    api::rest::delete::gc::spawn_startup_sweep(&state);
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());
     let (tls_tx, tls_rx) = tokio::sync::watch::channel(http::serve::tls_config(&pki)?);
