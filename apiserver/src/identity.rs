@@ -151,11 +151,16 @@ async fn renew(state: &Arc<AppState>, id: &Identity, pki_revision: u64) -> anyho
 
 /// Renew this apiserver's Lease every [`RENEW_EVERY`], and at once when the shared PKI
 /// revision it follows changes; until the server is gone.
-pub fn spawn(state: Weak<AppState>, id: Identity, mut pki_revision: tokio::sync::watch::Receiver<u64>) {
-    tokio::spawn(async move {
+pub fn spawn(
+    tasks: &crate::tasks::Tasks,
+    state: Weak<AppState>,
+    id: Identity,
+    mut pki_revision: tokio::sync::watch::Receiver<u64>,
+) {
+    tasks.spawn("identity-lease", async move {
         let mut reported: Option<String> = None;
         loop {
-            let Some(st) = state.upgrade() else { return };
+            let Some(st) = state.upgrade() else { return Ok(()) };
             let revision = *pki_revision.borrow_and_update();
             match renew(&st, &id, revision).await {
                 Ok(()) => reported = None,

@@ -32,6 +32,7 @@ pub mod meta;
 pub mod pki;
 pub mod registry;
 pub mod storage;
+pub mod tasks;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod validation;
@@ -76,6 +77,9 @@ pub struct AppState {
     pub limiter: std::sync::OnceLock<flowcontrol::filter::Limiter>,
     /// Request metrics, the access log and unserved-path warnings (`api::observe`).
     pub observe: api::observe::Observer,
+    /// The background loops (CRDs, flow control, CA files, ...): stopped by [`Running::stop`],
+    /// aborted when the state is dropped. A loop holds a `Weak` of this state, never an `Arc`.
+    pub tasks: tasks::Tasks,
 }
 
 /// A served resource by group, version and resource name.
@@ -123,6 +127,7 @@ impl AppState {
             security,
             limiter: std::sync::OnceLock::new(),
             observe: api::observe::Observer::default(),
+            tasks: tasks::Tasks::default(),
         })
     }
 
@@ -263,6 +268,7 @@ async fn metrics_response(state: &AppState) -> Response {
     };
     let mut text = flow.trim_end().strip_suffix("# EOF").unwrap_or(&flow).to_string();
     text.push_str(&api::observe::encode(state).await);
+    text.push_str(&state.tasks.encode());
     text.push_str("# EOF\n");
     text_response(text, flowcontrol::metrics::CONTENT_TYPE)
 }
@@ -581,18 +587,23 @@ pub struct Running {
 }
 
 impl Running {
-    /// Stop accepting, finish, and wait for the serve loop.
+    /// Stop accepting, finish, and wait for the serve loop; then stop every background loop
+    /// ([`tasks::Tasks::shutdown`]) and wait until each has ended.
     pub async fn stop(mut self) {
         self.state.health.shutting_down.store(true, Ordering::SeqCst);
+        // The CA-file loop ends with the listener: expected from here on.
+        self.state.tasks.begin_stop();
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
         let _ = self.task.await;
+        self.state.tasks.shutdown().await;
     }
 
     /// Wait until the serve loop ends.
     pub async fn wait(self) {
         let _ = self.task.await;
+        self.state.tasks.shutdown().await;
     }
 }
 
@@ -607,7 +618,7 @@ async fn start_flow_control(state: &Arc<AppState>, cfg: &Config) -> anyhow::Resu
         }
         let fc = flowcontrol::dispatcher::FlowControl::new(total, flowcontrol::dispatcher::MAX_QUEUE_WAIT);
         flowcontrol::load(state, &fc).await?;
-        flowcontrol::spawn(state.clone(), fc.clone());
+        flowcontrol::spawn(&state.tasks, Arc::downgrade(state), fc.clone());
         flowcontrol::filter::Limiter::Apf(fc)
     } else {
         flowcontrol::filter::Limiter::MaxInFlight(Box::new(flowcontrol::filter::MaxInFlight::new(
@@ -632,27 +643,30 @@ fn listen(addr: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
-/// Open the configured store and start its compactor.
-async fn open_storage(cfg: &Config) -> anyhow::Result<Arc<dyn Storage>> {
+/// A boxed background loop, to be run by the state's supervisor once the state exists.
+type Loop = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Open the configured store; also its compactor loop (holding the store weakly).
+async fn open_storage(cfg: &Config) -> anyhow::Result<(Arc<dyn Storage>, Loop)> {
     Ok(match &cfg.storage {
         StorageConfig::Sqlite => {
             let store = Arc::new(storage::sqlite::SqliteStorage::open(&cfg.data_dir.join("kustos.db"))?);
-            storage::sqlite::SqliteStorage::spawn_compactor_every(
+            let compactor = storage::sqlite::SqliteStorage::compactor_every(
                 store.clone(),
                 cfg.history_revisions,
                 cfg.compaction_interval,
             );
-            store
+            (store, Box::pin(compactor))
         }
         StorageConfig::Etcd(etcd) => {
             let store = Arc::new(storage::etcd::EtcdStorage::connect(etcd).await?);
             tracing::info!(servers = %etcd.servers.join(","), prefix = %etcd.prefix, "storing objects in etcd");
-            storage::etcd::EtcdStorage::spawn_compactor_every(
+            let compactor = storage::etcd::EtcdStorage::compactor_every(
                 store.clone(),
                 cfg.history_revisions,
                 cfg.compaction_interval,
             );
-            store
+            (store, Box::pin(compactor))
         }
     })
 }
@@ -668,7 +682,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         registry::runtime_config::apply(&Registry::builtin(), &cfg.runtime_config).map_err(anyhow::Error::msg)?;
     pki::data_dir::secure(&cfg.data_dir)?;
     let now = chrono::Utc::now();
-    let store = open_storage(&cfg).await?;
+    let (store, compactor) = open_storage(&cfg).await?;
     // On etcd the CA and the service-account keys are shared with the cluster's other
     // apiservers: take the cluster's before loading them.
     let pki_sync = match cfg.storage {
@@ -689,10 +703,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let server_address = SocketAddr::new(host, addr.port()).to_string();
     // Every writer uses the wrapped store, so RBAC writes are seen by the next request.
     let (store, rbac_cache) = authz::rbac::cache::install(store);
-    if matches!(cfg.storage, StorageConfig::Etcd(_)) {
-        // Other apiservers write RBAC objects too.
-        authz::rbac::cache::spawn_follower(&rbac_cache);
-    }
+    // Other apiservers write RBAC objects too.
+    let rbac_follower =
+        matches!(cfg.storage, StorageConfig::Etcd(_)).then(|| authz::rbac::cache::follower(&rbac_cache));
     let sa_tokens = Arc::new(pki::service_account::ServiceAccountTokens::start(&cfg, &pki, &server_address).await?);
     let sa_authn = Arc::new(authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?);
     let api_audiences = sa_tokens.api_audiences().to_vec();
@@ -716,16 +729,24 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         Security { authn, authz, rbac: rbac_cache, service_accounts: Some(sa_tokens) },
     );
     state.observe.verbosity.store(cfg.verbosity, Ordering::Relaxed);
+    let ok = |f: Loop| async move {
+        f.await;
+        Ok(())
+    };
+    state.tasks.spawn("compactor", ok(compactor));
+    if let Some(follower) = rbac_follower {
+        state.tasks.spawn("rbac-follower", ok(Box::pin(follower)));
+    }
     let policy = authz::rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     prepare(&state, &policy, now).await?;
-    flowcontrol::maintain::spawn(state.clone(), flowcontrol::maintain::PERIOD);
+    flowcontrol::maintain::spawn(&state.tasks, Arc::downgrade(&state), flowcontrol::maintain::PERIOD);
     pki::cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
     start_flow_control(&state, &cfg).await?;
-    api::rest::delete::gc::spawn_startup_sweep(state.clone());
+    api::rest::delete::gc::spawn_startup_sweep(&state);
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());
     let (tls_tx, tls_rx) = tokio::sync::watch::channel(http::serve::tls_config(&pki)?);
-    authn::client_ca::spawn(
+    let client_ca_files = authn::client_ca::follow(
         pki.dir.join("ca.crt"),
         authn::client_ca::State::new(kustos_ca::bundle::ca_certificates(&pki.ca_bundle_pem)?, now),
         state.security.authn.clone(),
@@ -736,8 +757,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             current: (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),
         },
         cfg.client_ca_reload_interval,
-        pki::cluster_info::follower(state.clone(), format!("https://{server_address}")),
+        pki::cluster_info::follower(Arc::downgrade(&state), format!("https://{server_address}")),
     );
+    state.tasks.spawn("client-ca-files", client_ca_files);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(http::serve::serve_dynamic(listener, tls_rx, app, async move {
         let _ = rx.await;
@@ -748,8 +770,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         let hostname = gethostname::gethostname().to_string_lossy().trim().to_ascii_lowercase();
         let instance = std::fs::canonicalize(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
         let id = identity::Identity::new(&hostname, &instance.to_string_lossy());
-        identity::spawn(Arc::downgrade(&state), id, sync.followed());
-        sync.spawn(Arc::downgrade(&state), cfg.client_ca_reload_interval);
+        identity::spawn(&state.tasks, Arc::downgrade(&state), id, sync.followed());
+        sync.spawn(&state.tasks, Arc::downgrade(&state), cfg.client_ca_reload_interval);
     }
     state.health.started.store(true, Ordering::SeqCst);
     Ok(Running { addr, kubeconfig, state, pki, shutdown: Some(tx), task })

@@ -31,6 +31,8 @@ mod gc_tests;
 #[cfg(test)]
 mod list_watch_tests;
 #[cfg(test)]
+mod shutdown_tests;
+#[cfg(test)]
 mod write_tests;
 
 use std::fmt;
@@ -244,6 +246,11 @@ impl TestServer {
         state.health.started.store(true, std::sync::atomic::Ordering::SeqCst);
         let router = crate::router(state.clone());
         Ok(TestServer { state, router })
+    }
+
+    /// Stop the background loops (as [`crate::Running::stop`] does) and drop the server.
+    pub async fn stop(self) {
+        self.state.tasks.shutdown().await;
     }
 
     /// Send a request as `caller` and return the raw response.

@@ -205,18 +205,21 @@ async fn finalize(state: &Arc<AppState>, key: &str, rev: Rev, crd: &Value) -> an
     }
 }
 
-/// Load the CRDs once (before serving), then follow changes in a task.
+/// Load the CRDs once (before serving), then follow changes in the loop `crds` of the
+/// state's supervisor (holding the state weakly: it ends once the state is gone).
 pub async fn start(state: &Arc<AppState>) -> anyhow::Result<()> {
     let first = sync(state).await?;
-    let state = state.clone();
-    tokio::spawn(async move {
+    let weak = Arc::downgrade(state);
+    state.tasks.spawn("crds", async move {
         let mut pass = Pass { rev: first.rev, again: first.again };
         loop {
             if pass.again {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             } else {
-                wait_for_change(&state, pass.rev).await;
+                let Some(storage) = weak.upgrade().map(|s| s.storage.clone()) else { return Ok(()) };
+                wait_for_change(&storage, pass.rev).await;
             }
+            let Some(state) = weak.upgrade() else { return Ok(()) };
             match sync(&state).await {
                 Ok(p) => pass = p,
                 Err(e) => {
@@ -231,8 +234,8 @@ pub async fn start(state: &Arc<AppState>) -> anyhow::Result<()> {
 }
 
 /// Return at the first change under the CRD prefix after `rev` (or when the watch ends).
-async fn wait_for_change(state: &Arc<AppState>, rev: Rev) {
-    match state.storage.watch(PREFIX, rev).await {
+async fn wait_for_change(storage: &Arc<dyn crate::storage::Storage>, rev: Rev) {
+    match storage.watch(PREFIX, rev).await {
         Ok(mut events) => {
             let _ = events.next().await;
         }

@@ -120,7 +120,8 @@ pub type OnTrust = Box<dyn Fn(&[Vec<u8>]) + Send + Sync>;
 /// Poll `path` every `every` until the TLS configuration's receivers are gone (the serve
 /// loop ended); apply each [`Decision`] to the authenticator and the TLS hints. The serving
 /// files are followed the same way; the TLS configuration is rebuilt when either changes.
-pub fn spawn(
+/// Run by the server's supervisor as `client-ca-files`.
+pub async fn follow(
     path: PathBuf,
     mut state: State,
     authn: Arc<AuthnChain>,
@@ -128,60 +129,58 @@ pub fn spawn(
     mut serving: Serving,
     every: Duration,
     on_trust: OnTrust,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut reported: Option<Problem> = None;
-        loop {
-            tokio::select! {
-                _ = tls.closed() => return,
-                _ = tokio::time::sleep(every) => {}
-            }
-            let cert = tokio::fs::read_to_string(&serving.cert_path).await.ok();
-            let key = tokio::fs::read_to_string(&serving.key_path).await.ok();
-            if let Some(pair) = serving_decision(&serving.current, cert, key) {
-                match crate::http::serve::tls_config_with(&pair.0, &pair.1, &state.active) {
-                    Ok(config) => {
-                        tls.send_replace(config);
-                        tracing::info!(file = %serving.cert_path.display(), "serving the new certificate");
-                        serving.current = pair;
-                    }
-                    Err(e) => {
-                        tracing::warn!(file = %serving.cert_path.display(), error = %e, "the new serving certificate does not load")
-                    }
+) -> anyhow::Result<()> {
+    let mut reported: Option<Problem> = None;
+    loop {
+        tokio::select! {
+            _ = tls.closed() => return Ok(()),
+            _ = tokio::time::sleep(every) => {}
+        }
+        let cert = tokio::fs::read_to_string(&serving.cert_path).await.ok();
+        let key = tokio::fs::read_to_string(&serving.key_path).await.ok();
+        if let Some(pair) = serving_decision(&serving.current, cert, key) {
+            match crate::http::serve::tls_config_with(&pair.0, &pair.1, &state.active) {
+                Ok(config) => {
+                    tls.send_replace(config);
+                    tracing::info!(file = %serving.cert_path.display(), "serving the new certificate");
+                    serving.current = pair;
                 }
-            }
-            let read = tokio::fs::read_to_string(&path).await;
-            let d = decide(&state, read.as_deref(), Utc::now());
-            if d.problem != reported {
-                match &d.problem {
-                    Some(p) => tracing::warn!(
-                        file = %path.display(),
-                        problem = %p,
-                        "the client CA file does not load; keeping the last good CA certificates"
-                    ),
-                    None => tracing::info!(file = %path.display(), "the client CA file loads again"),
+                Err(e) => {
+                    tracing::warn!(file = %serving.cert_path.display(), error = %e, "the new serving certificate does not load")
                 }
-                reported = d.problem.clone();
-            }
-            if let Some(cas) = d.remember {
-                state.last_good = cas;
-            }
-            let Some(trust) = d.replace else { continue };
-            let applied = authn.x509().map_or(Ok(()), |x| x.set_trust(&trust)).and_then(|()| {
-                let config = crate::http::serve::tls_config_with(&serving.current.0, &serving.current.1, &trust)?;
-                tls.send_replace(config);
-                Ok(())
-            });
-            match applied {
-                Ok(()) => {
-                    tracing::info!(file = %path.display(), cas = trust.len(), "trusting the new client CA bundle");
-                    on_trust(&trust);
-                    state.active = trust;
-                }
-                Err(e) => tracing::warn!(file = %path.display(), error = %e, "applying the client CA bundle failed"),
             }
         }
-    })
+        let read = tokio::fs::read_to_string(&path).await;
+        let d = decide(&state, read.as_deref(), Utc::now());
+        if d.problem != reported {
+            match &d.problem {
+                Some(p) => tracing::warn!(
+                    file = %path.display(),
+                    problem = %p,
+                    "the client CA file does not load; keeping the last good CA certificates"
+                ),
+                None => tracing::info!(file = %path.display(), "the client CA file loads again"),
+            }
+            reported = d.problem.clone();
+        }
+        if let Some(cas) = d.remember {
+            state.last_good = cas;
+        }
+        let Some(trust) = d.replace else { continue };
+        let applied = authn.x509().map_or(Ok(()), |x| x.set_trust(&trust)).and_then(|()| {
+            let config = crate::http::serve::tls_config_with(&serving.current.0, &serving.current.1, &trust)?;
+            tls.send_replace(config);
+            Ok(())
+        });
+        match applied {
+            Ok(()) => {
+                tracing::info!(file = %path.display(), cas = trust.len(), "trusting the new client CA bundle");
+                on_trust(&trust);
+                state.active = trust;
+            }
+            Err(e) => tracing::warn!(file = %path.display(), error = %e, "applying the client CA bundle failed"),
+        }
+    }
 }
 
 #[cfg(test)]

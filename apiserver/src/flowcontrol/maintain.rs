@@ -23,7 +23,7 @@
 //! FlowSchema's `Dangling` condition follows its priority level promptly. Writes go through
 //! the REST handlers as `system:apiserver`, with resourceVersion preconditions.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -384,36 +384,39 @@ async fn settle(changes: &mut Changes) -> bool {
 /// Keep the configuration maintained: a pass every `every`, and one shortly after any
 /// change to FlowSchemas or priority levels. A failed watch is re-established after a pass
 /// (which reads everything afresh). The caller has done the initial pass.
-pub fn spawn(state: Arc<AppState>, every: Duration) {
-    tokio::spawn(async move {
+pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<AppState>, every: Duration) {
+    tasks.spawn("flowcontrol-maintain", async move {
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut from = state.storage.current_rev();
+        let Some(mut from) = state.upgrade().map(|s| s.storage.current_rev()) else { return Ok(()) };
         loop {
-            let mut changes = match watch_changes(&state, from).await {
+            let Some(st) = state.upgrade() else { return Ok(()) };
+            let watched = watch_changes(&st, from).await;
+            drop(st);
+            let mut changes = match watched {
                 Ok(c) => c,
                 Err(e) => {
                     tracing::warn!(error = %e, "watching the APF configuration failed; retrying after the next pass");
                     ticker.tick().await;
-                    from = state.storage.current_rev();
-                    pass(&state).await;
+                    let Some(st) = state.upgrade() else { return Ok(()) };
+                    from = st.storage.current_rev();
+                    pass(&st).await;
                     continue;
                 }
             };
             loop {
-                tokio::select! {
-                    _ = ticker.tick() => pass(&state).await,
-                    ev = changes.next() => {
-                        let healthy = matches!(ev, Some(Ok(_))) && settle(&mut changes).await;
-                        if !healthy {
-                            tracing::warn!("the APF configuration watch ended; re-listing");
-                            from = state.storage.current_rev();
-                            pass(&state).await;
-                            break;
-                        }
-                        pass(&state).await;
-                    }
+                let healthy = tokio::select! {
+                    _ = ticker.tick() => true,
+                    ev = changes.next() => matches!(ev, Some(Ok(_))) && settle(&mut changes).await,
+                };
+                let Some(st) = state.upgrade() else { return Ok(()) };
+                if !healthy {
+                    tracing::warn!("the APF configuration watch ended; re-listing");
+                    from = st.storage.current_rev();
+                    pass(&st).await;
+                    break;
                 }
+                pass(&st).await;
             }
         }
     });

@@ -31,7 +31,7 @@ pub mod queueset;
 pub mod shuffle;
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use futures::StreamExt as _;
@@ -85,21 +85,24 @@ async fn count_objects(state: &AppState, fc: &FlowControl) {
     fc.set_object_counts(counts);
 }
 
-/// Keep `fc` in step with storage, and rebalance its limits, until the runtime stops.
-pub fn spawn(state: Arc<AppState>, fc: Arc<FlowControl>) {
+/// Keep `fc` in step with storage, and rebalance its limits, in two loops of `tasks`
+/// (`flowcontrol-config`, `flowcontrol-rebalance`) that end once `state` is gone.
+pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<AppState>, fc: Arc<FlowControl>) {
     let (s, f) = (state.clone(), fc.clone());
-    tokio::spawn(async move {
-        loop {
+    tasks.spawn("flowcontrol-config", async move {
+        while s.strong_count() > 0 {
             if let Err(e) = follow(&s, &f).await {
                 tracing::warn!(error = %e, "following the flowcontrol configuration; retrying");
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
+        Ok(())
     });
-    tokio::spawn(async move {
+    tasks.spawn("flowcontrol-rebalance", async move {
         let mut tick = tokio::time::interval(dispatcher::BORROW_PERIOD);
         loop {
             tick.tick().await;
+            let Some(state) = state.upgrade() else { return Ok(()) };
             count_objects(&state, &fc).await;
             fc.rebalance();
         }
@@ -107,11 +110,14 @@ pub fn spawn(state: Arc<AppState>, fc: Arc<FlowControl>) {
 }
 
 /// Load, then reload after every change (changes arriving together are taken in one go),
-/// until the watch ends or fails.
-async fn follow(state: &AppState, fc: &FlowControl) -> anyhow::Result<()> {
-    let mut rev = load(state, fc).await?;
+/// until the watch ends or fails (or the state is gone). The state is held only while
+/// loading, never while waiting.
+async fn follow(state: &Weak<AppState>, fc: &FlowControl) -> anyhow::Result<()> {
+    let up = || state.upgrade().ok_or_else(|| anyhow::anyhow!("the server is gone"));
+    let mut rev = load(&*up()?, fc).await?;
     loop {
-        let mut events = maintain::watch_changes(state, rev).await?;
+        let watched = maintain::watch_changes(&*up()?, rev).await;
+        let mut events = watched?;
         match events.next().await {
             None => return Ok(()),
             Some(Err(e)) => return Err(e.into()),
@@ -119,6 +125,6 @@ async fn follow(state: &AppState, fc: &FlowControl) -> anyhow::Result<()> {
         }
         drop(events);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        rev = load(state, fc).await?;
+        rev = load(&*up()?, fc).await?;
     }
 }

@@ -9,7 +9,7 @@
 //! otherwise; and again whenever the trust bundle in `ca.crt` changes while serving
 //! ([`follower`], a CA rotation).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -119,10 +119,12 @@ pub async fn ensure(state: &Arc<AppState>, server_url: &str, ca_bundle_pem: &str
 /// Keeps cluster-info in step with the trust bundle while serving: given to the client CA
 /// follower, it rewrites cluster-info (in the background, retrying a few times) whenever the
 /// bundle changes, e.g. in a CA rotation.
-pub fn follower(state: Arc<AppState>, server_url: String) -> crate::authn::client_ca::OnTrust {
+/// Holds the state weakly: nothing is written once the server is gone.
+pub fn follower(state: Weak<AppState>, server_url: String) -> crate::authn::client_ca::OnTrust {
     Box::new(move |trust: &[Vec<u8>]| {
         let pem: String = trust.iter().map(|d| kustos_ca::pem_encode("CERTIFICATE", d)).collect();
-        let (state, url) = (state.clone(), server_url.clone());
+        let Some(state) = state.upgrade() else { return };
+        let url = server_url.clone();
         tokio::spawn(async move {
             for attempt in 1..=5u32 {
                 // A write lost to a concurrent one (the bootstrap signer's) is tried again.

@@ -598,14 +598,14 @@ impl PkiSync {
 
     /// Every `every`, while the server runs: a round, then [`PkiSync::follow`] after a pull
     /// (again next time when it failed). Problems are logged once each.
-    pub fn spawn(self, state: Weak<AppState>, every: std::time::Duration) {
-        tokio::spawn(async move {
+    pub fn spawn(self, tasks: &crate::tasks::Tasks, state: Weak<AppState>, every: std::time::Duration) {
+        tasks.spawn("shared-pki", async move {
             let mut reported: Option<String> = None;
             let mut follow_pending = false;
             loop {
                 tokio::time::sleep(every).await;
                 if state.strong_count() == 0 {
-                    return;
+                    return Ok(());
                 }
                 let result = match self.round().await {
                     Ok(round) => {

@@ -33,12 +33,21 @@ pub(super) fn target(current: Rev, compacted: Rev, keep_revisions: u64) -> (Rev,
     (target, target > compacted)
 }
 
-/// Compact `store` every `every`, keeping the newest `keep_revisions` revisions. The task
-/// holds only a weak reference and ends when the store is dropped.
+/// [`run`] as a task of its own.
 pub(super) fn spawn<S: Compact>(store: Arc<S>, keep_revisions: u64, every: Duration) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(run(store, keep_revisions, every))
+}
+
+/// Compact `store` every `every`, keeping the newest `keep_revisions` revisions. The loop
+/// holds only a weak reference and ends when the store is dropped.
+pub(super) fn run<S: Compact>(
+    store: Arc<S>,
+    keep_revisions: u64,
+    every: Duration,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let weak: Weak<S> = Arc::downgrade(&store);
     drop(store);
-    tokio::spawn(async move {
+    async move {
         let mut ticks = tokio::time::interval(every);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -50,7 +59,7 @@ pub(super) fn spawn<S: Compact>(store: Arc<S>, keep_revisions: u64, every: Durat
                 tracing::warn!(error = %e, target, "{} compaction failed", S::LOG_NAME);
             }
         }
-    })
+    }
 }
 
 #[cfg(test)]

@@ -117,9 +117,10 @@ pub fn install(store: Arc<dyn Storage>) -> (Arc<dyn Storage>, Arc<RbacCache>) {
 /// every change a watch of the RBAC prefix delivers makes the loaded snapshot stale. Writes
 /// through this process already do that as they return; this covers the rest, a moment after
 /// they happen. A broken watch also makes the snapshot stale, and is re-opened.
-pub fn spawn_follower(cache: &Arc<RbacCache>) -> tokio::task::JoinHandle<()> {
+/// The loop holds the cache weakly and ends once it is dropped.
+pub fn follower(cache: &Arc<RbacCache>) -> impl std::future::Future<Output = ()> + Send + 'static {
     let weak = Arc::downgrade(cache);
-    tokio::spawn(async move {
+    async move {
         use futures::StreamExt as _;
         loop {
             let Some(cache) = weak.upgrade() else { return };
@@ -144,7 +145,7 @@ pub fn spawn_follower(cache: &Arc<RbacCache>) -> tokio::task::JoinHandle<()> {
             }
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
         }
-    })
+    }
 }
 
 /// The loaded RBAC objects, reloaded when a write made them stale.

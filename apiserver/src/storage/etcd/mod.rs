@@ -526,12 +526,12 @@ impl EtcdStorage {
     /// Compact etcd every `every`, keeping the newest `keep_revisions` revisions (as the
     /// SQLite backend keeps its history). Each apiserver runs one; a compaction another one
     /// already did is not an error.
-    pub fn spawn_compactor_every(
+    pub fn compactor_every(
         store: Arc<Self>,
         keep_revisions: u64,
         every: Duration,
-    ) -> tokio::task::JoinHandle<()> {
-        compactor::spawn(store, keep_revisions, every)
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        compactor::run(store, keep_revisions, every)
     }
 
     /// A watch served from the window and the live feed, or None when `after` is older than

@@ -227,6 +227,15 @@ impl SqliteStorage {
         compactor::spawn(store, keep_revisions, every)
     }
 
+    /// The loop of `spawn_compactor_every`, for a supervisor to run.
+    pub fn compactor_every(
+        store: Arc<Self>,
+        keep_revisions: u64,
+        every: Duration,
+    ) -> impl std::future::Future<Output = ()> + Send + 'static {
+        compactor::run(store, keep_revisions, every)
+    }
+
     fn send(&self, msg: Msg) -> Result<()> {
         let tx = self.tx.as_ref().ok_or_else(writer_gone)?;
         tx.send(msg).map_err(|_| writer_gone())

@@ -305,11 +305,14 @@ pub async fn finish_namespace(state: &Arc<AppState>, ns: &str) {
     }
 }
 
-/// At start-up: resume namespace deletions and owner finalizers a crash interrupted.
-pub fn spawn_startup_sweep(state: Arc<AppState>) {
+/// At start-up: resume namespace deletions and owner finalizers a crash interrupted. One
+/// pass over the stored objects (not a loop, so not supervised), holding the state weakly.
+pub fn spawn_startup_sweep(state: &Arc<AppState>) {
+    let weak = Arc::downgrade(state);
     tokio::spawn(async move {
-        let resources = state.crds.current().registry.resources.clone();
+        let Some(resources) = weak.upgrade().map(|s| s.crds.current().registry.resources.clone()) else { return };
         for def in resources {
+            let Some(state) = weak.upgrade() else { return };
             let Ok(page) = state.storage.list(&def.prefix(), ListOptions::default()).await else { continue };
             for kv in &page.items {
                 let Ok(o) = meta::from_stored(kv) else { continue };

@@ -1,0 +1,52 @@
+//! A stopped server ends every loop it started and, once dropped, leaves nothing holding
+//! its state.
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use super::TestServer;
+use crate::flowcontrol::dispatcher::{FlowControl, MAX_QUEUE_WAIT};
+use crate::AppState;
+
+/// A server with the loops `start` runs on the state (CRDs, flow control), and its state, weakly.
+async fn server() -> (TestServer, Weak<AppState>) {
+    let srv = TestServer::new().await.unwrap();
+    let state = &srv.state;
+    crate::flowcontrol::maintain::spawn(&state.tasks, Arc::downgrade(state), crate::flowcontrol::maintain::PERIOD);
+    crate::flowcontrol::spawn(&state.tasks, Arc::downgrade(state), FlowControl::new(100, MAX_QUEUE_WAIT));
+    let weak = Arc::downgrade(&srv.state);
+    (srv, weak)
+}
+
+/// Whether `weak` is freed within a bounded number of short waits (no timing asserted).
+async fn freed(weak: &Weak<AppState>) -> bool {
+    for _ in 0..500 {
+        if weak.upgrade().is_none() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    weak.upgrade().is_none()
+}
+
+#[tokio::test]
+async fn a_stopped_and_dropped_server_ends_its_loops_and_frees_its_state() {
+    let (srv, weak) = server().await;
+    let tasks = srv.state.tasks.clone();
+    // Let every loop reach its first wait (a watch, a tick).
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(tasks.running(), ["crds", "flowcontrol-config", "flowcontrol-maintain", "flowcontrol-rebalance"]);
+    srv.stop().await;
+    assert!(tasks.running().is_empty(), "{:?}", tasks.running());
+    assert!(freed(&weak).await, "the AppState is still held {} times", weak.strong_count());
+    let text = tasks.encode();
+    assert!(!text.contains("} 1"), "a loop ended as a failure:\n{text}");
+}
+
+#[tokio::test]
+async fn a_dropped_server_frees_its_state_without_being_stopped() {
+    let (srv, weak) = server().await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    drop(srv);
+    assert!(freed(&weak).await, "the AppState is still held {} times", weak.strong_count());
+}
