@@ -52,7 +52,9 @@ enum SaKeyAction {
 
 #[derive(Args)]
 struct RevokeArgs {
-    /// The kid of the retired key (as `kustos sa-key status` shows it).
+    /// The kid of the retired key (as `kustos sa-key status` shows it). A kid is base64url
+    /// and may begin with `-`: it is taken as the value, not as a flag.
+    #[arg(allow_hyphen_values = true)]
     key_id: String,
     /// The server's data directory.
     #[arg(long, default_value = "./kustos-data")]
@@ -257,6 +259,24 @@ mod tests {
     use super::*;
     use chrono::Duration;
     use sa_keys::RetiredKey;
+
+    #[test]
+    fn a_kid_that_begins_with_a_hyphen_is_a_value() {
+        use clap::Parser as _;
+        for kid in
+            ["-HbpVxUApcGxVmdoQPgEDJxNKSDtGQRjt6TG7Re0cFU", "--bpVxUApcGxVmdoQPgEDJxNKSDtGQRjt6TG7Re0cFU", "plain"]
+        {
+            let argv = ["kustos", "sa-key", "revoke", kid, "--data-dir", "d"];
+            let cli = match crate::Cli::try_parse_from(argv) {
+                Ok(cli) => cli,
+                Err(e) => panic!("{kid}: {e}"),
+            };
+            let crate::Command::SaKey(SaKeyCommand { action: SaKeyAction::Revoke(args) }) = cli.command else {
+                panic!("{kid}: not sa-key revoke");
+            };
+            assert_eq!((args.key_id.as_str(), args.data_dir.as_path()), (kid, Path::new("d")));
+        }
+    }
 
     #[test]
     fn status_report() {
