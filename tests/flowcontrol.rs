@@ -60,6 +60,19 @@ fn view_binding(s: &Server, users: &[&str]) {
     let flags: Vec<String> = users.iter().map(|u| format!("--user={u}")).collect();
     args.extend(flags.iter().map(String::as_str));
     s.kubectl_ok(&args);
+    // The binding reaches the authorizer through its watch: wait (bounded) until each user
+    // may list config maps, so no request of the test meets the old rules.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for u in users {
+        loop {
+            let out = s.kubectl(&["auth", "can-i", "list", "configmaps", "-n", "default", "--as", u]);
+            if String::from_utf8_lossy(&out.stdout).trim() == "yes" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{u} never got the view role: {out:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }
 
 const CONFIGMAPS: &str = "/api/v1/namespaces/default/configmaps";
