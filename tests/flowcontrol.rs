@@ -60,8 +60,8 @@ fn view_binding(s: &Server, users: &[&str]) {
     let flags: Vec<String> = users.iter().map(|u| format!("--user={u}")).collect();
     args.extend(flags.iter().map(String::as_str));
     s.kubectl_ok(&args);
-    // The binding reaches the authorizer through its watch: wait (bounded) until each user
-    // may list config maps, so no request of the test meets the old rules.
+    // `view` gets its rules from the clusterrole-aggregation controller a moment after the
+    // server starts (as upstream's): wait (bounded) until each user may list config maps.
     let deadline = Instant::now() + Duration::from_secs(30);
     for u in users {
         loop {
