@@ -193,7 +193,10 @@ async fn kubectl_impersonation_needs_the_impersonate_verb() {
         s.kubectl_ok(&["auth", "whoami", "--as=jane", "--as-group=devs", "-o", "jsonpath={.status.userInfo.groups}"]);
     assert_eq!(me, r#"["devs","system:authenticated"]"#);
     s.kubectl_ok(&["create", "rolebinding", "devs-view", "--clusterrole=view", "--group=devs", "-n", &ns]);
-    s.kubectl_ok(&["get", "configmaps", "-n", &ns, "--as=jane", "--as-group=devs"]);
+    // `view` gets its rules from the aggregation controller a moment after the server starts.
+    eventually("view to let devs list config maps", || {
+        s.kubectl(&["get", "configmaps", "-n", &ns, "--as=jane", "--as-group=devs"]).status.success().then_some(())
+    });
 
     // bob may impersonate only jane.
     let bob = issue_user(&s, "bob", &[]);
