@@ -79,7 +79,16 @@ async fn metrics_and_logs_show_every_request() {
     }
     assert!(sample(&text, "process_resident_memory_bytes ").is_some_and(|rss| rss > 1e6));
     // Every background loop of the apiserver is supervised, and none ended unexpectedly.
-    for task in ["crds", "flowcontrol-config", "flowcontrol-maintain", "client-ca-files", "compactor"] {
+    let tasks = [
+        "crds",
+        "flowcontrol-config",
+        "flowcontrol-maintain",
+        "client-ca-files",
+        "compactor",
+        "service-account-keys",
+        "bootstrap-token-cache",
+    ];
+    for task in tasks {
         let prefix = format!("kustos_apiserver_task_failures_total{{task=\"{task}\"}}");
         assert_eq!(sample(&text, &prefix), Some(0.0), "{prefix} in\n{text}");
     }

@@ -100,15 +100,17 @@ pub struct Security {
 
 impl AppState {
     pub fn new(storage: Arc<dyn Storage>, server_address: String, security: Security) -> Arc<Self> {
-        Self::with_registry(Registry::builtin(), storage, server_address, security)
+        Self::with_registry(Registry::builtin(), storage, server_address, security, tasks::Tasks::default())
     }
 
-    /// Serving the kinds of `registry` (the built-in ones, less what `--runtime-config` turns off).
+    /// Serving the kinds of `registry` (the built-in ones, less what `--runtime-config` turns off),
+    /// with `tasks` the supervisor of the loops already started for it.
     pub fn with_registry(
         registry: Registry,
         storage: Arc<dyn Storage>,
         server_address: String,
         security: Security,
+        tasks: tasks::Tasks,
     ) -> Arc<Self> {
         let crds = api::crd::Dynamic::new(&registry);
         let views = registry
@@ -127,7 +129,7 @@ impl AppState {
             security,
             limiter: std::sync::OnceLock::new(),
             observe: api::observe::Observer::default(),
-            tasks: tasks::Tasks::default(),
+            tasks,
         })
     }
 
@@ -706,7 +708,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     // Other apiservers write RBAC objects too.
     let rbac_follower =
         matches!(cfg.storage, StorageConfig::Etcd(_)).then(|| authz::rbac::cache::follower(&rbac_cache));
-    let sa_tokens = Arc::new(pki::service_account::ServiceAccountTokens::start(&cfg, &pki, &server_address).await?);
+    let tasks = tasks::Tasks::default();
+    let sa_tokens =
+        Arc::new(pki::service_account::ServiceAccountTokens::start(&cfg, &pki, &server_address, &tasks).await?);
     let sa_authn = Arc::new(authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?);
     let api_audiences = sa_tokens.api_audiences().to_vec();
     let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?
@@ -718,6 +722,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             store.clone(),
             &registry,
             api_audiences,
+            &tasks,
         )?));
     }
     let authn = Arc::new(chain);
@@ -727,6 +732,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         store,
         server_address.clone(),
         Security { authn, authz, rbac: rbac_cache, service_accounts: Some(sa_tokens) },
+        tasks,
     );
     state.observe.verbosity.store(cfg.verbosity, Ordering::Relaxed);
     let ok = |f: Loop| async move {

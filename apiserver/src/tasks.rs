@@ -8,8 +8,14 @@
 //! `/metrics`; the server keeps serving (the other loops and the HTTP listener are not
 //! stopped and the process does not exit).
 //!
-//! Loops hold a `Weak<AppState>` or only the handles they use, never the `AppState` itself,
-//! so that nothing a loop holds keeps the state alive once the server is stopped and dropped.
+//! Bounded work that a request starts and that outlives it (garbage collection after a delete,
+//! a namespace's clean-up, a watch stream, the cluster-info refresh after a CA change) runs
+//! here too, as a job ([`Tasks::spawn_job`]): aborted at shutdown like the loops; a job that
+//! returns is done, one that fails or panics is logged and counted like a loop.
+//!
+//! Loops and jobs hold a `Weak<AppState>` or only the handles they use, never the `AppState`
+//! itself across a wait, so that nothing they hold keeps the state alive once the server is
+//! stopped and dropped.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
@@ -35,7 +41,7 @@ struct Shared {
 #[derive(Default)]
 struct Inner {
     set: JoinSet<()>,
-    /// The loops started, by task id, with their names.
+    /// The loops started, by task id, with their names (jobs are not listed).
     names: HashMap<tokio::task::Id, &'static str>,
     /// Unexpected ends, by loop name (every started name is present, 0 when none).
     failures: BTreeMap<&'static str, u64>,
@@ -60,6 +66,24 @@ impl Tasks {
     where
         F: Future<Output = anyhow::Result<()>> + Send + 'static,
     {
+        self.start(name, false, fut);
+    }
+
+    /// Run `fut`, bounded work a request started, as a job named `name` until it ends or the
+    /// supervisor stops it. Returning is its normal end; failing or panicking is counted under
+    /// `name` as for a loop. Must be called within a Tokio runtime; after
+    /// [`Tasks::shutdown`] began, `fut` is dropped unstarted.
+    pub fn spawn_job<F>(&self, name: &'static str, fut: F)
+    where
+        F: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
+        self.start(name, true, fut);
+    }
+
+    fn start<F>(&self, name: &'static str, job: bool, fut: F)
+    where
+        F: Future<Output = anyhow::Result<()>> + Send + 'static,
+    {
         if self.0.stopping.load(Ordering::SeqCst) {
             return;
         }
@@ -71,23 +95,29 @@ impl Tasks {
                 Err(_) => End::Panicked,
             };
             if let Some(shared) = shared.upgrade() {
-                Tasks(shared).ended(name, &end);
+                Tasks(shared).ended(name, job, &end);
             }
         };
         let mut inner = self.lock();
+        // Jobs end all the time: forget the ended tasks, so the set stays as large as what
+        // runs.
+        reap(&mut inner);
         let handle = inner.set.spawn(watched);
-        inner.names.insert(handle.id(), name);
+        if !job {
+            inner.names.insert(handle.id(), name);
+        }
         inner.failures.entry(name).or_insert(0);
     }
 
-    fn ended(&self, name: &'static str, end: &End) {
-        if self.0.stopping.load(Ordering::SeqCst) {
+    fn ended(&self, name: &'static str, job: bool, end: &End) {
+        if self.0.stopping.load(Ordering::SeqCst) || (job && *end == End::Returned) {
             return;
         }
+        let what = if job { "job" } else { "loop" };
         match end {
             End::Returned => tracing::error!(task = name, "an apiserver loop ended unexpectedly"),
-            End::Failed(e) => tracing::error!(task = name, error = %e, "an apiserver loop failed"),
-            End::Panicked => tracing::error!(task = name, "an apiserver loop panicked"),
+            End::Failed(e) => tracing::error!(task = name, error = %e, "an apiserver {what} failed"),
+            End::Panicked => tracing::error!(task = name, "an apiserver {what} panicked"),
         }
         *self.lock().failures.entry(name).or_insert(0) += 1;
     }
@@ -114,14 +144,7 @@ impl Tasks {
     /// The names of the loops still running (one entry per loop), sorted.
     pub fn running(&self) -> Vec<&'static str> {
         let mut inner = self.lock();
-        // Forget the loops that have ended.
-        while let Some(res) = inner.set.try_join_next_with_id() {
-            let id = match res {
-                Ok((id, ())) => id,
-                Err(e) => e.id(),
-            };
-            inner.names.remove(&id);
-        }
+        reap(&mut inner);
         let mut names: Vec<_> = inner.names.values().copied().collect();
         names.sort_unstable();
         names
@@ -137,6 +160,17 @@ impl Tasks {
             let _ = writeln!(text, "kustos_apiserver_task_failures_total{{task=\"{name}\"}} {n}");
         }
         text
+    }
+}
+
+/// Forget the tasks that have ended.
+fn reap(inner: &mut Inner) {
+    while let Some(res) = inner.set.try_join_next_with_id() {
+        let id = match res {
+            Ok((id, ())) => id,
+            Err(e) => e.id(),
+        };
+        inner.names.remove(&id);
     }
 }
 
@@ -197,6 +231,32 @@ mod tests {
         // Nothing starts after shutdown.
         t.spawn("late", futures::future::pending());
         assert!(t.running().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_job_that_returns_is_done_and_forgotten_one_that_fails_is_counted() {
+        let t = Tasks::default();
+        for _ in 0..100 {
+            t.spawn_job("done", async { Ok(()) });
+        }
+        t.spawn_job("fails", async { anyhow::bail!("broken") });
+        t.spawn_job("panics", async { panic!("boom") });
+        assert!(eventually(|| failures(&t, "fails") == Some(1) && failures(&t, "panics") == Some(1)).await);
+        assert_eq!(failures(&t, "done"), Some(0), "a returning job is its normal end");
+        assert!(t.running().is_empty(), "jobs are not loops: {:?}", t.running());
+        t.spawn_job("one-more", async { Ok(()) });
+        assert!(t.lock().set.len() <= 1, "ended jobs are not kept: {}", t.lock().set.len());
+        // A running job is aborted at shutdown, and its future dropped.
+        let held = Arc::new(());
+        let h = held.clone();
+        t.spawn_job("waits", async move {
+            let _h = h;
+            futures::future::pending::<()>().await;
+            Ok(())
+        });
+        t.shutdown().await;
+        assert_eq!(Arc::strong_count(&held), 1);
+        assert_eq!(failures(&t, "waits"), Some(0));
     }
 
     #[tokio::test]

@@ -228,10 +228,12 @@ impl TestServer {
     pub async fn with_storage(store: Arc<dyn Storage>) -> anyhow::Result<Self> {
         let (store, rbac) = crate::authz::rbac::cache::install(store);
         let registry = crate::registry::Registry::builtin();
+        let tasks = crate::tasks::Tasks::default();
         let bootstrap_tokens = crate::authn::bootstrap_token::BootstrapTokenAuthenticator::for_registry(
             store.clone(),
             &registry,
             Vec::new(),
+            &tasks,
         )?;
         let authn = AuthnChain::from_parts(None, vec![Arc::new(TestUsers), Arc::new(bootstrap_tokens)], true);
         let security = Security {
@@ -240,7 +242,7 @@ impl TestServer {
             rbac,
             service_accounts: None,
         };
-        let state = AppState::new(store, "127.0.0.1:6443".into(), security);
+        let state = AppState::with_registry(registry, store, "127.0.0.1:6443".into(), security, tasks);
         let policy = crate::authz::rbac::defaults::PolicyOptions { tls_bootstrap_bindings: true };
         crate::prepare(&state, &policy, chrono::Utc::now()).await?;
         state.health.started.store(true, std::sync::atomic::Ordering::SeqCst);

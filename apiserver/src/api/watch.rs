@@ -261,9 +261,11 @@ pub async fn watch(c: &Call<'_>) -> Result<Response> {
         None => Scope::Prefix(c.def.ns_prefix(ns(c))),
     };
     let def = c.def.clone();
-    tokio::spawn(async move {
+    // A job of the supervisor: it ends with the client, its timeout, or the server.
+    c.state.tasks.spawn_job("watch", async move {
         let work = run(store, scope, def, filter, planned, enc, bookmarks, tx.clone());
         let _ = tokio::time::timeout(timeout, work).await;
+        Ok(())
     });
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx).map(Ok::<_, std::convert::Infallible>);
     let mut resp = (StatusCode::OK, Body::from_stream(stream)).into_response();

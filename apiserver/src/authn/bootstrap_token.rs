@@ -134,17 +134,22 @@ async fn follow(storage: Arc<dyn Storage>, prefix: String, cache: std::sync::Wea
 }
 
 impl BootstrapTokenAuthenticator {
-    /// Secrets keyed as the registry's `secrets` resource keys them. Starts the task that
-    /// fills the cache, so it must be called within a Tokio runtime.
+    /// Secrets keyed as the registry's `secrets` resource keys them. Starts the loop that
+    /// fills the cache under `tasks`, so it must be called within a Tokio runtime.
     pub fn for_registry(
         storage: Arc<dyn Storage>,
         registry: &crate::registry::Registry,
         api_audiences: Vec<String>,
+        tasks: &crate::tasks::Tasks,
     ) -> anyhow::Result<Self> {
         let def = registry.find("", "v1", "secrets").ok_or_else(|| anyhow::anyhow!("secrets are not registered"))?;
         let cache = Arc::new(TokenCache::default());
         let prefix = def.key(Some(NAMESPACE), SECRET_NAME_PREFIX);
-        tokio::spawn(follow(storage.clone(), prefix, Arc::downgrade(&cache)));
+        let follower = follow(storage.clone(), prefix, Arc::downgrade(&cache));
+        tasks.spawn("bootstrap-token-cache", async move {
+            follower.await;
+            Ok(())
+        });
         Ok(BootstrapTokenAuthenticator { storage, secrets: def.clone(), api_audiences, cache })
     }
 }
@@ -361,7 +366,8 @@ mod tests {
         // Stored JSON that is not a Secret.
         store.create(&def.key(Some("kube-system"), "bootstrap-token-xxxxxx"), b"{\"data\": 1}".to_vec()).await.unwrap();
 
-        let a = BootstrapTokenAuthenticator::for_registry(store.clone(), &reg, vec!["api".into()]).unwrap();
+        let tasks = crate::tasks::Tasks::default();
+        let a = BootstrapTokenAuthenticator::for_registry(store.clone(), &reg, vec!["api".into()], &tasks).unwrap();
         let api = vec!["api".to_string()];
         match a.authenticate_token("abcdef.0123456789abcdef", &api).await {
             TokenResult::Authenticated { user, audiences } => {
@@ -402,7 +408,8 @@ mod tests {
         let def = reg.find("", "v1", "secrets").unwrap();
         let key = def.key(Some("kube-system"), "bootstrap-token-abcdef");
         let rev = store.create(&key, serde_json::to_vec(&secret(|_| {})).unwrap()).await.unwrap();
-        let a = BootstrapTokenAuthenticator::for_registry(store.clone(), &reg, vec!["api".into()]).unwrap();
+        let tasks = crate::tasks::Tasks::default();
+        let a = BootstrapTokenAuthenticator::for_registry(store.clone(), &reg, vec!["api".into()], &tasks).unwrap();
         let api = vec!["api".to_string()];
         let ok = |r: &TokenResult| matches!(r, TokenResult::Authenticated { .. });
         // Bounded polls: the cache is filled and updated by a watch, shortly after each change.

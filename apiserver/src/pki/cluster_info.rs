@@ -125,7 +125,9 @@ pub fn follower(state: Weak<AppState>, server_url: String) -> crate::authn::clie
         let pem: String = trust.iter().map(|d| kustos_ca::pem_encode("CERTIFICATE", d)).collect();
         let Some(state) = state.upgrade() else { return };
         let url = server_url.clone();
-        tokio::spawn(async move {
+        // A job of the supervisor (stopped with the server), bounded to five attempts.
+        let tasks = state.tasks.clone();
+        tasks.spawn_job("cluster-info-refresh", async move {
             for attempt in 1..=5u32 {
                 // A write lost to a concurrent one (the bootstrap signer's) is tried again.
                 let done = match ensure(&state, &url, &pem).await {
@@ -135,7 +137,7 @@ pub fn follower(state: Weak<AppState>, server_url: String) -> crate::authn::clie
                     Err(e) => Err(e),
                 };
                 match done {
-                    Ok(true) => return,
+                    Ok(true) => return Ok(()),
                     Ok(false) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
                     Err(e) => {
                         tracing::warn!(error = %e, attempt, "refreshing {NAMESPACE}/{NAME} with the new CA bundle failed");
@@ -143,6 +145,7 @@ pub fn follower(state: Weak<AppState>, server_url: String) -> crate::authn::clie
                     }
                 }
             }
+            Ok(())
         });
     })
 }

@@ -317,7 +317,13 @@ impl ServiceAccountTokens {
     /// From the server settings, and kept current: with `--service-account-signing-endpoint`
     /// the external signer's keys (fetched again as it says); else the PKI's `sa.key`/`sa.pub`,
     /// the retired keys and the key files named in `cfg`, following `DIR/pki`.
-    pub async fn start(cfg: &crate::Config, pki: &crate::pki::Pki, external_address: &str) -> anyhow::Result<Self> {
+    /// The loop that follows the keys runs under `tasks`.
+    pub async fn start(
+        cfg: &crate::Config,
+        pki: &crate::pki::Pki,
+        external_address: &str,
+        tasks: &crate::tasks::Tasks,
+    ) -> anyhow::Result<Self> {
         let endpoint =
             signing_endpoint(cfg.service_account_signing_endpoint.as_deref(), &cfg.service_account_key_files)
                 .map_err(anyhow::Error::msg)?;
@@ -325,6 +331,7 @@ impl ServiceAccountTokens {
             let tokens = Self::load(cfg, pki, external_address)?;
             if let Some(local) = &tokens.local {
                 spawn_follower(
+                    tasks,
                     Arc::downgrade(local),
                     tokens.max_token_seconds(),
                     pki.dir.clone(),
@@ -349,7 +356,7 @@ impl ServiceAccountTokens {
             cfg.service_account_max_token_expiration,
             external_address,
         )?;
-        ExternalSigner::spawn_refresh(&signer);
+        ExternalSigner::spawn_refresh(&signer, tasks);
         tracing::info!(endpoint = %endpoint, max_token_seconds = signer_max, "service-account tokens are signed by the external signer");
         Ok(tokens)
     }
@@ -458,15 +465,21 @@ impl ServiceAccountTokens {
 /// lifetime) on the retired keys and drops those past it ([`super::sa_keys::maintain`]), then
 /// verifies with the keys that verify now: a revoked key or one past its end stops verifying
 /// within one pass. A state that does not load is reported once and the keys in use stay.
-pub fn spawn_follower(keys: Weak<LocalKeys>, max: i64, pki: PathBuf, every: std::time::Duration) {
-    tokio::spawn(async move {
+pub fn spawn_follower(
+    tasks: &crate::tasks::Tasks,
+    keys: Weak<LocalKeys>,
+    max: i64,
+    pki: PathBuf,
+    every: std::time::Duration,
+) {
+    tasks.spawn("service-account-keys", async move {
         let mut reported: Option<String> = None;
         // What was last applied (the signing key's PEM, the retired keys' ids that verify):
         // unchanged, nothing is swapped.
         let mut applied_from: Option<(String, Vec<String>)> = None;
         loop {
             tokio::time::sleep(every).await;
-            let Some(keys) = keys.upgrade() else { return };
+            let Some(keys) = keys.upgrade() else { return Ok(()) };
             let pki = pki.clone();
             let loaded = tokio::task::spawn_blocking(move || {
                 let now = chrono::Utc::now();

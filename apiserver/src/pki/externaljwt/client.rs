@@ -391,17 +391,17 @@ impl ExternalSigner {
         }
     }
 
-    /// Fetch the keys every refresh hint while `this` lives.
-    pub fn spawn_refresh(this: &Arc<Self>) {
+    /// Fetch the keys every refresh hint while `this` lives, as a loop of `tasks`.
+    pub fn spawn_refresh(this: &Arc<Self>, tasks: &crate::tasks::Tasks) {
         let weak = Arc::downgrade(this);
-        tokio::spawn(async move {
+        tasks.spawn("external-jwt-signer-keys", async move {
             loop {
                 let due = match weak.upgrade() {
                     Some(s) => *s.next_refresh.lock().unwrap_or_else(|e| e.into_inner()),
-                    None => return,
+                    None => return Ok(()),
                 };
                 tokio::time::sleep_until(due.into()).await;
-                let Some(s) = weak.upgrade() else { return };
+                let Some(s) = weak.upgrade() else { return Ok(()) };
                 let due_now = *s.next_refresh.lock().unwrap_or_else(|e| e.into_inner());
                 if due_now > Instant::now() {
                     continue; // a fetch for an unknown key id moved it

@@ -7,9 +7,11 @@
 //!   their reference (`orphan` finalizer), or are deleted before the owner (`foregroundDeletion`).
 //!
 //! Work is triggered by the delete that needs it and retried until done; a sweep at
-//! start-up picks up what a crash interrupted.
+//! start-up picks up what a crash interrupted. Each piece of work is a job of the
+//! apiserver's supervisor ([`crate::tasks::Tasks::spawn_job`]), stopped with the server; it
+//! holds the state weakly across its pauses.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -78,9 +80,11 @@ pub fn after_delete(state: &Arc<AppState>, def: &ResourceDef, obj: &Value) {
     if uid.is_empty() {
         return;
     }
-    let state = state.clone();
+    let weak = Arc::downgrade(state);
     let owner_ns = if def.namespaced { Some(meta::namespace(obj).to_string()) } else { None };
-    tokio::spawn(async move {
+    state.tasks.spawn_job("gc-dependents", async move {
+        // One pass, no pause: the state is held for the pass.
+        let Some(state) = weak.upgrade() else { return Ok(()) };
         for (d, dep) in dependents(&state, owner_ns.as_deref(), &uid).await {
             let ns = meta::namespace(&dep).to_string();
             let name = meta::name(&dep).to_string();
@@ -90,12 +94,13 @@ pub fn after_delete(state: &Arc<AppState>, def: &ResourceDef, obj: &Value) {
                 delete_as_system(&state, &d, &ns, &name, "Background").await;
             }
         }
+        Ok(())
     });
 }
 
 /// After an object got its deletionTimestamp with finalizers kustos itself handles.
 pub fn after_mark_deleting(state: &Arc<AppState>, def: &ResourceDef, obj: &Value) {
-    let state = state.clone();
+    let weak = Arc::downgrade(state);
     let def = def.clone();
     let ns = meta::namespace(obj).to_string();
     let name = meta::name(obj).to_string();
@@ -104,12 +109,14 @@ pub fn after_mark_deleting(state: &Arc<AppState>, def: &ResourceDef, obj: &Value
     if !is_ns && !fins.iter().any(|f| f == "orphan" || f == "foregroundDeletion") {
         return;
     }
-    tokio::spawn(async move {
+    let job = if is_ns { "gc-namespace" } else { "gc-finalizers" };
+    state.tasks.spawn_job(job, async move {
         if is_ns {
-            finish_namespace(&state, &name).await;
+            finish_namespace(&weak, &name).await;
         } else {
-            finish_owner(&state, &def, &ns, &name).await;
+            finish_owner(&weak, &def, &ns, &name).await;
         }
+        Ok(())
     });
 }
 
@@ -236,83 +243,105 @@ async fn remove_finalizer(state: &Arc<AppState>, key: &str, field: &[&str], fina
     fail("write", &"10 conflicting writes in a row")
 }
 
-async fn finish_owner(state: &Arc<AppState>, def: &ResourceDef, ns: &str, name: &str) {
+async fn finish_owner(weak: &Weak<AppState>, def: &ResourceDef, ns: &str, name: &str) {
     let key = def.key(if def.namespaced { Some(ns) } else { None }, name);
-    let Ok(Some(kv)) = state.storage.get(&key).await else { return };
-    let Ok(owner) = meta::from_stored(&kv) else { return };
-    let uid = meta::uid(&owner).to_string();
     let owner_ns = if def.namespaced { Some(ns) } else { None };
-    let fins = meta::finalizers(&owner);
-    if fins.iter().any(|f| f == "orphan") {
-        for (d, dep) in dependents(state, owner_ns, &uid).await {
-            strip_owner(state, &d, &dep, &uid).await;
+    let (uid, fins) = {
+        let Some(state) = weak.upgrade() else { return };
+        let Ok(Some(kv)) = state.storage.get(&key).await else { return };
+        let Ok(owner) = meta::from_stored(&kv) else { return };
+        let uid = meta::uid(&owner).to_string();
+        let fins = meta::finalizers(&owner);
+        if fins.iter().any(|f| f == "orphan") {
+            for (d, dep) in dependents(&state, owner_ns, &uid).await {
+                strip_owner(&state, &d, &dep, &uid).await;
+            }
+            remove_finalizer(&state, &key, &["metadata", "finalizers"], "orphan").await;
         }
-        remove_finalizer(state, &key, &["metadata", "finalizers"], "orphan").await;
-    }
+        (uid, fins)
+    };
     if fins.iter().any(|f| f == "foregroundDeletion") {
         for _ in 0..600 {
-            let deps = dependents(state, owner_ns, &uid).await;
+            let Some(state) = weak.upgrade() else { return };
+            let deps = dependents(&state, owner_ns, &uid).await;
             if deps.is_empty() {
                 break;
             }
             for (d, dep) in deps {
                 if !meta::is_deleting(&dep) {
-                    delete_as_system(state, &d, meta::namespace(&dep), meta::name(&dep), "Background").await;
+                    delete_as_system(&state, &d, meta::namespace(&dep), meta::name(&dep), "Background").await;
                 }
             }
+            drop(state);
             tokio::time::sleep(RETRY).await;
         }
-        remove_finalizer(state, &key, &["metadata", "finalizers"], "foregroundDeletion").await;
+        let Some(state) = weak.upgrade() else { return };
+        remove_finalizer(&state, &key, &["metadata", "finalizers"], "foregroundDeletion").await;
     }
 }
 
 /// Delete everything in a Terminating namespace, then the namespace.
-pub async fn finish_namespace(state: &Arc<AppState>, ns: &str) {
-    let Some(key) = state.registry.namespace_kind().map(|d| d.key(None, ns)) else { return };
+async fn finish_namespace(weak: &Weak<AppState>, ns: &str) {
+    let Some(key) = weak.upgrade().and_then(|s| s.registry.namespace_kind().map(|d| d.key(None, ns))) else {
+        return;
+    };
     // Objects held by someone else's finalizer keep the namespace Terminating (as upstream);
     // check again with a growing pause, up to MAX_RETRY.
     let mut pause = RETRY;
     loop {
-        match state.storage.get(&key).await {
-            Ok(Some(kv)) => match meta::from_stored(&kv) {
-                Ok(o) if meta::is_deleting(&o) => {}
-                _ => return,
-            },
-            _ => return,
-        }
-        let mut remaining = 0usize;
-        let served = state.crds.current();
-        for d in served.registry.resources.iter().filter(|d| d.namespaced) {
-            let Ok(page) = state.storage.list(&d.ns_prefix(Some(ns)), ListOptions::default()).await else {
-                remaining += 1;
-                continue;
-            };
-            for kv in &page.items {
-                remaining += 1;
-                let Ok(o) = meta::from_stored(kv) else { continue };
-                if !meta::is_deleting(&o) {
-                    delete_as_system(state, d, ns, meta::name(&o), "Background").await;
-                }
-            }
-        }
-        if remaining == 0 {
-            remove_finalizer(state, &key, &["spec", "finalizers"], "kubernetes").await;
-            // Gone, or waiting for someone else's finalizer: either way our part is done.
+        let Some(state) = weak.upgrade() else { return };
+        if namespace_pass(&state, &key, ns).await {
             return;
         }
+        drop(state);
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(MAX_RETRY);
     }
 }
 
+/// One pass over a Terminating namespace: true when our part is done (the namespace is
+/// gone or not terminating, or it was empty and its `kubernetes` finalizer is removed).
+async fn namespace_pass(state: &Arc<AppState>, key: &str, ns: &str) -> bool {
+    match state.storage.get(key).await {
+        Ok(Some(kv)) => match meta::from_stored(&kv) {
+            Ok(o) if meta::is_deleting(&o) => {}
+            _ => return true,
+        },
+        _ => return true,
+    }
+    let mut remaining = 0usize;
+    let served = state.crds.current();
+    for d in served.registry.resources.iter().filter(|d| d.namespaced) {
+        let Ok(page) = state.storage.list(&d.ns_prefix(Some(ns)), ListOptions::default()).await else {
+            remaining += 1;
+            continue;
+        };
+        for kv in &page.items {
+            remaining += 1;
+            let Ok(o) = meta::from_stored(kv) else { continue };
+            if !meta::is_deleting(&o) {
+                delete_as_system(state, d, ns, meta::name(&o), "Background").await;
+            }
+        }
+    }
+    if remaining == 0 {
+        remove_finalizer(state, key, &["spec", "finalizers"], "kubernetes").await;
+        // Gone, or waiting for someone else's finalizer: either way our part is done.
+        return true;
+    }
+    false
+}
+
 /// At start-up: resume namespace deletions and owner finalizers a crash interrupted. One
-/// pass over the stored objects (not a loop, so not supervised), holding the state weakly.
+/// pass over the stored objects (a job, not a loop), holding the state weakly.
 pub fn spawn_startup_sweep(state: &Arc<AppState>) {
     let weak = Arc::downgrade(state);
-    tokio::spawn(async move {
-        let Some(resources) = weak.upgrade().map(|s| s.crds.current().registry.resources.clone()) else { return };
+    state.tasks.spawn_job("gc-startup-sweep", async move {
+        let Some(resources) = weak.upgrade().map(|s| s.crds.current().registry.resources.clone()) else {
+            return Ok(());
+        };
         for def in resources {
-            let Some(state) = weak.upgrade() else { return };
+            let Some(state) = weak.upgrade() else { return Ok(()) };
             let Ok(page) = state.storage.list(&def.prefix(), ListOptions::default()).await else { continue };
             for kv in &page.items {
                 let Ok(o) = meta::from_stored(kv) else { continue };
@@ -321,5 +350,6 @@ pub fn spawn_startup_sweep(state: &Arc<AppState>) {
                 }
             }
         }
+        Ok(())
     });
 }
