@@ -19,17 +19,20 @@
 //! themselves which kinds they handle.
 //!
 //! Layer: below admission and the API handlers, above storage. Files here import `storage`,
-//! `meta`, `error`, `validation`, `http::{request_info, negotiate}` and the user type of
-//! `authn`, never `admission` or `api::rest`; what a kind's own handler needs of the request
-//! ([`call::Call`], [`call::Reply`]) is defined here for that reason, and so are the pure
-//! value types a kind declares and the API handlers read: [`ListStrategy`] (for
-//! `api::patch`) and [`schema::Structural`] (a CRD's compiled schema).
+//! `meta`, `error`, `validation`, `wire/`, `machinery/`, `http::request_info` and the user
+//! type of `authn`, never `authz`, `admission`, `openapi` or `api`; what a kind's own handler
+//! needs of the request ([`call::Call`], [`call::Reply`]) and its body decoding ([`body`])
+//! are defined here for that reason, and so is [`schema::Structural`] (a CRD's compiled
+//! schema), which the kinds declare and the handlers read. [`ListStrategy`] is the patches'
+//! (`machinery::patch`), re-exported. The review kinds' answers ([`reviews::answer`]) sit
+//! above `authz/` though they are filed here (docs/ARCHITECTURE.md has the layer table).
 //!
 //! Objects are `serde_json::Value`s in their wire form; strategies decode into the
 //! `k8s-openapi` types where typing helps (validation, unknown-field detection). Validation
 //! fails closed: an object that does not decode is invalid ([`decode`], [`decode_update`]).
 
 pub mod apiextensions;
+pub mod body;
 pub mod budget;
 pub mod call;
 pub mod certificates;
@@ -103,16 +106,8 @@ pub fn status_reset_fields(sub: &str) -> ResetFields {
 /// Strategic-merge-patch list strategies by field path (`patchMergeKey` of the Go types).
 pub type MergeKeys = &'static [(&'static [&'static str], ListStrategy)];
 
-/// How a strategic merge patch treats a list field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ListStrategy {
-    /// `patchStrategy:"merge" patchMergeKey:"<key>"`: items are maps merged by this key.
-    MergeByKey(&'static str),
-    /// `patchStrategy:"merge"` on a list of primitives: set-like union.
-    MergePrimitives,
-    /// No patch strategy: the patch's list replaces the original (the default).
-    Replace,
-}
+/// How a strategic merge patch treats a list field (defined with the patches).
+pub use crate::machinery::patch::ListStrategy;
 
 /// The rules for one kind. Every method has no I/O.
 pub trait Strategy: Send + Sync + 'static {
