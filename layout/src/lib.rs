@@ -15,7 +15,13 @@
 //!   A path stands for the file defining its longest prefix that is a module. A module naming
 //!   one of its ancestors does not count (a module may always see its parents), the crate
 //!   root is never a target, and test code (items and files under `#[cfg(test)]`) is not read;
-//! - [`Crate::orphans`]: files under `src/` no root reaches, which the compiler never sees.
+//! - [`Crate::orphans`]: files under `src/` no root reaches, which the compiler never sees;
+//! - [`Layers::check`]: the imports ([`Crate::imports`], the crate root's items and a module's
+//!   ancestors included) a layer table in markdown forbids (see [`layers`]).
+
+pub mod layers;
+
+pub use layers::{Layer, Layers, Violation};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -156,7 +156,7 @@ pub trait Strategy: Send + Sync + 'static {
         crate::validation::is_dns1123_subdomain
     }
 
-    /// List merge keys for strategic merge patch, beyond the defaults of `api/patch.rs`.
+    /// List merge keys for strategic merge patch, beyond the defaults of `machinery/patch/`.
     fn merge_keys(&self) -> MergeKeys {
         &[]
     }
@@ -329,7 +329,7 @@ pub struct ResourceDef {
     /// Subresources besides the main one: `status`, `approval`.
     pub subresources: &'static [&'static str],
     /// A create-only kind that is never stored (TokenReview, SubjectAccessReview...): the
-    /// only verb is `create`, which answers with the computed object (`api/reviews/`).
+    /// only verb is `create`, which answers with the computed object (`registry/reviews/answer/`).
     pub create_only: bool,
     pub strategy: Arc<dyn Strategy>,
     /// JSON schema of the kind: `|g| g.subschema_for::<k8s_openapi::api::core::v1::ConfigMap>()`

@@ -16,7 +16,7 @@
 //! JSONSchemaPropsOr{Array,Bool,StringArray}).
 //!
 //! Kinds without a message (custom resources, `Table`) have no protobuf form: content
-//! negotiation (`http/negotiate.rs`) passes protobuf over for them, as upstream does.
+//! negotiation (`wire/negotiate.rs`) passes protobuf over for them, as upstream does.
 
 mod duration;
 pub mod encode;
