@@ -19,8 +19,9 @@
 //! themselves which kinds they handle.
 //!
 //! Layer: below admission and the API handlers, above storage. Files here import `storage`,
-//! `meta`, `error`, `validation`, `wire/`, `machinery/`, `http::request_info` and the user
-//! type of `authn`, never `authz`, `admission`, `openapi` or `api`; what a kind's own handler
+//! `meta`, `error`, `validation`, `wire/`, `machinery/`, `http::request_info`, the user
+//! type of `authn` and APF's defaults and arithmetic (`flowcontrol::{bootstrap, shuffle}`),
+//! never `authz`, `admission`, `openapi` or `api`; what a kind's own handler
 //! needs of the request ([`call::Call`], [`call::Reply`]) and its body decoding ([`body`])
 //! are defined here for that reason, and so is [`schema::Structural`] (a CRD's compiled
 //! schema), which the kinds declare and the handlers read. [`ListStrategy`] is the patches'
