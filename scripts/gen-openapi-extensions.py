@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Generate apiserver/src/api/openapi/extensions.rs: the list, map and patch annotations of
+"""Generate apiserver/src/openapi/extensions.rs: the list, map and patch annotations of
 the built-in types, read from the markers and struct tags of upstream's Go types.
 
 Usage: scripts/gen-openapi-extensions.py API_GIT_DIR APIMACHINERY_GIT_DIR APIEXTENSIONS_GIT_DIR \
-           > apiserver/src/api/openapi/extensions.rs
+           > apiserver/src/openapi/extensions.rs
 
 The arguments are git directories of the public kubernetes/api, kubernetes/apimachinery and
 kubernetes/apiextensions-apiserver repositories; files are read with `git show HEAD:<path>`.

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Generate apiserver/src/api/protobuf/schema.rs: the field tables of the Kubernetes protobuf
+"""Generate apiserver/src/wire/protobuf/schema.rs: the field tables of the Kubernetes protobuf
 messages kustos decodes and encodes, read from upstream's generated.proto files.
 
 Usage: scripts/gen-protobuf-schema.py API_GIT_DIR APIMACHINERY_GIT_DIR APIEXTENSIONS_GIT_DIR \
-           > apiserver/src/api/protobuf/schema.rs && cargo fmt --all
+           > apiserver/src/wire/protobuf/schema.rs && cargo fmt --all
 
 The arguments are git directories of the public kubernetes/api, kubernetes/apimachinery and
 kubernetes/apiextensions-apiserver repositories; the files are read with `git show HEAD:<path>`.

@@ -73,7 +73,7 @@ pub fn resolve_path(flag: Option<PathBuf>, env: Option<OsString>) -> anyhow::Res
 }
 
 /// Read a kubeconfig file (relative file references made absolute). Its YAML is read as
-/// the apiserver reads bodies ([`kustos_apiserver::api::yaml`]: aliases cannot make it cost
+/// the apiserver reads bodies ([`kustos_apiserver::wire::yaml`]: aliases cannot make it cost
 /// more than a bounded multiple of its size), each document into kube's `Kubeconfig` as
 /// JSON, as client-go reads kubeconfigs; documents merge as kube merges them.
 pub fn read(path: &Path) -> anyhow::Result<Kubeconfig> {
@@ -92,7 +92,7 @@ pub fn read(path: &Path) -> anyhow::Result<Kubeconfig> {
 /// A kubeconfig's documents (empty ones skipped), merged.
 fn parse(text: &[u8]) -> anyhow::Result<Kubeconfig> {
     let mut merged = Kubeconfig::default();
-    for doc in kustos_apiserver::api::yaml::documents(text)? {
+    for doc in kustos_apiserver::wire::yaml::documents(text)? {
         if doc.is_null() {
             continue;
         }

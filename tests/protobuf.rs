@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{send, shared_apiserver, Server};
 use futures::StreamExt;
-use kustos_apiserver::api::protobuf;
+use kustos_apiserver::wire::protobuf;
 use serde_json::{json, Value};
 
 const PB: &str = "application/vnd.kubernetes.protobuf";

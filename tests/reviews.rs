@@ -168,7 +168,7 @@ async fn token_review_of_garbage_is_not_authenticated() {
 
 /// A protobuf body as client-go sends it: `k8s\0`, then `runtime.Unknown{typeMeta, raw}`.
 fn protobuf(api_version: &str, kind: &str, raw: &[u8]) -> Vec<u8> {
-    kustos_apiserver::api::protobuf::encode::envelope(api_version, kind, raw)
+    kustos_apiserver::wire::protobuf::encode::envelope(api_version, kind, raw)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -202,7 +202,7 @@ async fn protobuf_review_bodies() {
     let ct = resp.headers().get("content-type").map(|v| v.as_bytes().to_vec()).unwrap_or_default();
     assert_eq!(ct, pb.as_bytes(), "Content-Type");
     let bytes = resp.bytes().await.expect("the answer");
-    let answer = kustos_apiserver::api::protobuf::decode(&bytes).expect("a protobuf SubjectAccessReview");
+    let answer = kustos_apiserver::wire::protobuf::decode(&bytes).expect("a protobuf SubjectAccessReview");
     assert_eq!(answer["kind"], "SubjectAccessReview", "{answer}");
     assert_eq!(answer["spec"], json!({"resourceAttributes": {"verb": "list", "resource": "nodes"}, "user": "nobody"}));
     // `allowed: false` is the zero value: not on the wire, absent from the JSON form.

@@ -10,12 +10,17 @@
 //!  → request info (http/request_info.rs: verb, group, version, resource, namespace, name)
 //!  → flow control (flowcontrol/: API Priority and Fairness; 429)
 //!  → authorization (authz/: system:masters, the Node authorizer, RBAC; deny → 403)
-//!  → dispatch: api/discovery.rs, api/openapi.rs, http/health.rs, or the generic API
-//!    handlers (api/: rest.rs, watch.rs, patch.rs, gc.rs)
+//!  → dispatch: api/discovery.rs, openapi/, http/health.rs, or the endpoint handlers
+//!    (api/: rest/, watch.rs, reviews.rs)
+//!      → bodies in and out (wire/: JSON, YAML, protobuf, content negotiation; patches and
+//!        apply in machinery/)
 //!      → the kind's strategy (registry/: defaults, validation, subresources, Table columns)
 //!      → admission (admission/: the ordered chain of named plugins)
 //!      → storage (storage/: revisioned KV with compare-and-swap, history and watch)
 //! ```
+//!
+//! Imports go one way, bottom to top; the layer table in docs/ARCHITECTURE.md says which
+//! folder may import which, and `kustos-layout` checks it.
 //!
 //! Objects travel as `serde_json::Value` in wire form and are checked against the
 //! `k8s-openapi` types by each kind's strategy.
@@ -28,7 +33,10 @@ pub mod error;
 pub mod flowcontrol;
 pub mod http;
 pub mod identity;
+pub mod loops;
+pub mod machinery;
 pub mod meta;
+pub mod openapi;
 pub mod pki;
 pub mod registry;
 pub mod storage;
@@ -36,6 +44,7 @@ pub mod tasks;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod validation;
+pub mod wire;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -67,7 +76,7 @@ pub struct AppState {
     views: Vec<(ResourceId, Arc<dyn Storage>)>,
     /// Built-in kinds plus the resources of established CRDs, and the OpenAPI documents:
     /// swapped when CRDs change (`crd`).
-    pub crds: api::crd::Dynamic,
+    pub crds: loops::crd::Dynamic,
     pub health: http::health::Health,
     /// `host:port` clients use (for `/api` serverAddressByClientCIDRs).
     pub server_address: String,
@@ -112,7 +121,7 @@ impl AppState {
         security: Security,
         tasks: tasks::Tasks,
     ) -> Arc<Self> {
-        let crds = api::crd::Dynamic::new(&registry);
+        let crds = loops::crd::Dynamic::new(&registry);
         let views = registry
             .resources
             .iter()
@@ -359,9 +368,9 @@ async fn resource(
     }
     let headers = req.headers().clone();
     let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).map(str::to_string);
-    let out = http::negotiate::negotiate(
+    let out = wire::negotiate::negotiate(
         accept.as_deref(),
-        api::protobuf::encode::has_message(&def.api_version(), def.kind),
+        wire::protobuf::encode::has_message(&def.api_version(), def.kind),
     )?;
     let params = Params::parse(req.uri().query());
     if matches!(info.verb.as_str(), "list" | "watch") {
@@ -375,7 +384,7 @@ async fn resource(
         admission::chain().admit(state, &a, None, None).await?;
     }
     let pretty = params.flag("pretty").unwrap_or(false);
-    let content_type = http::negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
+    let content_type = wire::negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
     let body = read_body(req.into_body(), api::rest::MAX_BODY).await?;
     let call = Call { state, def, info, user, params, out: out.clone() };
     let reply: Reply = match (info.verb.as_str(), handler) {
@@ -486,7 +495,7 @@ pub async fn prepare(
     now: chrono::DateTime<chrono::Utc>,
 ) -> anyhow::Result<()> {
     bootstrap(state).await?;
-    api::crd::start(state).await?;
+    loops::crd::start(state).await?;
     authn::serviceaccount::legacy_tracking::ensure_legacy_token_tracking(state, now).await?;
     authz::rbac::reconcile::ensure_default_policy(state, policy).await?;
     flowcontrol::maintain::ensure(state).await?;

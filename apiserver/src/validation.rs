@@ -524,7 +524,7 @@ pub fn validate_field_manager(manager: &str, path: &str) -> Vec<FieldError> {
 
 /// Upstream's `ValidateManagedFields`: each entry's `operation` is `Apply` or `Update`, its
 /// `fieldsType` empty or `FieldsV1`, its `manager` a valid field manager, its `subresource`
-/// at most 256 bytes. (What the entries own is read, or reset, before this: `api::apply`.)
+/// at most 256 bytes. (What the entries own is read, or reset, before this: `machinery::apply`.)
 pub fn validate_managed_fields(list: Option<&Value>, path: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let Some(Value::Array(list)) = list else { return errs };

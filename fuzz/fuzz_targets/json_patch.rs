@@ -2,7 +2,7 @@
 //! (applied to a Pod-like object).
 #![no_main]
 
-use kustos_apiserver::api::patch::{apply_patch, DefaultMergeKeys, PatchType};
+use kustos_apiserver::machinery::patch::{apply_patch, DefaultMergeKeys, PatchType};
 use kustos_fuzz::{round_trip, split_patch_input};
 use libfuzzer_sys::fuzz_target;
 

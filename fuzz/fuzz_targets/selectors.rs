@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use kustos_apiserver::api::selectors::{unescape_value, FieldSelector, LabelSelector};
+use kustos_apiserver::machinery::selectors::{unescape_value, FieldSelector, LabelSelector};
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
 

@@ -3,7 +3,7 @@
 //! primitives, replaced.
 #![no_main]
 
-use kustos_apiserver::api::patch::{apply_patch, ListStrategy, PatchType, TableMergeKeys};
+use kustos_apiserver::machinery::patch::{apply_patch, ListStrategy, PatchType, TableMergeKeys};
 use kustos_fuzz::{round_trip, split_patch_input};
 use libfuzzer_sys::fuzz_target;
 

@@ -15,7 +15,13 @@
 //!   A path stands for the file defining its longest prefix that is a module. A module naming
 //!   one of its ancestors does not count (a module may always see its parents), the crate
 //!   root is never a target, and test code (items and files under `#[cfg(test)]`) is not read;
-//! - [`Crate::orphans`]: files under `src/` no root reaches, which the compiler never sees.
+//! - [`Crate::orphans`]: files under `src/` no root reaches, which the compiler never sees;
+//! - [`Layers::check`]: the imports ([`Crate::imports`], the crate root's items and a module's
+//!   ancestors included) a layer table in markdown forbids (see [`layers`]).
+
+pub mod layers;
+
+pub use layers::{Layer, Layers, Violation};
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -105,8 +111,21 @@ pub fn long_files(files: &Sources, test_files: &BTreeSet<PathBuf>) -> Vec<(PathB
 #[derive(Debug, Clone)]
 struct Reference {
     file: PathBuf,
+    line: usize,
     scope: String,
     segments: Vec<String>,
+}
+
+/// One file's import of another: a path naming a module (or a root item) the other defines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Import {
+    pub file: PathBuf,
+    /// The line the path is written on (1-based).
+    pub line: usize,
+    /// The path as spelled (`crate::api::rest`, `super::Call`).
+    pub path: String,
+    /// The file defining what it names.
+    pub target: PathBuf,
 }
 
 /// One target's crate as the import graph reads it.
@@ -119,6 +138,8 @@ pub struct Crate {
     /// Module path → names a `use` bound there → the absolute path they stand for.
     aliases: BTreeMap<String, BTreeMap<String, Vec<String>>>,
     references: Vec<Reference>,
+    /// `#[macro_export]` macros (named at the crate root) → the module defining them.
+    exported: BTreeMap<String, String>,
     /// Files reached only under `#[cfg(test)]`.
     pub test_files: BTreeSet<PathBuf>,
     /// Every file reached (test files included).
@@ -269,13 +290,18 @@ impl Crate {
             if item_test {
                 continue;
             }
+            if let syn::Item::Macro(syn::ItemMacro { ident: Some(name), attrs, .. }) = item {
+                if attrs.iter().any(|a| a.path().is_ident("macro_export")) {
+                    self.exported.insert(name.to_string(), module.to_string());
+                }
+            }
             let mut refs = Refs::default();
             refs.visit_item(item);
             for (alias, target) in refs.aliases {
                 self.aliases.entry(module.to_string()).or_default().insert(alias, target);
             }
-            for segments in refs.paths {
-                self.references.push(Reference { file: file.to_path_buf(), scope: module.to_string(), segments });
+            for (segments, line) in refs.paths {
+                self.references.push(Reference { file: file.to_path_buf(), line, scope: module.to_string(), segments });
             }
         }
     }
@@ -321,20 +347,48 @@ impl Crate {
         (1..=path.len()).rev().find_map(|n| self.modules.get_key_value(&path[..n].join("::")).map(|(k, _)| k.as_str()))
     }
 
+    /// Every reference of each file's non-test code to a module defined in another file,
+    /// resolved: the module it names, and whether that module is an ancestor of the naming one.
+    /// An item of the crate root (`crate::AppState`, `super::X` in a top-level module) names
+    /// the root, except a `#[macro_export]` macro, which names the module defining it.
+    fn resolved(&self) -> impl Iterator<Item = (&Reference, &str, bool)> {
+        self.references.iter().filter_map(move |r| {
+            let path = self.absolute(&r.scope, &r.segments)?;
+            let target = match self.resolve(&path) {
+                Some(module) => module,
+                None => match path.as_slice() {
+                    [name] => self.exported.get(name).map_or("", String::as_str),
+                    _ => "",
+                },
+            };
+            let ancestor = target.is_empty() || r.scope == target || r.scope.starts_with(&format!("{target}::"));
+            (self.modules.get(target)? != &r.file).then_some((r, target, ancestor))
+        })
+    }
+
     /// Which files each file imports.
     pub fn graph(&self) -> BTreeMap<PathBuf, BTreeSet<PathBuf>> {
         let mut graph: BTreeMap<PathBuf, BTreeSet<PathBuf>> =
             self.modules.values().map(|f| (f.clone(), BTreeSet::new())).collect();
-        for r in &self.references {
-            let Some(path) = self.absolute(&r.scope, &r.segments) else { continue };
-            let Some(target) = self.resolve(&path) else { continue };
-            let ancestor = r.scope == target || r.scope.starts_with(&format!("{target}::"));
-            let file = &self.modules[target];
-            if !ancestor && file != &r.file {
-                graph.entry(r.file.clone()).or_default().insert(file.clone());
+        for (r, target, ancestor) in self.resolved() {
+            if !ancestor {
+                graph.entry(r.file.clone()).or_default().insert(self.modules[target].clone());
             }
         }
         graph
+    }
+
+    /// Every import of one file by another, ancestors and the crate root included (what the
+    /// layer rules read): where it is written, what it spells and the file it reaches.
+    pub fn imports(&self) -> Vec<Import> {
+        self.resolved()
+            .map(|(r, target, _)| Import {
+                file: r.file.clone(),
+                line: r.line,
+                path: r.segments.join("::"),
+                target: self.modules[target].clone(),
+            })
+            .collect()
     }
 
     /// The import cycles: strongly connected components of more than one file, each sorted,
@@ -352,7 +406,8 @@ impl Crate {
 /// The paths an item names, and the names its `use`s bind to a path.
 #[derive(Default)]
 struct Refs {
-    paths: Vec<Vec<String>>,
+    /// Each path's segments and the line it starts on.
+    paths: Vec<(Vec<String>, usize)>,
     aliases: Vec<(String, Vec<String>)>,
 }
 
@@ -373,7 +428,7 @@ impl Refs {
                 if let Some(last) = path.last() {
                     self.aliases.push((last.clone(), path.clone()));
                 }
-                self.paths.push(path);
+                self.paths.push((path, n.ident.span().start().line));
             }
             syn::UseTree::Rename(r) => {
                 let mut path = prefix.clone();
@@ -381,9 +436,9 @@ impl Refs {
                     path.push(r.ident.to_string());
                 }
                 self.aliases.push((r.rename.to_string(), path.clone()));
-                self.paths.push(path);
+                self.paths.push((path, r.ident.span().start().line));
             }
-            syn::UseTree::Glob(_) => self.paths.push(prefix.clone()),
+            syn::UseTree::Glob(g) => self.paths.push((prefix.clone(), g.star_token.span.start().line)),
             syn::UseTree::Group(g) => {
                 for t in &g.items {
                     self.use_tree(prefix, t);
@@ -419,7 +474,7 @@ impl Refs {
                         && matches!((&tokens[i - 2], &tokens[i - 1]), (TokenTree::Punct(a), TokenTree::Punct(b))
                             if a.as_char() == ':' && b.as_char() == ':');
                     if path.len() > 1 && !after_colons {
-                        self.paths.push(path);
+                        self.paths.push((path, id.span().start().line));
                     }
                     i = j;
                 }
@@ -438,7 +493,7 @@ impl<'ast> Visit<'ast> for Refs {
 
     fn visit_path(&mut self, p: &'ast syn::Path) {
         if p.leading_colon.is_none() && p.segments.len() > 1 {
-            self.paths.push(p.segments.iter().map(|s| s.ident.to_string()).collect());
+            self.paths.push((p.segments.iter().map(|s| s.ident.to_string()).collect(), p.span().start().line));
         }
         syn::visit::visit_path(self, p);
     }

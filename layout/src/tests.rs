@@ -173,3 +173,79 @@ fn long_files_count_non_test_lines() {
     let test_files = [PathBuf::from("test_file.rs")].into_iter().collect();
     assert_eq!(long_files(&files, &test_files), [(PathBuf::from("unexplained.rs"), MAX_LINES + 1)]);
 }
+
+const TABLE: &str = "\
+# Doc
+
+| Layer | What it is | May import |
+|---|---|---|
+| `low.rs`, `util/` | the ground | — |
+| `mid/` | the middle | `low.rs` |
+| `mid/special.rs` | a file above its folder | `top/` |
+| `top/` | the top | `mid/`, `lib.rs` |
+| `lib.rs` | the root | `*` |
+
+Text after the table.
+";
+
+/// A crate of `files` checked against `TABLE`.
+fn violations(files: &[(&str, &str)]) -> Vec<String> {
+    let (_, k) = krate(files);
+    let layers = Layers::parse(TABLE).expect("the table parses");
+    layers.check(Path::new("src"), &k.imports()).iter().map(ToString::to_string).collect()
+}
+
+#[test]
+fn a_forbidden_edge_fails_with_file_line_and_edge() {
+    let base = [
+        ("src/lib.rs", "mod low; mod util; mod mid; mod top; pub struct State; fn run() { top::t(&State); }"),
+        ("src/low.rs", "pub fn f() {}"),
+        ("src/util/mod.rs", "pub fn g() { crate::low::f(); }"),
+        ("src/mid/mod.rs", "mod special; pub fn m() { crate::util::g(); }"),
+        ("src/mid/special.rs", "pub fn s() { crate::top::t(); }"),
+        ("src/top/mod.rs", "pub fn t(_: &crate::State) { crate::mid::m(); }"),
+    ];
+    assert_eq!(
+        violations(&base),
+        Vec::<String>::new(),
+        "down, sideways in a layer, through a chain and a named root item are allowed"
+    );
+    // Planted: the ground reaching up, in two spellings, and a layer reaching the crate root.
+    let mut planted = base.to_vec();
+    planted[1] = ("src/low.rs", "pub fn f() {}\nfn up() {\n    crate::mid::m();\n}\nuse super::top::t;");
+    planted[3] = ("src/mid/mod.rs", "mod special; pub fn m() { crate::util::g(); }\nfn s(_: &crate::State) {}");
+    assert_eq!(
+        violations(&planted),
+        [
+            "low.rs:3: `crate::mid::m` reaches mid/mod.rs: low.rs may not import mid/",
+            "low.rs:5: `super::top::t` reaches top/mod.rs: low.rs may not import top/",
+            "mid/mod.rs:2: `crate::State` reaches lib.rs: mid/ may not import lib.rs",
+        ]
+    );
+    // A file named apart from its folder: `mid/special.rs` may import `top/`, the rest of `mid/` may not.
+    let mut planted = base.to_vec();
+    planted[3] = ("src/mid/mod.rs", "mod special; pub fn m() { crate::top::t(); }");
+    assert_eq!(violations(&planted), ["mid/mod.rs:1: `crate::top::t` reaches top/mod.rs: mid/ may not import top/"]);
+}
+
+#[test]
+fn the_table_is_read_and_must_be_an_order() {
+    let layers = Layers::parse(TABLE).expect("parses");
+    let names: Vec<&str> = layers.layers.iter().map(Layer::name).collect();
+    assert_eq!(names, ["low.rs", "mid/", "mid/special.rs", "top/", "lib.rs"]);
+    let at = |p: &str| layers.layer_of(Path::new(p)).map(|i| layers.layers[i].name());
+    assert_eq!(at("util/deep/x.rs"), Some("low.rs"));
+    assert_eq!(at("mid/special.rs"), Some("mid/special.rs"));
+    assert_eq!(at("mid/other.rs"), Some("mid/"));
+    assert_eq!(at("other.rs"), None);
+    assert_eq!(layers.unlayered([Path::new("other.rs"), Path::new("low.rs")]), [PathBuf::from("other.rs")]);
+    for (fault, table) in [
+        ("no table", "| a | b |\n|---|---|\n| `x` | y |\n"),
+        ("a cycle", "| Layer | What it is | May import |\n|---|---|---|\n| `a/` | a | `b/` |\n| `b/` | b | `a/` |\n"),
+        ("an unknown name", "| Layer | What it is | May import |\n|---|---|---|\n| `a/` | a | `nowhere/` |\n"),
+        ("a path twice", "| Layer | What it is | May import |\n|---|---|---|\n| `a/` | a | |\n| `a/` | b | |\n"),
+        ("no path", "| Layer | What it is | May import |\n|---|---|---|\n| a | a | |\n"),
+    ] {
+        assert!(Layers::parse(table).is_err(), "{fault} is refused");
+    }
+}

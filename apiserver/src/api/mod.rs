@@ -1,46 +1,34 @@
-//! The generic API handlers: what enters is an authorized request for a resource (its
+//! The endpoint handlers: what enters is an authorized request for a resource (its
 //! `RequestInfo`, user and body) and the kind's registration (`crate::registry::ResourceDef`);
 //! what leaves is a response (object, list, Table, watch stream or `Status`) after the kind's
 //! strategy, the admission chain and storage have had their say. Nothing here names a group
 //! or a resource: what is kind-specific hangs off the registration.
 //!
-//! - [`rest`]: get, list, create, update, patch, delete, deletecollection; body decoding and
-//!   response rendering; what follows a deletion (`rest::delete::gc`: finalizers, owner
-//!   references, namespace deletion).
+//! - [`rest`]: get, list, create, update, patch, delete, deletecollection; response
+//!   rendering; what follows a deletion (`rest::delete::gc`: finalizers, owner references,
+//!   namespace deletion).
 //! - [`watch`]: watch streams (bookmarks, `sendInitialEvents`, 410 Expired).
-//! - [`patch`]: JSON patch, merge patch, strategic merge patch, with their limits.
-//! - [`dupcheck`], [`selectors`], [`table`]: strict decoding reports, label and field
-//!   selectors, Table rendering.
-//! - [`discovery`], [`openapi`]: discovery documents and OpenAPI v2/v3.
-//! - [`schema`]: CRDs' structural schemas (defined in `registry::schema`, which the kinds
-//!   need; re-exported here).
-//! - [`crd`]: serving CustomResourceDefinitions' kinds.
-//! - [`reviews`]: the create-only review kinds (TokenReview, SubjectAccessReview, ...).
+//! - [`table`]: Table rendering.
+//! - [`discovery`]: discovery documents.
+//! - [`reviews`]: the POST of a review kind (answered by `registry::reviews::answer`).
 //! - [`serviceaccount_token`]: TokenRequest, a ServiceAccount's create-only `token`
 //!   subresource; [`create_handler`] finds it by the kind the registration says the
 //!   subresource takes.
-//! - [`protobuf`]: the Kubernetes protobuf wire format.
 //! - [`observe`]: request metrics, the access log, warnings for paths nothing serves.
-//! - [`yaml`]: YAML to JSON at a cost bounded by the input's size (bodies, apply patches,
-//!   kubeconfigs).
+//!
+//! Layer: the top but for `lib.rs`, whose `AppState` is the context every handler is given.
+//! Files here may import every folder below: `admission/`, `authz/`, `registry/`,
+//! `openapi/`, `machinery/`, `wire/` and the ground (docs/ARCHITECTURE.md has the table).
+//! Wire formats are in `wire/`, patches, apply and selectors in `machinery/`, the OpenAPI
+//! documents in `openapi/`, the review kinds in `registry/reviews/`, the CRD loop in `loops/`.
 
-pub mod apply;
-pub mod crd;
 pub mod discovery;
-pub mod dupcheck;
 pub mod observe;
-pub mod openapi;
-pub mod patch;
-pub mod protobuf;
 pub mod rest;
 pub mod reviews;
-/// Structural schemas live with the kinds (`registry/`), which need them.
-pub use crate::registry::schema;
-pub mod selectors;
 pub mod serviceaccount_token;
 pub mod table;
 pub mod watch;
-pub mod yaml;
 
 /// The handler of a subresource whose only verb is `create` and which is not stored
 /// (a ServiceAccount's `token`: TokenRequest).

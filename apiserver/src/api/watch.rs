@@ -26,14 +26,14 @@ use futures::StreamExt;
 use http::{header, HeaderValue, StatusCode};
 use serde_json::{json, Value};
 
-use crate::api::protobuf;
 use crate::api::rest::{Call, Filter};
 use crate::api::table::{self, IncludeObject};
 use crate::error::{ApiError, FieldError, Result};
-use crate::http::negotiate::Output;
 use crate::meta;
 use crate::registry::ResourceDef;
 use crate::storage::{self, EventKind, ListOptions, Rev, Storage};
+use crate::wire::negotiate::Output;
+use crate::wire::protobuf;
 
 /// How often a watch with `allowWatchBookmarks` gets a progress BOOKMARK.
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
@@ -376,8 +376,8 @@ fn translate(def: &ResourceDef, filter: &Filter, enc: &mut Encoder, ev: &storage
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::negotiate::{negotiate, MetaVersion};
     use crate::registry::Registry;
+    use crate::wire::negotiate::{negotiate, MetaVersion};
 
     fn configmaps() -> ResourceDef {
         Registry::builtin().find("", "v1", "configmaps").cloned().expect("configmaps are built in")

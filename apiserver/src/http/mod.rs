@@ -6,7 +6,6 @@
 //!   HTTP/2.
 //! - [`request_info`]: verb, API group, version, resource, subresource, namespace and name of
 //!   a request path, as upstream's `RequestInfoFactory`.
-//! - [`negotiate`]: content negotiation (JSON, YAML, Table, protobuf, metadata-only).
 //! - [`health`]: `/livez`, `/readyz`, `/healthz`.
 //! - [`metrics`]: request and process metrics in kube-apiserver's names.
 //! - [`oidc`]: OIDC discovery of the service-account issuer (`/.well-known/openid-configuration`,
@@ -14,7 +13,6 @@
 
 pub mod health;
 pub mod metrics;
-pub mod negotiate;
 pub mod oidc;
 pub mod request_info;
 pub mod serve;

@@ -160,7 +160,9 @@ pub fn resolve(method: &Method, path: &str, query: Option<&str>) -> RequestInfo 
     // and one pinned to a node by `spec.nodeName=<node>` carries that node.
     if matches!(info.verb.as_str(), "list" | "watch") {
         let selector = query_param(query, "fieldSelector");
-        if let Some(parsed) = selector.as_deref().and_then(|s| crate::api::selectors::FieldSelector::parse(s).ok()) {
+        if let Some(parsed) =
+            selector.as_deref().and_then(|s| crate::machinery::selectors::FieldSelector::parse(s).ok())
+        {
             let name = parsed.requires_exact_match("metadata.name");
             if let Some(name) = name.filter(|n| crate::validation::validate_path_segment_name(n).is_empty()) {
                 info.name = name.to_string();

@@ -470,7 +470,7 @@ struct ExistingKubeconfig {
 }
 
 fn read_admin_kubeconfig(text: &str) -> Option<ExistingKubeconfig> {
-    let v = crate::api::yaml::from_slice(text.as_bytes()).ok()?.value;
+    let v = crate::wire::yaml::from_slice(text.as_bytes()).ok()?.value;
     let decode = |v: &serde_json::Value| -> Option<String> {
         let bytes = base64::engine::general_purpose::STANDARD.decode(v.as_str()?.trim()).ok()?;
         String::from_utf8(bytes).ok()

@@ -5,7 +5,7 @@
 //!
 //! Everything here is pure: the status a CRD should have ([`decide_status`]) and the
 //! resources an established CRD serves ([`served_resources`]) are computed from values;
-//! `api/crd.rs` does the I/O.
+//! `loops/crd.rs` does the I/O.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -11,9 +11,9 @@ use serde_json::Value;
 use super::ResourceDef;
 use crate::authn::UserInfo;
 use crate::error::{ApiError, Result};
-use crate::http::negotiate::Output;
 use crate::http::request_info::RequestInfo;
 use crate::storage::{self, Storage};
+use crate::wire::negotiate::Output;
 use crate::AppState;
 
 /// Parsed query parameters of a resource request.

@@ -19,17 +19,21 @@
 //! themselves which kinds they handle.
 //!
 //! Layer: below admission and the API handlers, above storage. Files here import `storage`,
-//! `meta`, `error`, `validation`, `http::{request_info, negotiate}` and the user type of
-//! `authn`, never `admission` or `api::rest`; what a kind's own handler needs of the request
-//! ([`call::Call`], [`call::Reply`]) is defined here for that reason, and so are the pure
-//! value types a kind declares and the API handlers read: [`ListStrategy`] (for
-//! `api::patch`) and [`schema::Structural`] (a CRD's compiled schema).
+//! `meta`, `error`, `validation`, `wire/`, `machinery/`, `http::request_info`, the user
+//! type of `authn` and APF's defaults and arithmetic (`flowcontrol::{bootstrap, shuffle}`),
+//! never `authz`, `admission`, `openapi` or `api`; what a kind's own handler
+//! needs of the request ([`call::Call`], [`call::Reply`]) and its body decoding ([`body`])
+//! are defined here for that reason, and so is [`schema::Structural`] (a CRD's compiled
+//! schema), which the kinds declare and the handlers read. [`ListStrategy`] is the patches'
+//! (`machinery::patch`), re-exported. The review kinds' answers ([`reviews::answer`]) sit
+//! above `authz/` though they are filed here (docs/ARCHITECTURE.md has the layer table).
 //!
 //! Objects are `serde_json::Value`s in their wire form; strategies decode into the
 //! `k8s-openapi` types where typing helps (validation, unknown-field detection). Validation
 //! fails closed: an object that does not decode is invalid ([`decode`], [`decode_update`]).
 
 pub mod apiextensions;
+pub mod body;
 pub mod budget;
 pub mod call;
 pub mod certificates;
@@ -103,16 +107,8 @@ pub fn status_reset_fields(sub: &str) -> ResetFields {
 /// Strategic-merge-patch list strategies by field path (`patchMergeKey` of the Go types).
 pub type MergeKeys = &'static [(&'static [&'static str], ListStrategy)];
 
-/// How a strategic merge patch treats a list field.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ListStrategy {
-    /// `patchStrategy:"merge" patchMergeKey:"<key>"`: items are maps merged by this key.
-    MergeByKey(&'static str),
-    /// `patchStrategy:"merge"` on a list of primitives: set-like union.
-    MergePrimitives,
-    /// No patch strategy: the patch's list replaces the original (the default).
-    Replace,
-}
+/// How a strategic merge patch treats a list field (defined with the patches).
+pub use crate::machinery::patch::ListStrategy;
 
 /// The rules for one kind. Every method has no I/O.
 pub trait Strategy: Send + Sync + 'static {
@@ -161,7 +157,7 @@ pub trait Strategy: Send + Sync + 'static {
         crate::validation::is_dns1123_subdomain
     }
 
-    /// List merge keys for strategic merge patch, beyond the defaults of `api/patch.rs`.
+    /// List merge keys for strategic merge patch, beyond the defaults of `machinery/patch/`.
     fn merge_keys(&self) -> MergeKeys {
         &[]
     }
@@ -334,7 +330,7 @@ pub struct ResourceDef {
     /// Subresources besides the main one: `status`, `approval`.
     pub subresources: &'static [&'static str],
     /// A create-only kind that is never stored (TokenReview, SubjectAccessReview...): the
-    /// only verb is `create`, which answers with the computed object (`api/reviews/`).
+    /// only verb is `create`, which answers with the computed object (`registry/reviews/answer/`).
     pub create_only: bool,
     pub strategy: Arc<dyn Strategy>,
     /// JSON schema of the kind: `|g| g.subschema_for::<k8s_openapi::api::core::v1::ConfigMap>()`

@@ -1,7 +1,10 @@
 //! The create-only review kinds (TokenReview, SelfSubjectReview, SubjectAccessReview,
 //! LocalSubjectAccessReview, SelfSubjectAccessReview, SelfSubjectRulesReview): their
 //! registrations and their one rule, the typed roundtrip. A review is never stored; its
-//! answer is computed in `api/reviews/`.
+//! answer is computed in [`answer`] (which sits above `authz/`: see its doc), its POST
+//! handled by `api/reviews.rs`.
+
+pub mod answer;
 
 use std::marker::PhantomData;
 use std::sync::Arc;

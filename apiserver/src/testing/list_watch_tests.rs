@@ -326,7 +326,7 @@ async fn metadata_watch_as_protobuf_sends_protobuf_frames() {
     let resp = srv.send(&Caller::admin(), req).await;
     assert_eq!(resp.status(), 200);
     let ctype = resp.headers().get(http::header::CONTENT_TYPE).map(|v| v.as_bytes().to_vec());
-    assert_eq!(ctype.as_deref(), Some(crate::api::protobuf::WATCH_MEDIA_TYPE.as_bytes()));
+    assert_eq!(ctype.as_deref(), Some(crate::wire::protobuf::WATCH_MEDIA_TYPE.as_bytes()));
     let mut body = resp.into_body();
     let mut buf = Vec::new();
     let mut events = Vec::new();
@@ -337,7 +337,7 @@ async fn metadata_watch_as_protobuf_sends_protobuf_frames() {
                 break;
             }
             let frame: Vec<u8> = buf.drain(..4 + len).collect();
-            events.push(crate::api::protobuf::decode_watch_event(&frame[4..]).expect("a protobuf watch event"));
+            events.push(crate::wire::protobuf::decode_watch_event(&frame[4..]).expect("a protobuf watch event"));
         }
         if events.len() >= 2 {
             break;

@@ -9,11 +9,11 @@ use serde_json::{json, Value};
 use super::*;
 use crate::admission::Operation;
 use crate::error::{ApiError, FieldError, Result};
-use crate::http::negotiate::Output;
 use crate::http::request_info::RequestInfo;
 use crate::meta;
 use crate::registry::ResourceDef;
 use crate::storage;
+use crate::wire::negotiate::Output;
 
 /// DeleteOptions from the body (JSON) and query.
 #[derive(Debug, Default, Clone)]
@@ -38,8 +38,8 @@ pub fn delete_options(params: &Params, body: &Bytes, content_type: &str) -> Resu
         o.propagation.get_or_insert_with(|| "Orphan".into());
     }
     if !body.is_empty() {
-        let v: Value = if content_type == crate::api::protobuf::MEDIA_TYPE {
-            crate::api::protobuf::decode(body)
+        let v: Value = if content_type == crate::wire::protobuf::MEDIA_TYPE {
+            crate::wire::protobuf::decode(body)
                 .map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
         } else {
             serde_json::from_slice(body).map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?

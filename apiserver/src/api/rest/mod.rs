@@ -2,20 +2,20 @@
 //! delete, deletecollection (watch lives in `watch.rs`). Each handler does the I/O and calls
 //! the kind's `Strategy` hooks in a fixed order (see `registry`).
 //!
-//! `read.rs`: get and list; `decode.rs`: request bodies; `write.rs`: create, update, patch;
+//! `read.rs`: get and list; request bodies are decoded by `registry/body.rs` (re-exported
+//! here); `write.rs`: create, update, patch;
 //! [`delete`](mod@delete): delete, deletecollection and, in [`delete::gc`], what follows a deletion;
 //! `response.rs`: rendering and `Warning` headers. The request types ([`Call`], [`Params`],
 //! [`Reply`]) are the registry's (`registry/call.rs`), re-exported here.
 //!
 //! Layer: above `admission` and `registry`, below `lib.rs`'s dispatch.
 
-mod decode;
 pub mod delete;
 mod read;
 mod response;
 mod write;
 
-pub use decode::{check_type_meta, decode_body, typed_check, typed_roundtrip};
+pub use crate::registry::body::{check_type_meta, decode_body, typed_check, typed_roundtrip};
 pub use delete::{delete, delete_collection, delete_one, delete_options, DeleteOptions};
 pub use read::{get, list, read_list, wait_for_rv, Filter, Listed};
 pub use response::{

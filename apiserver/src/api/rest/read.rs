@@ -9,9 +9,9 @@ use http::{HeaderMap, StatusCode};
 use serde_json::{json, Map, Value};
 
 use super::*;
-use crate::api::selectors::{FieldSelector, LabelSelector};
 use crate::api::table;
 use crate::error::{ApiError, FieldError, Result};
+use crate::machinery::selectors::{FieldSelector, LabelSelector};
 use crate::meta;
 use crate::registry::ResourceDef;
 use crate::storage::{self, ListOptions, Rev, Storage};

@@ -10,9 +10,9 @@ use http::{header, HeaderMap, HeaderValue, StatusCode};
 use serde_json::Value;
 
 use super::*;
-use crate::api::protobuf;
 use crate::error::ApiError;
-use crate::http::negotiate::Output;
+use crate::wire::negotiate::Output;
+use crate::wire::protobuf;
 
 /// The largest error body re-encoded as protobuf (a Status is a few KiB at most).
 const MAX_STATUS_BODY: usize = 1 << 20;
@@ -95,7 +95,7 @@ pub async fn status_errors_negotiated(req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
     let code = resp.status();
     if !(code.is_client_error() || code.is_server_error())
-        || !crate::http::negotiate::status_as_protobuf(accept.as_deref())
+        || !crate::wire::negotiate::status_as_protobuf(accept.as_deref())
         || resp.headers().contains_key(header::CONTENT_ENCODING)
         || resp.headers().get(header::CONTENT_TYPE).map(HeaderValue::as_bytes) != Some(b"application/json")
     {

@@ -1,12 +1,12 @@
 //! create, update (PUT) and patch, of the main resource or a subresource: the strategy's
 //! hooks, generic metadata, validation, admission, then a compare-and-swap write.
 //!
-//! Field ownership (`metadata.managedFields`, `api::apply`) is recorded first, as upstream's
+//! Field ownership (`metadata.managedFields`, `machinery::apply`) is recorded first, as upstream's
 //! field manager does it before the strategy and admission: an apply patch
 //! (`application/apply-patch+yaml`) merges its configuration by the kind's schema (and may
 //! create the object), every other write is an Update by `?fieldManager=` or the user
 //! agent's product name. The kind's schema is built once with the served OpenAPI
-//! ([`crate::api::openapi::OpenApi::apply_schema`]); what a write may not own comes from its
+//! ([`crate::openapi::OpenApi::apply_schema`]); what a write may not own comes from its
 //! strategy ([`crate::registry::Strategy::reset_fields`]).
 
 use bytes::Bytes;
@@ -15,9 +15,9 @@ use serde_json::{json, Value};
 
 use super::*;
 use crate::admission::{Operation, Phase};
-use crate::api::apply::{self, ApplyError, FieldSet, Schema, Writer};
-use crate::api::patch::{self, PatchType};
 use crate::error::{ApiError, FieldError, Result};
+use crate::machinery::apply::{self, ApplyError, FieldSet, Schema, Writer};
+use crate::machinery::patch::{self, PatchType};
 use crate::meta;
 use crate::registry::ResourceDef;
 use crate::storage::{self, Rev};

@@ -20,8 +20,8 @@ use futures::stream::BoxStream;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef};
 
 use super::rules::{applies_to, describe_subject};
-use crate::api::selectors::go_quote;
 use crate::authn::UserInfo;
+use crate::machinery::selectors::go_quote;
 use crate::registry::rbac::GROUP;
 use crate::storage::{self, Event, KeyValue, ListOptions, ListResult, Rev, Storage};
 

@@ -17,12 +17,12 @@ use serde_json::Value;
 
 use super::cache::{RbacCache, RefError};
 use super::rules::{compact_rules, compact_string, covers, go_quote_list};
-use crate::api::selectors::go_quote;
 use crate::authn::UserInfo;
 use crate::authn::MASTERS_GROUP;
 use crate::authz::{Attributes, Authorizer};
 use crate::error::{group_resource, ApiError};
 use crate::http::request_info::RequestInfo;
+use crate::machinery::selectors::go_quote;
 use crate::registry::rbac::GROUP;
 
 /// Who asks and what decides.

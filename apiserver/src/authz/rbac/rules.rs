@@ -14,9 +14,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::rbac::v1::{PolicyRule, Subject};
 
-use crate::api::selectors::go_quote;
 use crate::authn::UserInfo;
 use crate::http::request_info::RequestInfo;
+use crate::machinery::selectors::go_quote;
 
 /// The wildcard of verbs, apiGroups, resources and nonResourceURLs.
 pub const ALL: &str = "*";

@@ -19,11 +19,11 @@ use serde_json::{json, Value};
 use super::{delete_one, DeleteOptions};
 use crate::api::rest::{Call, Params};
 use crate::authn::UserInfo;
-use crate::http::negotiate::Output;
 use crate::http::request_info::RequestInfo;
 use crate::meta;
 use crate::registry::ResourceDef;
 use crate::storage::ListOptions;
+use crate::wire::negotiate::Output;
 use crate::AppState;
 
 const RETRY: Duration = Duration::from_millis(500);
