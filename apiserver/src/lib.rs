@@ -80,6 +80,9 @@ pub struct AppState {
     /// The background loops (CRDs, flow control, CA files, ...): stopped by [`Running::stop`],
     /// aborted when the state is dropped. A loop holds a `Weak` of this state, never an `Arc`.
     pub tasks: tasks::Tasks,
+    /// This state itself, for the writes made through [`registry::loopback::Loopback`] (the
+    /// REST handlers take the `Arc`).
+    me: std::sync::Weak<AppState>,
 }
 
 /// A served resource by group, version and resource name.
@@ -117,7 +120,8 @@ impl AppState {
             .filter(|def| def.strategy.stored_as().is_some())
             .map(|def| ((def.group, def.version, def.resource), registry::storage_of(def, &storage)))
             .collect();
-        Arc::new(AppState {
+        Arc::new_cyclic(|me| AppState {
+            me: me.clone(),
             registry,
             storage,
             views,
@@ -129,6 +133,12 @@ impl AppState {
             observe: api::observe::Observer::default(),
             tasks: tasks::Tasks::default(),
         })
+    }
+
+    /// This state, held weakly, as the apiserver's own reads and writes see it (for a
+    /// background loop below the top layer).
+    pub fn loopback(&self) -> std::sync::Weak<dyn registry::loopback::Loopback> {
+        self.me.clone()
     }
 
     /// The storage the objects of `def` are read from and written to: `storage`, or the
@@ -485,9 +495,9 @@ pub async fn prepare(
 ) -> anyhow::Result<()> {
     bootstrap(state).await?;
     api::crd::start(state).await?;
-    authn::serviceaccount::legacy_tracking::ensure_legacy_token_tracking(state, now).await?;
-    authz::rbac::reconcile::ensure_default_policy(state, policy).await?;
-    flowcontrol::maintain::ensure(state).await?;
+    authn::serviceaccount::legacy_tracking::ensure_legacy_token_tracking(&**state, now).await?;
+    authz::rbac::reconcile::ensure_default_policy(&**state, policy).await?;
+    flowcontrol::maintain::ensure(&**state).await?;
     Ok(())
 }
 
@@ -739,8 +749,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     }
     let policy = authz::rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     prepare(&state, &policy, now).await?;
-    flowcontrol::maintain::spawn(&state.tasks, Arc::downgrade(&state), flowcontrol::maintain::PERIOD);
-    pki::cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
+    flowcontrol::maintain::spawn(&state.tasks, state.loopback(), flowcontrol::maintain::PERIOD);
+    pki::cluster_info::ensure(&*state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
     start_flow_control(&state, &cfg).await?;
     api::rest::delete::gc::spawn_startup_sweep(&state);
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
@@ -757,7 +767,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             current: (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),
         },
         cfg.client_ca_reload_interval,
-        pki::cluster_info::follower(Arc::downgrade(&state), format!("https://{server_address}")),
+        pki::cluster_info::follower(state.loopback(), format!("https://{server_address}")),
     );
     state.tasks.spawn("client-ca-files", client_ca_files);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -770,7 +780,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         let hostname = gethostname::gethostname().to_string_lossy().trim().to_ascii_lowercase();
         let instance = std::fs::canonicalize(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
         let id = identity::Identity::new(&hostname, &instance.to_string_lossy());
-        identity::spawn(&state.tasks, Arc::downgrade(&state), id, sync.followed());
+        identity::spawn(&state.tasks, state.loopback(), id, sync.followed());
         sync.spawn(&state.tasks, Arc::downgrade(&state), cfg.client_ca_reload_interval);
     }
     state.health.started.store(true, Ordering::SeqCst);

@@ -9,17 +9,13 @@
 //! otherwise; and again whenever the trust bundle in `ca.crt` changes while serving
 //! ([`follower`], a CA rotation).
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 
 use base64::Engine as _;
-use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::api::rest::{self, Call, Params};
-use crate::authn::UserInfo;
 use crate::error::ApiError;
-use crate::http::request_info::RequestInfo;
-use crate::AppState;
+use crate::registry::loopback::{self, Author, Loopback, OwnWrite};
 
 pub use kustos_ca::bootstrap_token::{CLUSTER_INFO_NAME as NAME, CLUSTER_INFO_NAMESPACE as NAMESPACE, KUBECONFIG_KEY};
 
@@ -63,10 +59,9 @@ pub fn decide(existing: Option<&Value>, kubeconfig: &str) -> Option<Write> {
 }
 
 /// The ConfigMaps' definition and the stored cluster-info, if any.
-async fn stored(state: &Arc<AppState>) -> anyhow::Result<(&crate::registry::ResourceDef, Option<Value>)> {
-    let def =
-        state.registry.find("", "v1", "configmaps").ok_or_else(|| anyhow::anyhow!("configmaps are not registered"))?;
-    let existing = match state.storage.get(&def.key(Some(NAMESPACE), NAME)).await? {
+async fn stored(state: &dyn Loopback) -> anyhow::Result<(&crate::registry::ResourceDef, Option<Value>)> {
+    let def = state.find("", "v1", "configmaps")?;
+    let existing = match state.storage().get(&def.key(Some(NAMESPACE), NAME)).await? {
         Some(kv) => {
             Some(crate::meta::from_stored(&kv).map_err(|e| anyhow::anyhow!("reading {NAMESPACE}/{NAME}: {e}"))?)
         }
@@ -76,35 +71,19 @@ async fn stored(state: &Arc<AppState>) -> anyhow::Result<(&crate::registry::Reso
 }
 
 /// Create or refresh cluster-info for `server_url` and `ca_bundle_pem`, as the apiserver.
-pub async fn ensure(state: &Arc<AppState>, server_url: &str, ca_bundle_pem: &str) -> anyhow::Result<()> {
+pub async fn ensure(state: &dyn Loopback, server_url: &str, ca_bundle_pem: &str) -> anyhow::Result<()> {
     let (def, existing) = stored(state).await?;
     let Some(write) = decide(existing.as_ref(), &kubeconfig(server_url, ca_bundle_pem)) else {
         return Ok(());
     };
-    let user = UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authn::user::MASTERS_GROUP.into()],
-        ..Default::default()
-    };
     let (verb, body, name) = match &write {
-        Write::Create(body) => ("create", body, ""),
-        Write::Update(body) => ("update", body, NAME),
+        Write::Create(body) => (loopback::Write::Create, body, ""),
+        Write::Update(body) => (loopback::Write::Update, body, NAME),
     };
-    let info = RequestInfo {
-        is_resource_request: true,
-        verb: verb.into(),
-        api_version: "v1".into(),
-        resource: "configmaps".into(),
-        namespace: NAMESPACE.into(),
-        name: name.into(),
-        ..Default::default()
-    };
-    let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
-    let body = Bytes::from(body.to_string());
-    let result = match write {
-        Write::Create(_) => rest::create(&call, &body, "application/json").await,
-        Write::Update(_) => rest::update(&call, &body, "application/json").await,
-    };
+    let author = Author::apiserver_unnamed();
+    let result = state
+        .write(OwnWrite { def, write: verb, namespace: NAMESPACE, name, subresource: "", body, author: &author })
+        .await;
     match result {
         Ok(_) => {
             tracing::info!(server = %server_url, "wrote {NAMESPACE}/{NAME}");
@@ -120,7 +99,7 @@ pub async fn ensure(state: &Arc<AppState>, server_url: &str, ca_bundle_pem: &str
 /// follower, it rewrites cluster-info (in the background, retrying a few times) whenever the
 /// bundle changes, e.g. in a CA rotation.
 /// Holds the state weakly: nothing is written once the server is gone.
-pub fn follower(state: Weak<AppState>, server_url: String) -> crate::authn::client_ca::OnTrust {
+pub fn follower(state: Weak<dyn Loopback>, server_url: String) -> crate::authn::client_ca::OnTrust {
     Box::new(move |trust: &[Vec<u8>]| {
         let pem: String = trust.iter().map(|d| kustos_ca::pem_encode("CERTIFICATE", d)).collect();
         let Some(state) = state.upgrade() else { return };
@@ -128,9 +107,9 @@ pub fn follower(state: Weak<AppState>, server_url: String) -> crate::authn::clie
         tokio::spawn(async move {
             for attempt in 1..=5u32 {
                 // A write lost to a concurrent one (the bootstrap signer's) is tried again.
-                let done = match ensure(&state, &url, &pem).await {
+                let done = match ensure(&*state, &url, &pem).await {
                     Ok(()) => {
-                        stored(&state).await.map(|(_, cm)| decide(cm.as_ref(), &kubeconfig(&url, &pem)).is_none())
+                        stored(&*state).await.map(|(_, cm)| decide(cm.as_ref(), &kubeconfig(&url, &pem)).is_none())
                     }
                     Err(e) => Err(e),
                 };
@@ -150,10 +129,12 @@ pub fn follower(state: Weak<AppState>, server_url: String) -> crate::authn::clie
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::authn::AuthnChain;
     use crate::storage::sqlite::SqliteStorage;
-    use crate::Security;
+    use crate::{AppState, Security};
 
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
@@ -242,14 +223,14 @@ mod tests {
     async fn ensure_creates_keeps_and_refreshes() {
         let state = state().await;
         assert!(stored(&state).await.is_none(), "absent before the first start");
-        ensure(&state, "https://127.0.0.1:6443", CA).await.unwrap();
+        ensure(&*state, "https://127.0.0.1:6443", CA).await.unwrap();
         let (first, rev) = stored(&state).await.unwrap();
         assert_eq!(first["data"][KUBECONFIG_KEY], json!(kubeconfig("https://127.0.0.1:6443", CA)));
 
-        ensure(&state, "https://127.0.0.1:6443", CA).await.unwrap();
+        ensure(&*state, "https://127.0.0.1:6443", CA).await.unwrap();
         assert_eq!(stored(&state).await.unwrap().1, rev, "same URL and CA: not written again");
 
-        ensure(&state, "https://127.0.0.1:7443", CA).await.unwrap();
+        ensure(&*state, "https://127.0.0.1:7443", CA).await.unwrap();
         let (moved, moved_rev) = stored(&state).await.unwrap();
         assert!(moved_rev > rev, "written again");
         assert_eq!(moved["data"][KUBECONFIG_KEY], json!(kubeconfig("https://127.0.0.1:7443", CA)));

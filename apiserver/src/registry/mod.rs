@@ -40,6 +40,7 @@ pub mod custom;
 pub mod events;
 pub mod flowcontrol;
 pub mod intern;
+pub mod loopback;
 pub mod node;
 pub mod podcertificaterequests;
 pub mod rbac;

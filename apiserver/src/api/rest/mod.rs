@@ -32,10 +32,11 @@ pub use crate::registry::call::{map_storage_error, Call, FieldValidation, Params
 
 use crate::admission::{self, Attributes, Operation};
 use crate::api::table::{self, IncludeObject};
-use crate::authn::UserInfo;
 use crate::error::Result;
 use crate::http::request_info::RequestInfo;
 use crate::meta;
+pub use crate::registry::loopback::{apiserver_user, Write};
+use crate::registry::loopback::{Loopback, OwnWrite};
 use crate::registry::{ResourceDef, Role};
 use crate::AppState;
 
@@ -87,65 +88,48 @@ fn is_namespace(def: &ResourceDef) -> bool {
     def.strategy.role() == Role::Namespace
 }
 
-/// The apiserver's own identity, for the writes it makes itself (default objects).
-pub fn apiserver_user() -> UserInfo {
-    UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authn::MASTERS_GROUP.into(), crate::authn::AUTHENTICATED_GROUP.into()],
-        ..Default::default()
+/// The apiserver's own writes (`registry::loopback`) go through the same handlers as a
+/// client's: the same decoding, defaults, validation and admission.
+#[async_trait::async_trait]
+impl Loopback for AppState {
+    fn registry(&self) -> &crate::registry::Registry {
+        &self.registry
     }
-}
-
-/// A write the apiserver makes itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Write {
-    Create,
-    Update,
-    Delete,
-}
-
-impl Write {
-    /// The request verb.
-    pub fn verb(self) -> &'static str {
-        match self {
-            Write::Create => "create",
-            Write::Update => "update",
-            Write::Delete => "delete",
-        }
+    fn storage(&self) -> &Arc<dyn crate::storage::Storage> {
+        &self.storage
     }
-}
-
-/// One write through the REST handlers as the apiserver itself: the same defaults,
-/// validation and admission as a client's write.
-pub async fn write_as_apiserver(
-    state: &Arc<AppState>,
-    def: &ResourceDef,
-    write: Write,
-    namespace: &str,
-    name: &str,
-    subresource: &str,
-    body: &Value,
-) -> Result<()> {
-    let user = apiserver_user();
-    let info = RequestInfo {
-        is_resource_request: true,
-        verb: write.verb().into(),
-        api_prefix: if def.group.is_empty() { "api".into() } else { "apis".into() },
-        api_group: def.group.into(),
-        api_version: def.version.into(),
-        resource: def.resource.into(),
-        subresource: subresource.into(),
-        namespace: namespace.into(),
-        name: if write == Write::Create { String::new() } else { name.into() },
-        // Its writes are recorded in managedFields as upstream's loopback client's are.
-        user_agent: "kube-apiserver".into(),
-        ..Default::default()
-    };
-    let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
-    let bytes = Bytes::from(body.to_string());
-    match write {
-        Write::Create => create(&call, &bytes, "application/json").await.map(|_| ()),
-        Write::Update => update(&call, &bytes, "application/json").await.map(|_| ()),
-        Write::Delete => delete(&call, &bytes, "application/json").await.map(|_| ()),
+    async fn write(&self, w: OwnWrite<'_>) -> Result<Value> {
+        let OwnWrite { def, write, namespace, name, subresource, body, author } = w;
+        let Some(state) = self.me.upgrade() else {
+            return Err(crate::error::ApiError::ServiceUnavailable("the server is shutting down".into()));
+        };
+        let info = RequestInfo {
+            is_resource_request: true,
+            verb: write.verb().into(),
+            api_prefix: if def.group.is_empty() { "api".into() } else { "apis".into() },
+            api_group: def.group.into(),
+            api_version: def.version.into(),
+            resource: def.resource.into(),
+            subresource: subresource.into(),
+            namespace: namespace.into(),
+            name: if write == Write::Create { String::new() } else { name.into() },
+            user_agent: author.user_agent.into(),
+            ..Default::default()
+        };
+        let call = Call {
+            state: &state,
+            def,
+            info: &info,
+            user: &author.user,
+            params: Params::default(),
+            out: Default::default(),
+        };
+        let bytes = Bytes::from(body.to_string());
+        let reply = match write {
+            Write::Create => create(&call, &bytes, "application/json").await?,
+            Write::Update => update(&call, &bytes, "application/json").await?,
+            Write::Delete => delete(&call, &bytes, "application/json").await?,
+        };
+        Ok(reply.body)
     }
 }
