@@ -20,9 +20,10 @@
 //!
 //! Layer: below admission and the API handlers, above storage. Files here import `storage`,
 //! `meta`, `error`, `validation`, `http::{request_info, negotiate}` and the user type of
-//! `authn`, never `admission` or `api::rest`; what a kind's own handler needs of the request
-//! ([`call::Call`], [`call::Reply`]) is defined here for that reason, and so are the pure
-//! value types a kind declares and the API handlers read: [`ListStrategy`] (for
+//! `authn`, never `admission`, `api::rest` or the server state; the request parts below the
+//! handlers ([`call::Params`], [`call::Reply`]) and the apiserver's own writes
+//! ([`loopback::Loopback`], implemented by the top layer) are defined here for that reason,
+//! and so are the pure value types a kind declares and the API handlers read: [`ListStrategy`] (for
 //! `api::patch`) and [`schema::Structural`] (a CRD's compiled schema).
 //!
 //! Objects are `serde_json::Value`s in their wire form; strategies decode into the

@@ -4,8 +4,9 @@
 //!
 //! `read.rs`: get and list; `decode.rs`: request bodies; `write.rs`: create, update, patch;
 //! [`delete`](mod@delete): delete, deletecollection and, in [`delete::gc`], what follows a deletion;
-//! `response.rs`: rendering and `Warning` headers. The request types ([`Call`], [`Params`],
-//! [`Reply`]) are the registry's (`registry/call.rs`), re-exported here.
+//! `response.rs`: rendering and `Warning` headers. [`Call`] is what every handler is given
+//! (a kind's create-only subresource handler too, `api::CreateHandler`); [`Params`] and
+//! [`Reply`] are the registry's (`registry/call.rs`), re-exported here.
 //!
 //! Layer: above `admission` and `registry`, below `lib.rs`'s dispatch.
 
@@ -28,16 +29,19 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-pub use crate::registry::call::{map_storage_error, Call, FieldValidation, Params, Reply};
+pub use crate::registry::call::{map_storage_error, FieldValidation, Params, Reply};
 
 use crate::admission::{self, Attributes, Operation};
 use crate::api::table::{self, IncludeObject};
-use crate::error::Result;
+use crate::authn::UserInfo;
+use crate::error::{ApiError, Result};
+use crate::http::negotiate::Output;
 use crate::http::request_info::RequestInfo;
 use crate::meta;
 pub use crate::registry::loopback::{apiserver_user, Write};
 use crate::registry::loopback::{Loopback, OwnWrite};
 use crate::registry::{ResourceDef, Role};
+use crate::storage::{self, Storage};
 use crate::AppState;
 
 /// Request bodies above this size are refused (413), like kube-apiserver's 3 MiB limit.
@@ -46,6 +50,36 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 pub const GZIP_MIN: usize = 128 * 1024;
 /// How long a continue token stays valid after its snapshot revision left the history.
 const GENERATE_NAME_ATTEMPTS: usize = 8;
+
+/// Everything a handler needs about the request.
+pub struct Call<'a> {
+    pub state: &'a Arc<AppState>,
+    pub def: &'a ResourceDef,
+    pub info: &'a RequestInfo,
+    pub user: &'a UserInfo,
+    pub params: Params,
+    pub out: Output,
+}
+
+impl Call<'_> {
+    /// The storage of this kind's objects ([`AppState::store_for`]).
+    pub(crate) fn store(&self) -> &Arc<dyn Storage> {
+        self.state.store_for(self.def)
+    }
+    pub(crate) fn ns(&self) -> Option<&str> {
+        if self.def.namespaced && !self.info.namespace.is_empty() {
+            Some(self.info.namespace.as_str())
+        } else {
+            None
+        }
+    }
+    pub(crate) fn not_found(&self, name: &str) -> ApiError {
+        ApiError::not_found(self.def.group, self.def.resource, name)
+    }
+    pub(crate) fn storage_err(&self, name: &str, e: storage::Error) -> ApiError {
+        map_storage_error(self.def, name, e)
+    }
+}
 
 impl Call<'_> {
     fn include_object(&self) -> IncludeObject {
@@ -101,7 +135,7 @@ impl Loopback for AppState {
     async fn write(&self, w: OwnWrite<'_>) -> Result<Value> {
         let OwnWrite { def, write, namespace, name, subresource, body, author } = w;
         let Some(state) = self.me.upgrade() else {
-            return Err(crate::error::ApiError::ServiceUnavailable("the server is shutting down".into()));
+            return Err(ApiError::ServiceUnavailable("the server is shutting down".into()));
         };
         let info = RequestInfo {
             is_resource_request: true,
