@@ -85,6 +85,12 @@ pub struct AppState {
     me: std::sync::Weak<AppState>,
 }
 
+impl flowcontrol::filter::Limited for AppState {
+    fn limiter(&self) -> Option<&flowcontrol::filter::Limiter> {
+        self.limiter.get()
+    }
+}
+
 /// A served resource by group, version and resource name.
 type ResourceId = (&'static str, &'static str, &'static str);
 
@@ -158,7 +164,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(dispatch)
         .with_state(state.clone())
         .layer(middleware::from_fn_with_state(authz, authz::authorize))
-        .layer(middleware::from_fn_with_state(state.clone(), flowcontrol::filter::filter))
+        .layer(middleware::from_fn_with_state(state.clone(), flowcontrol::filter::filter::<AppState>))
         .layer(middleware::from_fn_with_state(state, api::observe::observe))
         .layer(middleware::from_fn(resolve_request_info))
         .layer(middleware::from_fn_with_state(impersonate_authz, authn::impersonation::impersonate))
@@ -627,8 +633,8 @@ async fn start_flow_control(state: &Arc<AppState>, cfg: &Config) -> anyhow::Resu
             );
         }
         let fc = flowcontrol::dispatcher::FlowControl::new(total, flowcontrol::dispatcher::MAX_QUEUE_WAIT);
-        flowcontrol::load(state, &fc).await?;
-        flowcontrol::spawn(&state.tasks, Arc::downgrade(state), fc.clone());
+        flowcontrol::load(&**state, &fc).await?;
+        flowcontrol::spawn(&state.tasks, state.loopback(), fc.clone());
         flowcontrol::filter::Limiter::Apf(fc)
     } else {
         flowcontrol::filter::Limiter::MaxInFlight(Box::new(flowcontrol::filter::MaxInFlight::new(

@@ -100,6 +100,9 @@ pub trait Loopback: Send + Sync {
     /// One write through the request path: the same decoding, defaults, validation and
     /// admission as a client's; answers the body a client would get.
     async fn write(&self, w: OwnWrite<'_>) -> Result<Value>;
+    /// Every kind served now (built-in and custom) but the create-only ones: its group, its
+    /// resource and the storage prefix of its objects.
+    fn served_prefixes(&self) -> Vec<(&'static str, &'static str, String)>;
 }
 
 impl dyn Loopback + '_ {

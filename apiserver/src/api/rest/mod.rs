@@ -132,6 +132,10 @@ impl Loopback for AppState {
     fn storage(&self) -> &Arc<dyn crate::storage::Storage> {
         &self.storage
     }
+    fn served_prefixes(&self) -> Vec<(&'static str, &'static str, String)> {
+        let served = self.crds.current();
+        served.registry.resources.iter().filter(|d| !d.create_only).map(|d| (d.group, d.resource, d.prefix())).collect()
+    }
     async fn write(&self, w: OwnWrite<'_>) -> Result<Value> {
         let OwnWrite { def, write, namespace, name, subresource, body, author } = w;
         let Some(state) = self.me.upgrade() else {
