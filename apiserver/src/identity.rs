@@ -256,7 +256,7 @@ mod tests {
     #[tokio::test]
     async fn renewing_writes_the_lease_and_removes_expired_ones() {
         let server = crate::testing::TestServer::new().await.unwrap();
-        let state = &server.state;
+        let state: &dyn Loopback = &*server.state;
         let admin = crate::testing::Caller::admin();
         let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases";
         let stale = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",

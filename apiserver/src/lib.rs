@@ -141,6 +141,16 @@ impl AppState {
         })
     }
 
+    /// What admission plugins may use of this state.
+    pub fn admission_services(&self) -> admission::Services<'_> {
+        admission::Services {
+            registry: &self.registry,
+            storage: &self.storage,
+            authz: self.security.authz.as_ref(),
+            rbac: &self.security.rbac,
+        }
+    }
+
     /// This state, held weakly, as the apiserver's own reads and writes see it (for a
     /// background loop below the top layer).
     pub fn loopback(&self) -> std::sync::Weak<dyn registry::loopback::Loopback> {
@@ -385,8 +395,10 @@ async fn resource(
             info,
             user,
             field_selector: params.get("fieldSelector"),
+            object: None,
+            old_object: None,
         };
-        admission::chain().admit(state, &a, None, None).await?;
+        admission::chain().admit(&state.admission_services(), &a).await?;
     }
     let pretty = params.flag("pretty").unwrap_or(false);
     let content_type = http::negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));

@@ -260,8 +260,17 @@ pub async fn create_token(
     })?;
     // Admission (NodeRestriction) sees the request before the service account is read, as
     // upstream's create handler runs mutating admission before the registry.
-    let attrs = Attributes { op: Operation::Create, def: c.def, info: c.info, user: c.user, field_selector: None };
-    admission::chain().admit_phase(c.state, &attrs, Phase::Mutating, Some(&obj), None).await?;
+    let attrs = Attributes {
+        op: Operation::Create,
+        def: c.def,
+        info: c.info,
+        user: c.user,
+        field_selector: None,
+        object: Some(&obj),
+        old_object: None,
+    };
+    let services = c.state.admission_services();
+    admission::chain().admit_phase(&services, &attrs, Phase::Mutating).await?;
     let body_name = req.metadata.name.clone().unwrap_or_default();
     if !body_name.is_empty() && body_name != name {
         return Err(ApiError::invalid(
@@ -291,7 +300,7 @@ pub async fn create_token(
     if !errs.is_empty() {
         return Err(ApiError::invalid(AUTHENTICATION_GROUP, "TokenRequest", "", errs));
     }
-    admission::chain().admit_phase(c.state, &attrs, Phase::Validating, Some(&obj), None).await?;
+    admission::chain().admit_phase(&services, &attrs, Phase::Validating).await?;
     let bound = match &spec.bound_object_ref {
         Some(r) => resolve_bound(c, namespace, name, r).await?,
         None => Bound::default(),

@@ -129,12 +129,7 @@ pub fn follower(state: Weak<dyn Loopback>, server_url: String) -> crate::authn::
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use std::sync::Arc;
-
     use super::*;
-    use crate::authn::AuthnChain;
-    use crate::storage::sqlite::SqliteStorage;
-    use crate::{AppState, Security};
 
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
@@ -200,40 +195,29 @@ mod tests {
         }
     }
 
-    async fn state() -> Arc<AppState> {
-        let (store, rbac) = crate::authz::rbac::cache::install(Arc::new(SqliteStorage::open_in_memory().unwrap()));
-        let security = Security {
-            authn: Arc::new(AuthnChain::from_parts(None, vec![], true)),
-            authz: Arc::new(crate::authz::MastersAuthorizer),
-            rbac,
-            service_accounts: None,
-        };
-        let state = AppState::new(store, "127.0.0.1:6443".into(), security);
-        crate::bootstrap(&state).await.unwrap();
-        state
-    }
-
-    async fn stored(state: &Arc<AppState>) -> Option<(Value, u64)> {
-        let def = state.registry.find("", "v1", "configmaps").unwrap();
-        let kv = state.storage.get(&def.key(Some(NAMESPACE), NAME)).await.unwrap()?;
+    async fn stored(state: &dyn Loopback) -> Option<(Value, u64)> {
+        let def = state.find("", "v1", "configmaps").unwrap();
+        let kv = state.storage().get(&def.key(Some(NAMESPACE), NAME)).await.unwrap()?;
         Some((serde_json::from_slice(&kv.value).unwrap(), kv.mod_rev))
     }
 
     #[tokio::test]
     async fn ensure_creates_keeps_and_refreshes() {
-        let state = state().await;
-        assert!(stored(&state).await.is_none(), "absent before the first start");
-        ensure(&*state, "https://127.0.0.1:6443", CA).await.unwrap();
-        let (first, rev) = stored(&state).await.unwrap();
+        let server = crate::testing::TestServer::new().await.unwrap();
+        let state: &dyn Loopback = &*server.state;
+        assert!(stored(state).await.is_none(), "absent before the first start");
+        ensure(state, "https://127.0.0.1:6443", CA).await.unwrap();
+        let (first, rev) = stored(state).await.unwrap();
         assert_eq!(first["data"][KUBECONFIG_KEY], json!(kubeconfig("https://127.0.0.1:6443", CA)));
 
-        ensure(&*state, "https://127.0.0.1:6443", CA).await.unwrap();
-        assert_eq!(stored(&state).await.unwrap().1, rev, "same URL and CA: not written again");
+        ensure(state, "https://127.0.0.1:6443", CA).await.unwrap();
+        assert_eq!(stored(state).await.unwrap().1, rev, "same URL and CA: not written again");
 
-        ensure(&*state, "https://127.0.0.1:7443", CA).await.unwrap();
-        let (moved, moved_rev) = stored(&state).await.unwrap();
+        ensure(state, "https://127.0.0.1:7443", CA).await.unwrap();
+        let (moved, moved_rev) = stored(state).await.unwrap();
         assert!(moved_rev > rev, "written again");
         assert_eq!(moved["data"][KUBECONFIG_KEY], json!(kubeconfig("https://127.0.0.1:7443", CA)));
         assert_eq!(moved["metadata"]["uid"], first["metadata"]["uid"], "the same object, updated");
+        server.stop().await;
     }
 }

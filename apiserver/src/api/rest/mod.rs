@@ -102,8 +102,9 @@ impl Call<'_> {
 
 /// Run the admission chain for a delete through `c`.
 async fn admit(c: &Call<'_>, op: Operation, new: Option<&Value>, old: Option<&Value>) -> Result<()> {
-    let a = Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None };
-    admission::chain().admit(c.state, &a, new, old).await
+    let a =
+        Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None, object: new, old_object: old };
+    admission::chain().admit(&c.state.admission_services(), &a).await
 }
 
 /// Run one phase of the admission chain for a create or update through `c`.
@@ -114,8 +115,9 @@ async fn admit_phase(
     new: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<()> {
-    let a = Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None };
-    admission::chain().admit_phase(c.state, &a, phase, new, old).await
+    let a =
+        Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None, object: new, old_object: old };
+    admission::chain().admit_phase(&c.state.admission_services(), &a, phase).await
 }
 
 fn is_namespace(def: &ResourceDef) -> bool {
