@@ -85,12 +85,6 @@ pub struct AppState {
     me: std::sync::Weak<AppState>,
 }
 
-impl flowcontrol::filter::Limited for AppState {
-    fn limiter(&self) -> Option<&flowcontrol::filter::Limiter> {
-        self.limiter.get()
-    }
-}
-
 /// A served resource by group, version and resource name.
 type ResourceId = (&'static str, &'static str, &'static str);
 
@@ -139,16 +133,6 @@ impl AppState {
             observe: api::observe::Observer::default(),
             tasks: tasks::Tasks::default(),
         })
-    }
-
-    /// What admission plugins may use of this state.
-    pub fn admission_services(&self) -> admission::Services<'_> {
-        admission::Services {
-            registry: &self.registry,
-            storage: &self.storage,
-            authz: self.security.authz.as_ref(),
-            rbac: &self.security.rbac,
-        }
     }
 
     /// This state, held weakly, as the apiserver's own reads and writes see it (for a

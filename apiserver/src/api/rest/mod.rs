@@ -124,6 +124,25 @@ fn is_namespace(def: &ResourceDef) -> bool {
     def.strategy.role() == Role::Namespace
 }
 
+impl AppState {
+    /// What admission plugins may use of this state.
+    pub fn admission_services(&self) -> admission::Services<'_> {
+        admission::Services {
+            registry: &self.registry,
+            storage: &self.storage,
+            authz: self.security.authz.as_ref(),
+            rbac: &self.security.rbac,
+        }
+    }
+}
+
+/// The request limiter of the flow-control filter.
+impl crate::flowcontrol::filter::Limited for AppState {
+    fn limiter(&self) -> Option<&crate::flowcontrol::filter::Limiter> {
+        self.limiter.get()
+    }
+}
+
 /// The apiserver's own writes (`registry::loopback`) go through the same handlers as a
 /// client's: the same decoding, defaults, validation and admission.
 #[async_trait::async_trait]
