@@ -126,11 +126,6 @@ impl Attributes<'_> {
     fn is(&self, group: &str, resource: &str) -> bool {
         self.def.group == group && self.def.resource == resource
     }
-
-    /// The object written, decoded as `T` (None when there is none or it does not decode).
-    pub fn object_as<T: serde::de::DeserializeOwned>(&self) -> Option<T> {
-        self.object.and_then(|v| T::deserialize(v).ok())
-    }
 }
 
 /// What a plugin may ask of the server: stored objects of the built-in kinds, the

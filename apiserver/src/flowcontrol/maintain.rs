@@ -21,7 +21,7 @@
 //! [`spawn`] runs a pass every period (upstream: one minute) and about a second after any
 //! change to FlowSchemas or priority levels, so a deleted default object comes back and a
 //! FlowSchema's `Dangling` condition follows its priority level promptly. Writes go through
-//! the REST handlers as `system:apiserver`, with resourceVersion preconditions.
+//! the REST handlers (`registry::loopback`) as `system:apiserver`, with resourceVersion preconditions.
 
 use std::sync::Weak;
 use std::time::Duration;
