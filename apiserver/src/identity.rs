@@ -13,14 +13,13 @@
 //! Leases of apiservers that stopped are left for an hour as upstream's are
 //! ([`expired`]); the newest apiserver removes them.
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde_json::{json, Value};
 
-use crate::api::rest::{self, Write};
-use crate::AppState;
+use crate::registry::loopback::{Loopback, Write};
 
 pub const NAMESPACE: &str = "kube-system";
 pub const IDENTITY_LABEL: &str = "apiserver.kubernetes.io/identity";
@@ -118,23 +117,20 @@ pub fn followers(leases: &[Value], revision: u64, now: DateTime<Utc>) -> (Vec<St
     (following, lagging)
 }
 
-async fn renew(state: &Arc<AppState>, id: &Identity, pki_revision: u64) -> anyhow::Result<()> {
-    let def = state
-        .registry
-        .find("coordination.k8s.io", "v1", "leases")
-        .cloned()
-        .ok_or_else(|| anyhow::anyhow!("leases are not registered"))?;
-    let existing = match state.storage.get(&def.key(Some(NAMESPACE), &id.name)).await? {
+async fn renew(state: &dyn Loopback, id: &Identity, pki_revision: u64) -> anyhow::Result<()> {
+    let def = state.find("coordination.k8s.io", "v1", "leases")?.clone();
+    let existing = match state.storage().get(&def.key(Some(NAMESPACE), &id.name)).await? {
         Some(kv) => Some(crate::meta::from_stored(&kv).map_err(|e| anyhow::anyhow!("reading {}: {e}", id.name))?),
         None => None,
     };
     let now = Utc::now();
     let (write, lease) = renewed(existing.as_ref(), id, pki_revision, now);
-    rest::write_as_apiserver(state, &def, write, NAMESPACE, &id.name, "", &lease)
+    state
+        .write_as_apiserver(&def, write, NAMESPACE, &id.name, "", &lease)
         .await
         .map_err(|e| anyhow::anyhow!("writing the Lease {NAMESPACE}/{}: {e}", id.name))?;
     // Leases of apiservers gone for longer than their duration.
-    let listed = state.storage.list(&def.ns_prefix(Some(NAMESPACE)), Default::default()).await?;
+    let listed = state.storage().list(&def.ns_prefix(Some(NAMESPACE)), Default::default()).await?;
     for kv in listed.items {
         let Ok(other) = crate::meta::from_stored(&kv) else { continue };
         let name = other["metadata"]["name"].as_str().unwrap_or_default().to_string();
@@ -143,7 +139,7 @@ async fn renew(state: &Arc<AppState>, id: &Identity, pki_revision: u64) -> anyho
             && expired(&other, now)
         {
             // Another apiserver may remove it first.
-            let _ = rest::write_as_apiserver(state, &def, Write::Delete, NAMESPACE, &name, "", &json!({})).await;
+            let _ = state.write_as_apiserver(&def, Write::Delete, NAMESPACE, &name, "", &json!({})).await;
         }
     }
     Ok(())
@@ -153,7 +149,7 @@ async fn renew(state: &Arc<AppState>, id: &Identity, pki_revision: u64) -> anyho
 /// revision it follows changes; until the server is gone.
 pub fn spawn(
     tasks: &crate::tasks::Tasks,
-    state: Weak<AppState>,
+    state: Weak<dyn Loopback>,
     id: Identity,
     mut pki_revision: tokio::sync::watch::Receiver<u64>,
 ) {
@@ -162,7 +158,7 @@ pub fn spawn(
         loop {
             let Some(st) = state.upgrade() else { return Ok(()) };
             let revision = *pki_revision.borrow_and_update();
-            match renew(&st, &id, revision).await {
+            match renew(&*st, &id, revision).await {
                 Ok(()) => reported = None,
                 Err(e) => {
                     let msg = format!("{e:#}");
@@ -260,7 +256,7 @@ mod tests {
     #[tokio::test]
     async fn renewing_writes_the_lease_and_removes_expired_ones() {
         let server = crate::testing::TestServer::new().await.unwrap();
-        let state = &server.state;
+        let state: &dyn Loopback = &*server.state;
         let admin = crate::testing::Caller::admin();
         let leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases";
         let stale = json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",

@@ -89,6 +89,9 @@ pub struct AppState {
     /// The background loops (CRDs, flow control, CA files, ...): stopped by [`Running::stop`],
     /// aborted when the state is dropped. A loop holds a `Weak` of this state, never an `Arc`.
     pub tasks: tasks::Tasks,
+    /// This state itself, for the writes made through [`registry::loopback::Loopback`] (the
+    /// REST handlers take the `Arc`).
+    me: std::sync::Weak<AppState>,
 }
 
 /// A served resource by group, version and resource name.
@@ -128,7 +131,8 @@ impl AppState {
             .filter(|def| def.strategy.stored_as().is_some())
             .map(|def| ((def.group, def.version, def.resource), registry::storage_of(def, &storage)))
             .collect();
-        Arc::new(AppState {
+        Arc::new_cyclic(|me| AppState {
+            me: me.clone(),
             registry,
             storage,
             views,
@@ -140,6 +144,12 @@ impl AppState {
             observe: api::observe::Observer::default(),
             tasks,
         })
+    }
+
+    /// This state, held weakly, as the apiserver's own reads and writes see it (for a
+    /// background loop below the top layer).
+    pub fn loopback(&self) -> std::sync::Weak<dyn registry::loopback::Loopback> {
+        self.me.clone()
     }
 
     /// The storage the objects of `def` are read from and written to: `storage`, or the
@@ -159,7 +169,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(dispatch)
         .with_state(state.clone())
         .layer(middleware::from_fn_with_state(authz, authz::authorize))
-        .layer(middleware::from_fn_with_state(state.clone(), flowcontrol::filter::filter))
+        .layer(middleware::from_fn_with_state(state.clone(), flowcontrol::filter::filter::<AppState>))
         .layer(middleware::from_fn_with_state(state, api::observe::observe))
         .layer(middleware::from_fn(resolve_request_info))
         .layer(middleware::from_fn_with_state(impersonate_authz, authn::impersonation::impersonate))
@@ -251,9 +261,9 @@ async fn non_resource(state: &Arc<AppState>, info: &RequestInfo, req: Request) -
             flowcontrol_dump(state, dump, query.as_deref()).ok_or_else(not_found_path)
         }
         [".well-known", "openid-configuration"] => {
-            http::oidc::openid_configuration_response(state).ok_or_else(not_found_path)
+            api::oidc::openid_configuration_response(state).ok_or_else(not_found_path)
         }
-        ["openid", "v1", "jwks"] => http::oidc::jwks_response(state).ok_or_else(not_found_path),
+        ["openid", "v1", "jwks"] => api::oidc::jwks_response(state).ok_or_else(not_found_path),
         ["openapi", "v2"] => Ok(served.openapi.v2_response(&accept)),
         ["openapi", "v3"] => Ok(served.openapi.v3_index_response()),
         ["openapi", "v3", rest @ ..] => {
@@ -380,12 +390,14 @@ async fn resource(
             info,
             user,
             field_selector: params.get("fieldSelector"),
+            object: None,
+            old_object: None,
         };
-        admission::chain().admit(state, &a, None, None).await?;
+        admission::chain().admit(&state.admission_services(), &a).await?;
     }
     let pretty = params.flag("pretty").unwrap_or(false);
     let content_type = wire::negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
-    let body = read_body(req.into_body(), api::rest::MAX_BODY).await?;
+    let body = http::body::read_limited(req.into_body(), api::rest::MAX_BODY).await?;
     let call = Call { state, def, info, user, params, out: out.clone() };
     let reply: Reply = match (info.verb.as_str(), handler) {
         ("create", _) if def.create_only => api::reviews::create(&call, &body, &content_type).await?,
@@ -406,43 +418,6 @@ async fn resource(
     };
     Ok(api::rest::render(reply.code, &reply.body, &out, &headers, pretty, &reply.warnings))
 }
-
-/// The request body, at most `limit` bytes; past that a 413. The rest of an oversized body is
-/// read and thrown away for a while (at most [`DRAIN_BYTES`], [`DRAIN_TIME`]) by a task of its
-/// own, as Go's server lingers before closing: a client still sending (a chunked body has no
-/// length to refuse up front) then reads the 413 instead of a reset connection.
-async fn read_body(body: axum::body::Body, limit: usize) -> Result<bytes::Bytes, ApiError> {
-    use http_body_util::BodyExt as _;
-    let mut body = body;
-    let mut buf = bytes::BytesMut::new();
-    while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(|e| ApiError::BadRequest(format!("reading the request body: {e}")))?;
-        let Ok(data) = frame.into_data() else { continue };
-        if buf.len() + data.len() > limit {
-            tokio::spawn(async move {
-                let mut left = DRAIN_BYTES;
-                let _ = tokio::time::timeout(DRAIN_TIME, async {
-                    while let Some(Ok(frame)) = body.frame().await {
-                        let n = frame.data_ref().map_or(0, |d| d.len());
-                        left = left.saturating_sub(n);
-                        if left == 0 {
-                            break;
-                        }
-                    }
-                })
-                .await;
-            });
-            return Err(ApiError::RequestEntityTooLarge(format!("Request entity too large: limit is {limit}")));
-        }
-        buf.extend_from_slice(&data);
-    }
-    Ok(buf.freeze())
-}
-
-/// What is read and discarded of a body past the limit, at most.
-const DRAIN_BYTES: usize = 64 << 20;
-/// How long a body past the limit is read and discarded, at most.
-const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Create what a fresh cluster has: the four system namespaces.
 pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
@@ -496,9 +471,9 @@ pub async fn prepare(
 ) -> anyhow::Result<()> {
     bootstrap(state).await?;
     loops::crd::start(state).await?;
-    authn::serviceaccount::legacy_tracking::ensure_legacy_token_tracking(state, now).await?;
-    authz::rbac::reconcile::ensure_default_policy(state, policy).await?;
-    flowcontrol::maintain::ensure(state).await?;
+    authn::serviceaccount::legacy_tracking::ensure_legacy_token_tracking(&**state, now).await?;
+    authz::rbac::reconcile::ensure_default_policy(&**state, policy).await?;
+    flowcontrol::maintain::ensure(&**state).await?;
     Ok(())
 }
 
@@ -628,8 +603,8 @@ async fn start_flow_control(state: &Arc<AppState>, cfg: &Config) -> anyhow::Resu
             );
         }
         let fc = flowcontrol::dispatcher::FlowControl::new(total, flowcontrol::dispatcher::MAX_QUEUE_WAIT);
-        flowcontrol::load(state, &fc).await?;
-        flowcontrol::spawn(&state.tasks, Arc::downgrade(state), fc.clone());
+        flowcontrol::load(&**state, &fc).await?;
+        flowcontrol::spawn(&state.tasks, state.loopback(), fc.clone());
         flowcontrol::filter::Limiter::Apf(fc)
     } else {
         flowcontrol::filter::Limiter::MaxInFlight(Box::new(flowcontrol::filter::MaxInFlight::new(
@@ -754,8 +729,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     }
     let policy = authz::rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     prepare(&state, &policy, now).await?;
-    flowcontrol::maintain::spawn(&state.tasks, Arc::downgrade(&state), flowcontrol::maintain::PERIOD);
-    pki::cluster_info::ensure(&state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
+    flowcontrol::maintain::spawn(&state.tasks, state.loopback(), flowcontrol::maintain::PERIOD);
+    pki::cluster_info::ensure(&*state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
     start_flow_control(&state, &cfg).await?;
     api::rest::delete::gc::spawn_startup_sweep(&state);
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
@@ -772,7 +747,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             current: (pki.serving_cert_pem.clone(), pki.serving_key_pem.clone()),
         },
         cfg.client_ca_reload_interval,
-        pki::cluster_info::follower(Arc::downgrade(&state), format!("https://{server_address}")),
+        pki::cluster_info::follower(state.loopback(), state.tasks.clone(), format!("https://{server_address}")),
     );
     state.tasks.spawn("client-ca-files", client_ca_files);
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
@@ -785,7 +760,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         let hostname = gethostname::gethostname().to_string_lossy().trim().to_ascii_lowercase();
         let instance = std::fs::canonicalize(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
         let id = identity::Identity::new(&hostname, &instance.to_string_lossy());
-        identity::spawn(&state.tasks, Arc::downgrade(&state), id, sync.followed());
+        identity::spawn(&state.tasks, state.loopback(), id, sync.followed());
         sync.spawn(&state.tasks, Arc::downgrade(&state), cfg.client_ca_reload_interval);
     }
     state.health.started.store(true, Ordering::SeqCst);

@@ -3,7 +3,8 @@
 //! objects). The generic REST handlers call the chain; each plugin says which kinds and
 //! operations it [`Plugin::handles`].
 //!
-//! Order ([`chain`]), each plugin in the phases it takes part in:
+//! Plugins are registered by name ([`plugins`], upstream's `admission.Plugins`), in the order
+//! the chain runs them ([`chain`], [`chain_of`] for a subset), each in the phases it takes part in:
 //!
 //! | plugin | phase | what |
 //! |---|---|---|
@@ -34,21 +35,25 @@
 //! and narrows its use by the short-lived, widely shared bootstrap credentials.
 //!
 //! In this folder: what enters is a write (or a read, for the read plugin) with its user,
-//! the new and the stored object; what leaves is the same write, or the first plugin's
-//! error (403, or 422 for a malformed object). [`node_restriction`] is NodeRestriction.
+//! the new and the stored object ([`Attributes`]), and the few services a plugin may use
+//! ([`Services`]: stored objects by kind and name, the authorizer, the RBAC objects, built by
+//! the server from its state); what leaves is the same write, or the first plugin's error
+//! (403, or 422 for a malformed object). [`node_restriction`] is NodeRestriction.
 
 pub mod node_restriction;
 pub mod pod_certificates;
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 
 use serde_json::Value;
 
 use crate::authn::UserInfo;
+use crate::authz::rbac::cache::RbacCache;
+use crate::authz::Authorizer;
 use crate::error::ApiError;
 use crate::http::request_info::RequestInfo;
-use crate::registry::{ResourceDef, Role};
-use crate::AppState;
+use crate::registry::{Registry, ResourceDef, Role};
+use crate::storage::Storage;
 
 const BOOTSTRAPPERS_GROUP: &str = kustos_ca::bootstrap_token::DEFAULT_GROUP;
 const CSR_GROUP: &str = "certificates.k8s.io";
@@ -111,11 +116,52 @@ pub struct Attributes<'a> {
     pub user: &'a UserInfo,
     /// The request's `fieldSelector` (reads).
     pub field_selector: Option<&'a str>,
+    /// The object written (none on delete and read).
+    pub object: Option<&'a Value>,
+    /// The stored object (update and delete).
+    pub old_object: Option<&'a Value>,
 }
 
 impl Attributes<'_> {
     fn is(&self, group: &str, resource: &str) -> bool {
         self.def.group == group && self.def.resource == resource
+    }
+}
+
+/// What a plugin may ask of the server: stored objects of the built-in kinds, the
+/// authorizer (SubjectAccessReview-like checks) and the RBAC objects. The server builds it
+/// from its state for each request.
+#[derive(Clone, Copy)]
+pub struct Services<'a> {
+    pub registry: &'a Registry,
+    pub storage: &'a Arc<dyn Storage>,
+    pub authz: &'a dyn Authorizer,
+    pub rbac: &'a RbacCache,
+}
+
+impl Services<'_> {
+    /// The stored object `name` of the built-in kind `group`/`resource`, if there is one.
+    pub async fn get(
+        &self,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<Value>, ApiError> {
+        let Some(def) = self.registry.resources.iter().find(|d| d.group == group && d.resource == resource) else {
+            return Err(ApiError::internal(format!("no kind serves {resource}")));
+        };
+        let kv = self
+            .storage
+            .get(&def.key(namespace, name))
+            .await
+            .map_err(|e| crate::registry::call::map_storage_error(def, name, e))?;
+        kv.map(|kv| crate::meta::from_stored(&kv)).transpose()
+    }
+
+    /// Whether `user` may do what `info` describes.
+    pub async fn allowed(&self, user: &UserInfo, info: &RequestInfo) -> bool {
+        self.authz.authorize(&crate::authz::Attributes { user, info }).await.allowed()
     }
 }
 
@@ -135,15 +181,9 @@ pub trait Plugin: Send + Sync {
     fn phase(&self) -> Phase;
     /// Whether the plugin looks at this request (kind, operation, subresource).
     fn handles(&self, a: &Attributes<'_>) -> bool;
-    /// Admit or refuse: `new` is the object written (None on delete and read), `old` the
-    /// stored one on update and delete.
-    async fn admit(
-        &self,
-        state: &AppState,
-        a: &Attributes<'_>,
-        new: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<(), ApiError>;
+    /// Admit or refuse `a` (its object and stored object), asking `services` what else it
+    /// needs.
+    async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError>;
 }
 
 /// An ordered list of plugins.
@@ -151,22 +191,40 @@ pub struct Chain {
     plugins: Vec<Box<dyn Plugin>>,
 }
 
-/// The server's chain (see the module doc for the order).
+/// Builds a plugin.
+pub type Factory = fn() -> Box<dyn Plugin>;
+
+/// Every plugin by name, in the order the chain runs them (upstream's `AllOrderedPlugins`,
+/// for the plugins kustos has; see the module doc).
+pub fn plugins() -> &'static [(&'static str, Factory)] {
+    static PLUGINS: &[(&str, Factory)] = &[
+        ("NamespaceLifecycle", || Box::new(NamespaceLifecycle)),
+        ("NodeRestriction", || Box::new(node_restriction::NodeRestriction)),
+        ("PodCertificateRequestNodeRestriction", || Box::new(pod_certificates::PodCertificateRequestNodeRestriction)),
+        ("CertificateApproval", || Box::new(CertificateApproval)),
+        ("CertificateSigning", || Box::new(CertificateSigning)),
+        ("PodCertificateRequestSigning", || Box::new(pod_certificates::PodCertificateRequestSigning)),
+        ("ClusterTrustBundleAttest", || Box::new(ClusterTrustBundleAttest)),
+        ("CertificateSubjectRestriction", || Box::new(CertificateSubjectRestriction)),
+        ("RBACEscalation", || Box::new(RbacEscalation)),
+        ("BootstrapCSRReads", || Box::new(BootstrapCsrReads)),
+    ];
+    PLUGINS
+}
+
+/// The plugin registered as `name`.
+pub fn plugin(name: &str) -> Option<Box<dyn Plugin>> {
+    plugins().iter().find(|(n, _)| *n == name).map(|(_, make)| make())
+}
+
+/// A chain of the registered plugins `enabled` keeps, in the registered order.
+pub fn chain_of(enabled: impl Fn(&str) -> bool) -> Chain {
+    Chain { plugins: plugins().iter().filter(|(name, _)| enabled(name)).map(|(_, make)| make()).collect() }
+}
+
+/// The server's chain: every registered plugin (see the module doc for the order).
 pub fn chain() -> &'static Chain {
-    static CHAIN: LazyLock<Chain> = LazyLock::new(|| Chain {
-        plugins: vec![
-            Box::new(NamespaceLifecycle),
-            Box::new(crate::admission::node_restriction::NodeRestriction),
-            Box::new(pod_certificates::PodCertificateRequestNodeRestriction),
-            Box::new(CertificateApproval),
-            Box::new(CertificateSigning),
-            Box::new(pod_certificates::PodCertificateRequestSigning),
-            Box::new(ClusterTrustBundleAttest),
-            Box::new(CertificateSubjectRestriction),
-            Box::new(RbacEscalation),
-            Box::new(BootstrapCsrReads),
-        ],
-    });
+    static CHAIN: LazyLock<Chain> = LazyLock::new(|| chain_of(|_| true));
     &CHAIN
 }
 
@@ -198,30 +256,17 @@ impl Chain {
     /// Run one phase of the chain for `a` (a write runs [`Phase::Mutating`] before the
     /// strategy prepares and validates the object, [`Phase::Validating`] after, as
     /// upstream): the first refusal is the answer.
-    pub async fn admit_phase(
-        &self,
-        state: &AppState,
-        a: &Attributes<'_>,
-        phase: Phase,
-        new: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    pub async fn admit_phase(&self, services: &Services<'_>, a: &Attributes<'_>, phase: Phase) -> Result<(), ApiError> {
         for p in self.ordered(a).into_iter().filter(|p| p.phase() == phase) {
-            p.admit(state, a, new, old).await?;
+            p.admit(services, a).await?;
         }
         Ok(())
     }
 
     /// Run the chain for `a`, every phase in order: the first refusal is the answer.
-    pub async fn admit(
-        &self,
-        state: &AppState,
-        a: &Attributes<'_>,
-        new: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    pub async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
         for p in self.ordered(a) {
-            p.admit(state, a, new, old).await?;
+            p.admit(services, a).await?;
         }
         Ok(())
     }
@@ -251,13 +296,7 @@ impl Plugin for NamespaceLifecycle {
             _ => false,
         }
     }
-    async fn admit(
-        &self,
-        state: &AppState,
-        a: &Attributes<'_>,
-        _new: Option<&Value>,
-        _old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
         if a.op == Operation::Delete {
             let name = a.info.name.as_str();
             if UNDELETABLE_NAMESPACES.contains(&name) {
@@ -271,7 +310,7 @@ impl Plugin for NamespaceLifecycle {
             return Ok(());
         }
         let ns = a.info.namespace.as_str();
-        let Some(ns_def) = state.registry.namespace_kind() else {
+        let Some(ns_def) = services.registry.namespace_kind() else {
             return Err(ApiError::internal("no kind holds the namespaces"));
         };
         // As upstream's plugin reads its namespace informer: the namespace as this apiserver
@@ -282,9 +321,9 @@ impl Plugin for NamespaceLifecycle {
         // A namespace this apiserver knows as terminating is refused, as upstream's does.
         let key = ns_def.key(None, ns);
         let map_err = |e| crate::registry::call::map_storage_error(ns_def, ns, e);
-        let mut kv = state.storage.get_recent(&key).await.map_err(map_err)?;
+        let mut kv = services.storage.get_recent(&key).await.map_err(map_err)?;
         if kv.is_none() {
-            kv = state.storage.get(&key).await.map_err(map_err)?;
+            kv = services.storage.get(&key).await.map_err(map_err)?;
         }
         let Some(kv) = kv else {
             return Err(ApiError::not_found(ns_def.group, ns_def.resource, ns));
@@ -331,15 +370,10 @@ impl Plugin for CertificateApproval {
     fn handles(&self, a: &Attributes<'_>) -> bool {
         a.is(CSR_GROUP, CSRS) && a.op == Operation::Update && a.info.subresource == "approval"
     }
-    async fn admit(
-        &self,
-        state: &AppState,
-        a: &Attributes<'_>,
-        new: Option<&Value>,
-        _old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
+        let new = a.object;
         let signer = csr_signer(new);
-        if authorized_for_signer(state.security.authz.as_ref(), a.user, "approve", &signer).await {
+        if authorized_for_signer(services.authz, a.user, "approve", &signer).await {
             return Ok(());
         }
         Err(csr_forbidden(&csr_name(new), format!("user not permitted to approve requests with signerName {signer:?}")))
@@ -359,17 +393,11 @@ impl Plugin for CertificateSigning {
     fn handles(&self, a: &Attributes<'_>) -> bool {
         a.is(CSR_GROUP, CSRS) && a.op == Operation::Update && a.info.subresource == "status"
     }
-    async fn admit(
-        &self,
-        state: &AppState,
-        a: &Attributes<'_>,
-        new: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
+        let (new, old) = (a.object, a.old_object);
         let cert = |v: Option<&Value>| v.and_then(|v| v.pointer("/status/certificate")).cloned();
         let signer = csr_signer(new);
-        if cert(new) == cert(old) || authorized_for_signer(state.security.authz.as_ref(), a.user, "sign", &signer).await
-        {
+        if cert(new) == cert(old) || authorized_for_signer(services.authz, a.user, "sign", &signer).await {
             return Ok(());
         }
         Err(csr_forbidden(&csr_name(new), format!("user not permitted to sign requests with signerName {signer:?}")))
@@ -393,13 +421,8 @@ impl Plugin for ClusterTrustBundleAttest {
         a.is(CSR_GROUP, crate::registry::clustertrustbundles::RESOURCE)
             && matches!(a.op, Operation::Create | Operation::Update)
     }
-    async fn admit(
-        &self,
-        state: &AppState,
-        a: &Attributes<'_>,
-        new: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
+        let (new, old) = (a.object, a.old_object);
         let name = csr_name(new);
         let forbidden = |why: String| {
             let resource = crate::registry::clustertrustbundles::RESOURCE;
@@ -420,7 +443,7 @@ impl Plugin for ClusterTrustBundleAttest {
                 return Ok(());
             }
         }
-        if signer.is_empty() || authorized_for_signer(state.security.authz.as_ref(), a.user, "attest", &signer).await {
+        if signer.is_empty() || authorized_for_signer(services.authz, a.user, "attest", &signer).await {
             return Ok(());
         }
         Err(forbidden(format!("user not permitted to attest for signerName {signer:?}")))
@@ -440,13 +463,8 @@ impl Plugin for CertificateSubjectRestriction {
     fn handles(&self, a: &Attributes<'_>) -> bool {
         a.is(CSR_GROUP, CSRS) && a.op == Operation::Create
     }
-    async fn admit(
-        &self,
-        _state: &AppState,
-        _a: &Attributes<'_>,
-        new: Option<&Value>,
-        _old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    async fn admit(&self, _services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
+        let new = a.object;
         let signer = csr_signer(new);
         if signer != KUBE_APISERVER_CLIENT {
             return Ok(());
@@ -488,17 +506,12 @@ impl Plugin for RbacEscalation {
             && a.info.subresource.is_empty()
             && matches!(a.op, Operation::Create | Operation::Update)
     }
-    async fn admit(
-        &self,
-        state: &AppState,
-        a: &Attributes<'_>,
-        new: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
+        let (new, old) = (a.object, a.old_object);
         let Some(new) = new else { return Ok(()) };
         let cx = crate::authz::rbac::escalation::Context {
-            authz: state.security.authz.as_ref(),
-            rbac: &state.security.rbac,
+            authz: services.authz,
+            rbac: services.rbac,
             user: a.user,
             info: a.info,
         };
@@ -524,13 +537,7 @@ impl Plugin for BootstrapCsrReads {
     fn handles(&self, a: &Attributes<'_>) -> bool {
         a.is(CSR_GROUP, CSRS) && a.op == Operation::Read
     }
-    async fn admit(
-        &self,
-        _state: &AppState,
-        a: &Attributes<'_>,
-        _new: Option<&Value>,
-        _old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    async fn admit(&self, _services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
         restrict_read(a.info, a.user, a.field_selector)
     }
 }

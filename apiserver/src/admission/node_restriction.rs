@@ -293,11 +293,10 @@ impl crate::admission::Plugin for NodeRestriction {
     }
     async fn admit(
         &self,
-        state: &crate::AppState,
+        services: &crate::admission::Services<'_>,
         a: &crate::admission::Attributes<'_>,
-        new: Option<&Value>,
-        old: Option<&Value>,
     ) -> Result<(), ApiError> {
+        let (new, old) = (a.object, a.old_object);
         let write = Write {
             group: a.def.group,
             resource: a.def.resource,
@@ -309,7 +308,7 @@ impl crate::admission::Plugin for NodeRestriction {
             old,
         };
         if (write.group, write.resource) == ("", SERVICEACCOUNTS) {
-            return admit_token_request(state, a.user, &write).await;
+            return admit_token_request(services, a.user, &write).await;
         }
         let (mut node, mut pod) = (None, None);
         if let (Some(name), ("", PODS, Operation::Create)) =
@@ -318,11 +317,11 @@ impl crate::admission::Plugin for NodeRestriction {
             // A mirror pod's owner is checked against the stored Node (its uid); an eviction
             // against the stored pod it names.
             match write.subresource {
-                "" => node = read(state, "", NODES, None, name).await?,
+                "" => node = services.get("", NODES, None, name).await?,
                 "eviction" => {
                     let pod_name = if write.url_name.is_empty() { write.object_name() } else { write.url_name };
                     if !pod_name.is_empty() {
-                        pod = read(state, "", PODS, Some(write.namespace), pod_name).await?;
+                        pod = services.get("", PODS, Some(write.namespace), pod_name).await?;
                     }
                 }
                 _ => {}
@@ -334,7 +333,11 @@ impl crate::admission::Plugin for NodeRestriction {
 
 /// A TokenRequest by a node ([`tokens`]): the pure checks, with the pod, the objects its
 /// volumes lead to and the authorizer's word read in between.
-async fn admit_token_request(state: &crate::AppState, user: &UserInfo, write: &Write<'_>) -> Result<(), ApiError> {
+async fn admit_token_request(
+    services: &crate::admission::Services<'_>,
+    user: &UserInfo,
+    write: &Write<'_>,
+) -> Result<(), ApiError> {
     let Some(node) = crate::authz::rbac::node::node_name(user) else { return Ok(()) };
     let sa_name = write.url_name;
     let forbidden = |why: String| {
@@ -350,7 +353,7 @@ async fn admit_token_request(state: &crate::AppState, user: &UserInfo, write: &W
     }
     let request = write.new.unwrap_or(&Value::Null);
     let (pod_name, uid) = tokens::pod_binding(request).map_err(refuse)?;
-    let pod = read(state, "", PODS, Some(write.namespace), pod_name).await?;
+    let pod = services.get("", PODS, Some(write.namespace), pod_name).await?;
     if let Some(r) = tokens::pod_problem(node, pod_name, uid, pod.as_ref()) {
         return Err(refuse(r));
     }
@@ -367,7 +370,7 @@ async fn admit_token_request(state: &crate::AppState, user: &UserInfo, write: &W
                 continue;
             }
         };
-        match read(state, STORAGE_GROUP, "csidrivers", None, &driver).await? {
+        match services.get(STORAGE_GROUP, "csidrivers", None, &driver).await? {
             Some(d) if tokens::driver_has_audience(&d, &audience) => return Ok(()),
             Some(_) => {}
             None => errors.push(format!("csidriver.{STORAGE_GROUP} {driver:?} not found")),
@@ -383,31 +386,12 @@ async fn admit_token_request(state: &crate::AppState, user: &UserInfo, write: &W
             name: sa_name.into(),
             ..Default::default()
         };
-        state.security.authz.authorize(&crate::authz::Attributes { user, info: &info }).await.allowed()
+        services.allowed(user, &info).await
     };
     match tokens::audience_problem(&audience, &errors, authorized, &user.name) {
         Some(r) => Err(refuse(r)),
         None => Ok(()),
     }
-}
-
-/// The stored object `name` of a built-in kind, if there is one.
-async fn read(
-    state: &crate::AppState,
-    group: &str,
-    resource: &str,
-    namespace: Option<&str>,
-    name: &str,
-) -> Result<Option<Value>, ApiError> {
-    let Some(def) = state.registry.resources.iter().find(|d| d.group == group && d.resource == resource) else {
-        return Err(ApiError::internal(format!("no kind serves {resource}")));
-    };
-    let kv = state
-        .storage
-        .get(&def.key(namespace, name))
-        .await
-        .map_err(|e| crate::registry::call::map_storage_error(def, name, e))?;
-    kv.map(|kv| crate::meta::from_stored(&kv)).transpose()
 }
 
 #[cfg(test)]

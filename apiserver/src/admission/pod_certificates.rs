@@ -18,11 +18,10 @@
 
 use serde_json::Value;
 
-use super::{authorized_for_signer, Attributes, Operation, Phase, Plugin};
+use super::{authorized_for_signer, Attributes, Operation, Phase, Plugin, Services};
 use crate::authn::UserInfo;
 use crate::error::{ApiError, FieldError};
 use crate::registry::podcertificaterequests::{GROUP, RESOURCE};
-use crate::AppState;
 
 const KIND: &str = "PodCertificateRequest";
 
@@ -82,12 +81,12 @@ pub fn mounted_signers(pod: &Value) -> Vec<&str> {
         .collect()
 }
 
-async fn read(state: &AppState, resource: &str, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
-    let Some(def) = state.registry.find("", "v1", resource) else {
+async fn read(services: &Services<'_>, resource: &str, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
+    let Some(def) = services.registry.find("", "v1", resource) else {
         return Err(ApiError::internal(format!("no {resource} are served")));
     };
     let key = def.key(namespace, name);
-    let kv = state
+    let kv = services
         .storage
         .get(&key)
         .await
@@ -112,13 +111,8 @@ impl Plugin for PodCertificateRequestNodeRestriction {
             && matches!(a.op, Operation::Create | Operation::Update | Operation::Delete)
             && crate::authz::rbac::node::node_name(a.user).is_some()
     }
-    async fn admit(
-        &self,
-        state: &AppState,
-        a: &Attributes<'_>,
-        new: Option<&Value>,
-        _old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
+        let new = a.object;
         let Some(node) = crate::authz::rbac::node::node_name(a.user) else { return Ok(()) };
         let subject = new.map(crate::meta::name).filter(|n| !n.is_empty()).unwrap_or(a.info.name.as_str());
         let subject = if subject.is_empty() { "Unknown" } else { subject };
@@ -142,12 +136,12 @@ impl Plugin for PodCertificateRequestNodeRestriction {
             ));
         }
         let namespace = a.info.namespace.as_str();
-        let pod = read(state, "pods", Some(namespace), text(req, "/spec/podName")).await?;
+        let pod = read(services, "pods", Some(namespace), text(req, "/spec/podName")).await?;
         if let Some(why) = pod_problem(node, namespace, req, &pod) {
             return Err(forbidden(subject, &why));
         }
         let pod_ref = format!("{namespace}/{}", text(&pod, "/metadata/name"));
-        let sa = read(state, "serviceaccounts", Some(namespace), pod_service_account(&pod)).await?;
+        let sa = read(services, "serviceaccounts", Some(namespace), pod_service_account(&pod)).await?;
         let (want, have) = (text(req, "/spec/serviceAccountUID"), text(&sa, "/metadata/uid"));
         if want != have {
             return Err(forbidden(
@@ -155,7 +149,7 @@ impl Plugin for PodCertificateRequestNodeRestriction {
                 &format!("PodCertificateRequest for pod {pod_ref:?} names service account UID {want:?}, which differs from the running service account ({have:?})"),
             ));
         }
-        let node_obj = read(state, "nodes", None, node).await?;
+        let node_obj = read(services, "nodes", None, node).await?;
         let (want, have) = (text(req, "/spec/nodeUID"), text(&node_obj, "/metadata/uid"));
         if want != have {
             return Err(forbidden(
@@ -165,7 +159,7 @@ impl Plugin for PodCertificateRequestNodeRestriction {
         }
         let signer = text(req, "/spec/signerName");
         if mounted_signers(&pod).contains(&signer)
-            || authorized_for_signer(state.security.authz.as_ref(), a.user, REQUEST_SIGNER_VERB, signer).await
+            || authorized_for_signer(services.authz, a.user, REQUEST_SIGNER_VERB, signer).await
         {
             return Ok(());
         }
@@ -204,19 +198,14 @@ impl Plugin for PodCertificateRequestSigning {
     fn handles(&self, a: &Attributes<'_>) -> bool {
         a.is(GROUP, RESOURCE) && a.op == Operation::Update && a.info.subresource == "status"
     }
-    async fn admit(
-        &self,
-        state: &AppState,
-        a: &Attributes<'_>,
-        new: Option<&Value>,
-        old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
+        let (new, old) = (a.object, a.old_object);
         let status = |v: Option<&Value>| v.and_then(|v| v.get("status")).cloned().unwrap_or(Value::Null);
         if status(new) == status(old) {
             return Ok(());
         }
         let signer = old.map(|o| text(o, "/spec/signerName")).unwrap_or("");
-        if authorized_for_signer(state.security.authz.as_ref(), a.user, "sign", signer).await {
+        if authorized_for_signer(services.authz, a.user, "sign", signer).await {
             return Ok(());
         }
         let name = new.map(crate::meta::name).unwrap_or("");

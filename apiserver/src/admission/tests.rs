@@ -30,6 +30,20 @@ fn the_chain_runs_in_upstreams_order() {
 }
 
 #[test]
+fn plugins_are_found_by_name_and_a_chain_keeps_the_registered_order() {
+    for (name, make) in plugins() {
+        assert_eq!(make().name(), *name, "registered under its own name");
+        assert_eq!(plugin(name).map(|p| p.name()), Some(*name));
+    }
+    assert!(plugin("AlwaysAdmit").is_none(), "not registered");
+    let some = chain_of(|n| matches!(n, "RBACEscalation" | "NamespaceLifecycle" | "CertificateSigning"));
+    assert_eq!(some.names(), ["NamespaceLifecycle", "CertificateSigning", "RBACEscalation"]);
+    let without = chain_of(|n| n != "NodeRestriction");
+    assert_eq!(without.names().len(), plugins().len() - 1);
+    assert!(!without.names().contains(&"NodeRestriction"));
+}
+
+#[test]
 fn each_plugin_handles_its_kinds_and_operations() {
     use Operation::*;
     let reg = registry();
@@ -73,7 +87,8 @@ fn each_plugin_handles_its_kinds_and_operations() {
             panic!("{resource} registered")
         };
         let info = RequestInfo { namespace: ns.to_string(), subresource: sub.to_string(), ..Default::default() };
-        let a = Attributes { op: *op, def, info: &info, user: &user, field_selector: None };
+        let a =
+            Attributes { op: *op, def, info: &info, user: &user, field_selector: None, object: None, old_object: None };
         assert_eq!(chain().handling(&a), *want, "{resource}/{sub} {op:?}");
     }
 }
@@ -97,13 +112,7 @@ impl Plugin for Probe {
     fn handles(&self, a: &Attributes<'_>) -> bool {
         a.op != Operation::Delete
     }
-    async fn admit(
-        &self,
-        _state: &AppState,
-        _a: &Attributes<'_>,
-        _new: Option<&Value>,
-        _old: Option<&Value>,
-    ) -> Result<(), ApiError> {
+    async fn admit(&self, _services: &Services<'_>, _a: &Attributes<'_>) -> Result<(), ApiError> {
         self.log.lock().map_err(|_| ApiError::internal("poisoned"))?.push(self.name);
         if self.refuse {
             Err(ApiError::forbidden("", "configmaps", "x", format!("refused by {}", self.name)))
@@ -113,25 +122,18 @@ impl Plugin for Probe {
     }
 }
 
-async fn state() -> Arc<AppState> {
-    let Ok(sqlite) = crate::storage::sqlite::SqliteStorage::open_in_memory() else { panic!("in-memory storage") };
-    let (store, rbac) = crate::authz::rbac::cache::install(Arc::new(sqlite));
-    let security = crate::Security {
-        authn: Arc::new(crate::authn::AuthnChain::from_parts(None, vec![], true)),
-        authz: Arc::new(crate::authz::MastersAuthorizer),
-        rbac,
-        service_accounts: None,
-    };
-    let state = AppState::new(store, "127.0.0.1:6443".into(), security);
-    if let Err(e) = crate::bootstrap(&state).await {
-        panic!("bootstrap: {e}");
+/// A server prepared as a real one starts (its namespaces exist).
+async fn server() -> crate::testing::TestServer {
+    match crate::testing::TestServer::new().await {
+        Ok(s) => s,
+        Err(e) => panic!("test server: {e}"),
     }
-    state
 }
 
 #[tokio::test]
 async fn mutating_then_validating_and_the_first_refusal_is_the_answer() {
-    let state = state().await;
+    let server = server().await;
+    let services = server.state.admission_services();
     let reg = registry();
     let Some(def) = reg.find("", "v1", "configmaps") else { panic!("configmaps registered") };
     let user = UserInfo::default();
@@ -160,17 +162,27 @@ async fn mutating_then_validating_and_the_first_refusal_is_the_answer() {
         (Operation::Delete, &["M1"][..], &[][..], None),
     ] {
         let (chain, log) = run(refusing);
-        let a = Attributes { op, def, info: &info, user: &user, field_selector: None };
-        let got = chain.admit(&state, &a, Some(&obj), None).await;
+        let a = Attributes {
+            op,
+            def,
+            info: &info,
+            user: &user,
+            field_selector: None,
+            object: Some(&obj),
+            old_object: None,
+        };
+        let got = chain.admit(&services, &a).await;
         assert_eq!(got.err().map(|e| e.to_string()).as_deref(), want_err, "{op:?} {refusing:?}");
         let log = log.lock().map(|l| l.clone()).unwrap_or_default();
         assert_eq!(log, want_log, "{op:?} {refusing:?}");
     }
+    server.stop().await;
 }
 
 #[tokio::test]
 async fn namespace_lifecycle() {
-    let state = state().await;
+    let server = server().await;
+    let services = server.state.admission_services();
     let reg = registry();
     let (Some(cms), Some(nss)) = (reg.find("", "v1", "configmaps"), reg.find("", "v1", "namespaces")) else {
         panic!("registered")
@@ -193,10 +205,19 @@ async fn namespace_lifecycle() {
     ];
     for (def, op, ns, name, want) in cases {
         let info = RequestInfo { namespace: ns.to_string(), name: name.to_string(), ..Default::default() };
-        let a = Attributes { op: *op, def, info: &info, user: &user, field_selector: None };
-        let got = chain().admit(&state, &a, Some(&obj), None).await.err().map(|e| (e.code().as_u16(), e.to_string()));
+        let a = Attributes {
+            op: *op,
+            def,
+            info: &info,
+            user: &user,
+            field_selector: None,
+            object: Some(&obj),
+            old_object: None,
+        };
+        let got = chain().admit(&services, &a).await.err().map(|e| (e.code().as_u16(), e.to_string()));
         assert_eq!(got.as_ref().map(|(c, m)| (*c, m.as_str())), *want, "{ns}/{name} {op:?}");
     }
+    server.stop().await;
 }
 
 #[test]

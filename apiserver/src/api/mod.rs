@@ -15,6 +15,8 @@
 //!   subresource; [`create_handler`] finds it by the kind the registration says the
 //!   subresource takes.
 //! - [`observe`]: request metrics, the access log, warnings for paths nothing serves.
+//! - [`oidc`]: OIDC discovery of the service-account issuer (`/.well-known/openid-configuration`,
+//!   `/openid/v1/jwks`).
 //!
 //! Layer: the top but for `lib.rs`, whose `AppState` is the context every handler is given.
 //! Files here may import every folder below: `admission/`, `authz/`, `registry/`,
@@ -24,6 +26,7 @@
 
 pub mod discovery;
 pub mod observe;
+pub mod oidc;
 pub mod rest;
 pub mod reviews;
 pub mod serviceaccount_token;

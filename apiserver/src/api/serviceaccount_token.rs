@@ -228,12 +228,27 @@ fn not_served() -> ApiError {
     }
 }
 
-/// POST `serviceaccounts/<name>/token`.
+/// POST `serviceaccounts/<name>/token`: the body decoded ([`decode_token_request`]), then
+/// the token made ([`create_token`]).
 pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply, ApiError> {
-    let Some(tokens) = c.state.security.service_accounts.clone() else { return Err(not_served()) };
+    if c.state.security.service_accounts.is_none() {
+        return Err(not_served());
+    }
     let def = token_request_def();
     let dry_run = c.params.dry_run()?;
-    let (obj, mut warnings) = decode_token_request(&def, &c.params, body, content_type, &c.info.namespace)?;
+    let (obj, warnings) = decode_token_request(&def, &c.params, body, content_type, &c.info.namespace)?;
+    create_token(c, obj, warnings, dry_run).await
+}
+
+/// A token for the service account `c` names, from the decoded TokenRequest `obj` (as
+/// upstream's `TokenREST.Create` is given the object); `warnings` are the decoder's.
+pub async fn create_token(
+    c: &Call<'_>,
+    obj: Value,
+    mut warnings: Vec<String>,
+    dry_run: bool,
+) -> Result<Reply, ApiError> {
+    let Some(tokens) = c.state.security.service_accounts.clone() else { return Err(not_served()) };
     let (namespace, name) = (c.info.namespace.as_str(), c.info.name.as_str());
     // The status is the server's to fill (protobuf bodies carry an empty one).
     let mut spec_only = obj.clone();
@@ -245,8 +260,17 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
     })?;
     // Admission (NodeRestriction) sees the request before the service account is read, as
     // upstream's create handler runs mutating admission before the registry.
-    let attrs = Attributes { op: Operation::Create, def: c.def, info: c.info, user: c.user, field_selector: None };
-    admission::chain().admit_phase(c.state, &attrs, Phase::Mutating, Some(&obj), None).await?;
+    let attrs = Attributes {
+        op: Operation::Create,
+        def: c.def,
+        info: c.info,
+        user: c.user,
+        field_selector: None,
+        object: Some(&obj),
+        old_object: None,
+    };
+    let services = c.state.admission_services();
+    admission::chain().admit_phase(&services, &attrs, Phase::Mutating).await?;
     let body_name = req.metadata.name.clone().unwrap_or_default();
     if !body_name.is_empty() && body_name != name {
         return Err(ApiError::invalid(
@@ -276,7 +300,7 @@ pub async fn token_request(c: &Call<'_>, body: &Bytes, content_type: &str) -> Re
     if !errs.is_empty() {
         return Err(ApiError::invalid(AUTHENTICATION_GROUP, "TokenRequest", "", errs));
     }
-    admission::chain().admit_phase(c.state, &attrs, Phase::Validating, Some(&obj), None).await?;
+    admission::chain().admit_phase(&services, &attrs, Phase::Validating).await?;
     let bound = match &spec.bound_object_ref {
         Some(r) => resolve_bound(c, namespace, name, r).await?,
         None => Bound::default(),
@@ -357,8 +381,11 @@ async fn read_object(
     if name.is_empty() {
         return Ok(None);
     }
-    let kv =
-        state.storage.get(&def.key(Some(namespace), name)).await.map_err(|e| rest::map_storage_error(def, name, e))?;
+    let kv = state
+        .storage
+        .get(&def.key(Some(namespace), name))
+        .await
+        .map_err(|e| crate::registry::call::map_storage_error(def, name, e))?;
     kv.map(|kv| meta::from_stored(&kv)).transpose()
 }
 

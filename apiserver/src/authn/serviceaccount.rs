@@ -15,7 +15,7 @@
 //! messages.
 //!
 //! Elsewhere: the issuer and its keys in `pki::service_account`, TokenRequest in
-//! `registry::core::serviceaccount_token`, OIDC discovery in `http::oidc`, the
+//! `api::serviceaccount_token`, OIDC discovery in `api::oidc`, the
 //! legacy token tracking ConfigMap in [`legacy_tracking`].
 
 #[cfg(test)]

@@ -23,7 +23,6 @@ use super::metrics::KindLabels;
 use crate::authn::UserInfo;
 use crate::error::ApiError;
 use crate::http::request_info::{query_param, RequestInfo};
-use crate::AppState;
 
 pub const FLOW_SCHEMA_UID: &str = "x-kubernetes-pf-flowschema-uid";
 pub const PRIORITY_LEVEL_UID: &str = "x-kubernetes-pf-prioritylevel-uid";
@@ -68,8 +67,13 @@ fn mutating(verb: &str) -> bool {
     !matches!(verb, "get" | "list" | "watch" | "head")
 }
 
-pub async fn filter(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let Some(limiter) = state.limiter.get() else { return next.run(req).await };
+/// What holds the request limiter (the server state; none in tests that build it by hand).
+pub trait Limited: Send + Sync + 'static {
+    fn limiter(&self) -> Option<&Limiter>;
+}
+
+pub async fn filter<S: Limited>(State(state): State<Arc<S>>, req: Request, next: Next) -> Response {
+    let Some(limiter) = state.limiter() else { return next.run(req).await };
     let (Some(user), Some(info)) =
         (req.extensions().get::<UserInfo>().cloned(), req.extensions().get::<RequestInfo>().cloned())
     else {

@@ -21,9 +21,9 @@
 //! [`spawn`] runs a pass every period (upstream: one minute) and about a second after any
 //! change to FlowSchemas or priority levels, so a deleted default object comes back and a
 //! FlowSchema's `Dangling` condition follows its priority level promptly. Writes go through
-//! the REST handlers as `system:apiserver`, with resourceVersion preconditions.
+//! the REST handlers (`registry::loopback`) as `system:apiserver`, with resourceVersion preconditions.
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -32,8 +32,8 @@ use serde_json::{json, Value};
 use super::bootstrap::{self, AUTO_UPDATE_ANNOTATION};
 use crate::error::ApiError;
 use crate::registry::flowcontrol::{default_flow_schema, default_priority_level, semantic_form, GROUP};
+use crate::registry::loopback::{Loopback, Write};
 use crate::registry::ResourceDef;
-use crate::AppState;
 
 /// How often a pass runs without any change (upstream: every minute).
 pub const PERIOD: Duration = Duration::from_secs(60);
@@ -210,40 +210,37 @@ fn to_defaults<T: serde::Serialize>(kind: ConfigKind, objs: Vec<T>) -> anyhow::R
     objs.into_iter().map(|o| Ok(DefaultObj { kind, object: serde_json::to_value(o)? })).collect()
 }
 
-fn find_def(state: &AppState, kind: ConfigKind) -> anyhow::Result<&ResourceDef> {
-    state
-        .registry
-        .find(GROUP, "v1", kind.resource())
-        .ok_or_else(|| anyhow::anyhow!("{} are not registered", kind.resource()))
+fn find_def(state: &dyn Loopback, kind: ConfigKind) -> anyhow::Result<&ResourceDef> {
+    state.find(GROUP, "v1", kind.resource())
 }
 
 /// One write through the REST handlers, as the apiserver itself.
 async fn write(
-    state: &Arc<AppState>,
+    state: &dyn Loopback,
     def: &ResourceDef,
-    verb: crate::api::rest::Write,
+    verb: Write,
     name: &str,
     subresource: &str,
     body: &Value,
 ) -> Result<(), ApiError> {
-    crate::api::rest::write_as_apiserver(state, def, verb, "", name, subresource, body).await
+    state.write_as_apiserver(def, verb, "", name, subresource, body).await
 }
 
-async fn read(state: &AppState, def: &ResourceDef, name: &str) -> anyhow::Result<Option<Value>> {
-    match state.storage.get(&def.key(None, name)).await? {
+async fn read(state: &dyn Loopback, def: &ResourceDef, name: &str) -> anyhow::Result<Option<Value>> {
+    match state.storage().get(&def.key(None, name)).await? {
         Some(kv) => Ok(Some(crate::meta::from_stored(&kv)?)),
         None => Ok(None),
     }
 }
 
-async fn list(state: &AppState, def: &ResourceDef) -> anyhow::Result<Vec<Value>> {
-    let page = state.storage.list(&def.prefix(), Default::default()).await?;
+async fn list(state: &dyn Loopback, def: &ResourceDef) -> anyhow::Result<Vec<Value>> {
+    let page = state.storage().list(&def.prefix(), Default::default()).await?;
     page.items.iter().map(|kv| crate::meta::from_stored(kv).map_err(anyhow::Error::from)).collect()
 }
 
 /// Create or bring up to date one mandatory or suggested object.
 async fn ensure_one(
-    state: &Arc<AppState>,
+    state: &dyn Loopback,
     def: &ResourceDef,
     default: &DefaultObj,
     mandatory: bool,
@@ -254,12 +251,8 @@ async fn ensure_one(
         let existing = read(state, def, name).await?;
         let outcome = match decide(Some(default), existing.as_ref(), mandatory) {
             Action::Nothing | Action::Delete => return Ok(()),
-            Action::Create(body) => {
-                write(state, def, crate::api::rest::Write::Create, name, "", &body).await.map(|()| "created")
-            }
-            Action::Update(body) => {
-                write(state, def, crate::api::rest::Write::Update, name, "", &body).await.map(|()| "updated")
-            }
+            Action::Create(body) => write(state, def, Write::Create, name, "", &body).await.map(|()| "created"),
+            Action::Update(body) => write(state, def, Write::Update, name, "", &body).await.map(|()| "updated"),
         };
         match outcome {
             Ok("created") => {
@@ -278,7 +271,7 @@ async fn ensure_one(
 }
 
 /// Delete the objects that are neither mandatory nor suggested but claim the server owns them.
-async fn remove_unwanted(state: &Arc<AppState>, def: &ResourceDef, wanted: &[DefaultObj]) -> anyhow::Result<()> {
+async fn remove_unwanted(state: &dyn Loopback, def: &ResourceDef, wanted: &[DefaultObj]) -> anyhow::Result<()> {
     for obj in list(state, def).await? {
         let name = crate::meta::name(&obj).to_string();
         if wanted.iter().any(|w| w.name() == name) || decide(None, Some(&obj), false) != Action::Delete {
@@ -286,7 +279,7 @@ async fn remove_unwanted(state: &Arc<AppState>, def: &ResourceDef, wanted: &[Def
         }
         let pre = json!({"apiVersion": "v1", "kind": "DeleteOptions",
                          "preconditions": {"uid": crate::meta::uid(&obj), "resourceVersion": crate::meta::rv(&obj)}});
-        match write(state, def, crate::api::rest::Write::Delete, &name, "", &pre).await {
+        match write(state, def, Write::Delete, &name, "", &pre).await {
             Ok(()) => {
                 tracing::info!(object = %format!("{}.{}/{name}", def.singular, def.group), "deleted unwanted APF configuration object")
             }
@@ -299,7 +292,7 @@ async fn remove_unwanted(state: &Arc<AppState>, def: &ResourceDef, wanted: &[Def
 }
 
 /// Bring every FlowSchema's `Dangling` condition up to date.
-async fn sync_dangling(state: &Arc<AppState>, fs_def: &ResourceDef, pl_def: &ResourceDef) -> anyhow::Result<()> {
+async fn sync_dangling(state: &dyn Loopback, fs_def: &ResourceDef, pl_def: &ResourceDef) -> anyhow::Result<()> {
     let levels: Vec<String> = list(state, pl_def).await?.iter().map(|p| crate::meta::name(p).to_string()).collect();
     let now = crate::meta::now_rfc3339();
     for fs in list(state, fs_def).await? {
@@ -308,7 +301,7 @@ async fn sync_dangling(state: &Arc<AppState>, fs_def: &ResourceDef, pl_def: &Res
         let mut body = fs.clone();
         body["status"] = status;
         let name = crate::meta::name(&fs).to_string();
-        match write(state, fs_def, crate::api::rest::Write::Update, &name, "status", &body).await {
+        match write(state, fs_def, Write::Update, &name, "status", &body).await {
             // Changed or deleted meanwhile: the change triggers another pass.
             Ok(()) | Err(ApiError::NotFound { .. } | ApiError::Conflict { .. }) => {}
             Err(e) => anyhow::bail!("updating the status of flowschemas/{name}: {e}"),
@@ -318,7 +311,7 @@ async fn sync_dangling(state: &Arc<AppState>, fs_def: &ResourceDef, pl_def: &Res
 }
 
 /// One maintenance pass. Every object is tried; the error lists those that failed.
-pub async fn ensure(state: &Arc<AppState>) -> anyhow::Result<()> {
+pub async fn ensure(state: &dyn Loopback) -> anyhow::Result<()> {
     let fs_def = find_def(state, ConfigKind::FlowSchema)?;
     let pl_def = find_def(state, ConfigKind::PriorityLevel)?;
     let suggested_pls = to_defaults(ConfigKind::PriorityLevel, bootstrap::suggested_priority_levels())?;
@@ -355,7 +348,7 @@ pub async fn ensure(state: &Arc<AppState>) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn pass(state: &Arc<AppState>) {
+async fn pass(state: &dyn Loopback) {
     if let Err(e) = ensure(state).await {
         tracing::warn!(error = %e, "APF configuration pass failed; will retry");
     }
@@ -364,9 +357,9 @@ async fn pass(state: &Arc<AppState>) {
 pub(super) type Changes = futures::stream::BoxStream<'static, crate::storage::Result<crate::storage::Event>>;
 
 /// One stream of the changes to FlowSchemas and priority levels after `rev`.
-pub(super) async fn watch_changes(state: &AppState, rev: crate::storage::Rev) -> anyhow::Result<Changes> {
-    let fs = state.storage.watch(&find_def(state, ConfigKind::FlowSchema)?.prefix(), rev).await?;
-    let pl = state.storage.watch(&find_def(state, ConfigKind::PriorityLevel)?.prefix(), rev).await?;
+pub(super) async fn watch_changes(state: &dyn Loopback, rev: crate::storage::Rev) -> anyhow::Result<Changes> {
+    let fs = state.storage().watch(&find_def(state, ConfigKind::FlowSchema)?.prefix(), rev).await?;
+    let pl = state.storage().watch(&find_def(state, ConfigKind::PriorityLevel)?.prefix(), rev).await?;
     Ok(futures::stream::select(fs, pl).boxed())
 }
 
@@ -384,14 +377,14 @@ async fn settle(changes: &mut Changes) -> bool {
 /// Keep the configuration maintained: a pass every `every`, and one shortly after any
 /// change to FlowSchemas or priority levels. A failed watch is re-established after a pass
 /// (which reads everything afresh). The caller has done the initial pass.
-pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<AppState>, every: Duration) {
+pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<dyn Loopback>, every: Duration) {
     tasks.spawn("flowcontrol-maintain", async move {
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let Some(mut from) = state.upgrade().map(|s| s.storage.current_rev()) else { return Ok(()) };
+        let Some(mut from) = state.upgrade().map(|s| s.storage().current_rev()) else { return Ok(()) };
         loop {
             let Some(st) = state.upgrade() else { return Ok(()) };
-            let watched = watch_changes(&st, from).await;
+            let watched = watch_changes(&*st, from).await;
             drop(st);
             let mut changes = match watched {
                 Ok(c) => c,
@@ -399,8 +392,8 @@ pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<AppState>, every: Duration
                     tracing::warn!(error = %e, "watching the APF configuration failed; retrying after the next pass");
                     ticker.tick().await;
                     let Some(st) = state.upgrade() else { return Ok(()) };
-                    from = st.storage.current_rev();
-                    pass(&st).await;
+                    from = st.storage().current_rev();
+                    pass(&*st).await;
                     continue;
                 }
             };
@@ -412,11 +405,11 @@ pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<AppState>, every: Duration
                 let Some(st) = state.upgrade() else { return Ok(()) };
                 if !healthy {
                     tracing::warn!("the APF configuration watch ended; re-listing");
-                    from = st.storage.current_rev();
-                    pass(&st).await;
+                    from = st.storage().current_rev();
+                    pass(&*st).await;
                     break;
                 }
-                pass(&st).await;
+                pass(&*st).await;
             }
         }
     });

@@ -37,8 +37,8 @@ use std::time::Duration;
 use futures::StreamExt as _;
 use k8s_openapi::api::flowcontrol::v1 as fc;
 
+use crate::registry::loopback::Loopback;
 use crate::storage::{ListOptions, Rev};
-use crate::AppState;
 use dispatcher::FlowControl;
 
 const GROUP: &str = "flowcontrol.apiserver.k8s.io";
@@ -47,8 +47,11 @@ fn prefix(resource: &str) -> String {
     format!("/registry/{GROUP}/{resource}/")
 }
 
-async fn list_typed<T: serde::de::DeserializeOwned>(state: &AppState, resource: &str) -> anyhow::Result<(Vec<T>, Rev)> {
-    let page = state.storage.list(&prefix(resource), ListOptions::default()).await?;
+async fn list_typed<T: serde::de::DeserializeOwned>(
+    state: &dyn Loopback,
+    resource: &str,
+) -> anyhow::Result<(Vec<T>, Rev)> {
+    let page = state.storage().list(&prefix(resource), ListOptions::default()).await?;
     let mut out = Vec::with_capacity(page.items.len());
     for kv in page.items {
         match serde_json::from_slice::<T>(&kv.value) {
@@ -60,7 +63,7 @@ async fn list_typed<T: serde::de::DeserializeOwned>(state: &AppState, resource: 
 }
 
 /// Read both kinds from storage and put them into effect; the revision they were read at.
-pub async fn load(state: &AppState, fc: &FlowControl) -> anyhow::Result<Rev> {
+pub async fn load(state: &dyn Loopback, fc: &FlowControl) -> anyhow::Result<Rev> {
     let (levels, rev_a) = list_typed::<fc::PriorityLevelConfiguration>(state, "prioritylevelconfigurations").await?;
     let (schemas, rev_b) = list_typed::<fc::FlowSchema>(state, "flowschemas").await?;
     let digest = config::digest(
@@ -74,12 +77,11 @@ pub async fn load(state: &AppState, fc: &FlowControl) -> anyhow::Result<Rev> {
 }
 
 /// Refresh the object counts LIST estimates use, for every served resource.
-async fn count_objects(state: &AppState, fc: &FlowControl) {
-    let served = state.crds.current();
+async fn count_objects(state: &dyn Loopback, fc: &FlowControl) {
     let mut counts = HashMap::new();
-    for def in served.registry.resources.iter().filter(|d| !d.create_only) {
-        if let Ok(n) = state.storage.count(&def.prefix()).await {
-            counts.insert(filter::count_key(def.group, def.resource), n);
+    for (group, resource, prefix) in state.served_prefixes() {
+        if let Ok(n) = state.storage().count(&prefix).await {
+            counts.insert(filter::count_key(group, resource), n);
         }
     }
     fc.set_object_counts(counts);
@@ -87,7 +89,7 @@ async fn count_objects(state: &AppState, fc: &FlowControl) {
 
 /// Keep `fc` in step with storage, and rebalance its limits, in two loops of `tasks`
 /// (`flowcontrol-config`, `flowcontrol-rebalance`) that end once `state` is gone.
-pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<AppState>, fc: Arc<FlowControl>) {
+pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<dyn Loopback>, fc: Arc<FlowControl>) {
     let (s, f) = (state.clone(), fc.clone());
     tasks.spawn("flowcontrol-config", async move {
         while s.strong_count() > 0 {
@@ -103,7 +105,7 @@ pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<AppState>, fc: Arc<FlowCon
         loop {
             tick.tick().await;
             let Some(state) = state.upgrade() else { return Ok(()) };
-            count_objects(&state, &fc).await;
+            count_objects(&*state, &fc).await;
             fc.rebalance();
         }
     });
@@ -112,7 +114,7 @@ pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<AppState>, fc: Arc<FlowCon
 /// Load, then reload after every change (changes arriving together are taken in one go),
 /// until the watch ends or fails (or the state is gone). The state is held only while
 /// loading, never while waiting.
-async fn follow(state: &Weak<AppState>, fc: &FlowControl) -> anyhow::Result<()> {
+async fn follow(state: &Weak<dyn Loopback>, fc: &FlowControl) -> anyhow::Result<()> {
     let up = || state.upgrade().ok_or_else(|| anyhow::anyhow!("the server is gone"));
     let mut rev = load(&*up()?, fc).await?;
     loop {

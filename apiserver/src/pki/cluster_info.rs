@@ -9,17 +9,13 @@
 //! otherwise; and again whenever the trust bundle in `ca.crt` changes while serving
 //! ([`follower`], a CA rotation).
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 
 use base64::Engine as _;
-use bytes::Bytes;
 use serde_json::{json, Value};
 
-use crate::api::rest::{self, Call, Params};
-use crate::authn::UserInfo;
 use crate::error::ApiError;
-use crate::http::request_info::RequestInfo;
-use crate::AppState;
+use crate::registry::loopback::{self, Author, Loopback, OwnWrite};
 
 pub use kustos_ca::bootstrap_token::{CLUSTER_INFO_NAME as NAME, CLUSTER_INFO_NAMESPACE as NAMESPACE, KUBECONFIG_KEY};
 
@@ -63,10 +59,9 @@ pub fn decide(existing: Option<&Value>, kubeconfig: &str) -> Option<Write> {
 }
 
 /// The ConfigMaps' definition and the stored cluster-info, if any.
-async fn stored(state: &Arc<AppState>) -> anyhow::Result<(&crate::registry::ResourceDef, Option<Value>)> {
-    let def =
-        state.registry.find("", "v1", "configmaps").ok_or_else(|| anyhow::anyhow!("configmaps are not registered"))?;
-    let existing = match state.storage.get(&def.key(Some(NAMESPACE), NAME)).await? {
+async fn stored(state: &dyn Loopback) -> anyhow::Result<(&crate::registry::ResourceDef, Option<Value>)> {
+    let def = state.find("", "v1", "configmaps")?;
+    let existing = match state.storage().get(&def.key(Some(NAMESPACE), NAME)).await? {
         Some(kv) => {
             Some(crate::meta::from_stored(&kv).map_err(|e| anyhow::anyhow!("reading {NAMESPACE}/{NAME}: {e}"))?)
         }
@@ -76,35 +71,19 @@ async fn stored(state: &Arc<AppState>) -> anyhow::Result<(&crate::registry::Reso
 }
 
 /// Create or refresh cluster-info for `server_url` and `ca_bundle_pem`, as the apiserver.
-pub async fn ensure(state: &Arc<AppState>, server_url: &str, ca_bundle_pem: &str) -> anyhow::Result<()> {
+pub async fn ensure(state: &dyn Loopback, server_url: &str, ca_bundle_pem: &str) -> anyhow::Result<()> {
     let (def, existing) = stored(state).await?;
     let Some(write) = decide(existing.as_ref(), &kubeconfig(server_url, ca_bundle_pem)) else {
         return Ok(());
     };
-    let user = UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authn::user::MASTERS_GROUP.into()],
-        ..Default::default()
-    };
     let (verb, body, name) = match &write {
-        Write::Create(body) => ("create", body, ""),
-        Write::Update(body) => ("update", body, NAME),
+        Write::Create(body) => (loopback::Write::Create, body, ""),
+        Write::Update(body) => (loopback::Write::Update, body, NAME),
     };
-    let info = RequestInfo {
-        is_resource_request: true,
-        verb: verb.into(),
-        api_version: "v1".into(),
-        resource: "configmaps".into(),
-        namespace: NAMESPACE.into(),
-        name: name.into(),
-        ..Default::default()
-    };
-    let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
-    let body = Bytes::from(body.to_string());
-    let result = match write {
-        Write::Create(_) => rest::create(&call, &body, "application/json").await,
-        Write::Update(_) => rest::update(&call, &body, "application/json").await,
-    };
+    let author = Author::apiserver_unnamed();
+    let result = state
+        .write(OwnWrite { def, write: verb, namespace: NAMESPACE, name, subresource: "", body, author: &author })
+        .await;
     match result {
         Ok(_) => {
             tracing::info!(server = %server_url, "wrote {NAMESPACE}/{NAME}");
@@ -117,25 +96,26 @@ pub async fn ensure(state: &Arc<AppState>, server_url: &str, ca_bundle_pem: &str
 }
 
 /// Keeps cluster-info in step with the trust bundle while serving: given to the client CA
-/// follower, it rewrites cluster-info (in the background, retrying a few times) whenever the
+/// follower, it rewrites cluster-info (a job of `tasks`, retrying a few times) whenever the
 /// bundle changes, e.g. in a CA rotation.
 /// Holds the state weakly: nothing is written once the server is gone.
-pub fn follower(state: Weak<AppState>, server_url: String) -> crate::authn::client_ca::OnTrust {
+pub fn follower(
+    state: Weak<dyn Loopback>,
+    tasks: crate::tasks::Tasks,
+    server_url: String,
+) -> crate::authn::client_ca::OnTrust {
     Box::new(move |trust: &[Vec<u8>]| {
         let pem: String = trust.iter().map(|d| kustos_ca::pem_encode("CERTIFICATE", d)).collect();
-        let Some(state) = state.upgrade() else { return };
-        let url = server_url.clone();
-        // A job of the supervisor (stopped with the server), bounded to five attempts.
-        let tasks = state.tasks.clone();
+        let (state, url) = (state.clone(), server_url.clone());
         tasks.spawn_job("cluster-info-refresh", async move {
             for attempt in 1..=5u32 {
+                let Some(st) = state.upgrade() else { return Ok(()) };
                 // A write lost to a concurrent one (the bootstrap signer's) is tried again.
-                let done = match ensure(&state, &url, &pem).await {
-                    Ok(()) => {
-                        stored(&state).await.map(|(_, cm)| decide(cm.as_ref(), &kubeconfig(&url, &pem)).is_none())
-                    }
+                let done = match ensure(&*st, &url, &pem).await {
+                    Ok(()) => stored(&*st).await.map(|(_, cm)| decide(cm.as_ref(), &kubeconfig(&url, &pem)).is_none()),
                     Err(e) => Err(e),
                 };
+                drop(st);
                 match done {
                     Ok(true) => return Ok(()),
                     Ok(false) => tokio::time::sleep(std::time::Duration::from_millis(200)).await,
@@ -154,9 +134,6 @@ pub fn follower(state: Weak<AppState>, server_url: String) -> crate::authn::clie
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use crate::authn::AuthnChain;
-    use crate::storage::sqlite::SqliteStorage;
-    use crate::Security;
 
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
@@ -222,40 +199,29 @@ mod tests {
         }
     }
 
-    async fn state() -> Arc<AppState> {
-        let (store, rbac) = crate::authz::rbac::cache::install(Arc::new(SqliteStorage::open_in_memory().unwrap()));
-        let security = Security {
-            authn: Arc::new(AuthnChain::from_parts(None, vec![], true)),
-            authz: Arc::new(crate::authz::MastersAuthorizer),
-            rbac,
-            service_accounts: None,
-        };
-        let state = AppState::new(store, "127.0.0.1:6443".into(), security);
-        crate::bootstrap(&state).await.unwrap();
-        state
-    }
-
-    async fn stored(state: &Arc<AppState>) -> Option<(Value, u64)> {
-        let def = state.registry.find("", "v1", "configmaps").unwrap();
-        let kv = state.storage.get(&def.key(Some(NAMESPACE), NAME)).await.unwrap()?;
+    async fn stored(state: &dyn Loopback) -> Option<(Value, u64)> {
+        let def = state.find("", "v1", "configmaps").unwrap();
+        let kv = state.storage().get(&def.key(Some(NAMESPACE), NAME)).await.unwrap()?;
         Some((serde_json::from_slice(&kv.value).unwrap(), kv.mod_rev))
     }
 
     #[tokio::test]
     async fn ensure_creates_keeps_and_refreshes() {
-        let state = state().await;
-        assert!(stored(&state).await.is_none(), "absent before the first start");
-        ensure(&state, "https://127.0.0.1:6443", CA).await.unwrap();
-        let (first, rev) = stored(&state).await.unwrap();
+        let server = crate::testing::TestServer::new().await.unwrap();
+        let state: &dyn Loopback = &*server.state;
+        assert!(stored(state).await.is_none(), "absent before the first start");
+        ensure(state, "https://127.0.0.1:6443", CA).await.unwrap();
+        let (first, rev) = stored(state).await.unwrap();
         assert_eq!(first["data"][KUBECONFIG_KEY], json!(kubeconfig("https://127.0.0.1:6443", CA)));
 
-        ensure(&state, "https://127.0.0.1:6443", CA).await.unwrap();
-        assert_eq!(stored(&state).await.unwrap().1, rev, "same URL and CA: not written again");
+        ensure(state, "https://127.0.0.1:6443", CA).await.unwrap();
+        assert_eq!(stored(state).await.unwrap().1, rev, "same URL and CA: not written again");
 
-        ensure(&state, "https://127.0.0.1:7443", CA).await.unwrap();
-        let (moved, moved_rev) = stored(&state).await.unwrap();
+        ensure(state, "https://127.0.0.1:7443", CA).await.unwrap();
+        let (moved, moved_rev) = stored(state).await.unwrap();
         assert!(moved_rev > rev, "written again");
         assert_eq!(moved["data"][KUBECONFIG_KEY], json!(kubeconfig("https://127.0.0.1:7443", CA)));
         assert_eq!(moved["metadata"]["uid"], first["metadata"]["uid"], "the same object, updated");
+        server.stop().await;
     }
 }

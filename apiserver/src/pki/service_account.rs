@@ -1,7 +1,7 @@
 //! The service-account token issuer: the issuers (the first one signs), where tokens are
 //! signed and the keys that verify them come from ([`KeySource`]), the API audiences and the
 //! maximum token lifetime. What the authenticator (`authn::serviceaccount`), TokenRequest
-//! (`registry::core::serviceaccount_token`) and OIDC discovery (`http::oidc`) share; the
+//! (`api::serviceaccount_token`) and OIDC discovery (`api::oidc`) share; the
 //! claims and the signing itself are `kustos_ca::jwt`'s.
 //!
 //! The keys are either [`LocalKeys`] (the data directory's `sa.key` signs; `sa.pub`, the

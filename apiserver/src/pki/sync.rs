@@ -50,7 +50,6 @@ pub use seal::SealKey;
 use super::rotation::{self, Goal, NewCa, Paths};
 use super::{read_optional, restrict_key_file, sa_keys, write_atomic, write_private, write_public};
 use crate::storage::{self, Storage};
-use crate::AppState;
 
 /// The record's key in the store (under `--etcd-prefix` in etcd). Not a resource's key: a
 /// resource's plural cannot hold a dot.
@@ -596,9 +595,14 @@ impl PkiSync {
         rotation::run(&self.paths, &Goal::Follow, &NewCa::default(), Utc::now(), |_| {})
     }
 
-    /// Every `every`, while the server runs: a round, then [`PkiSync::follow`] after a pull
+    /// Every `every`, while the server (`state`) runs: a round, then [`PkiSync::follow`] after a pull
     /// (again next time when it failed). Problems are logged once each.
-    pub fn spawn(self, tasks: &crate::tasks::Tasks, state: Weak<AppState>, every: std::time::Duration) {
+    pub fn spawn<S: ?Sized + Send + Sync + 'static>(
+        self,
+        tasks: &crate::tasks::Tasks,
+        state: Weak<S>,
+        every: std::time::Duration,
+    ) {
         tasks.spawn("shared-pki", async move {
             let mut reported: Option<String> = None;
             let mut follow_pending = false;

@@ -1,20 +1,14 @@
-//! The request a resource handler is given ([`Call`]: the server state, the kind's
-//! registration, the request info, the user, the query [`Params`] and the negotiated output)
-//! and what it answers ([`Reply`]). Defined with the registry because a kind's own
-//! handlers (a create-only subresource's, `api::CreateHandler`) take them as the generic handlers in `api/rest/` do.
-
-use std::sync::Arc;
+//! The parts of a resource request below the handlers: the query [`Params`] and what a
+//! handler answers ([`Reply`]), and how a storage error reads on the API
+//! ([`map_storage_error`]). The request itself (`api::rest::Call`, with the server state) is
+//! the handlers'.
 
 use http::StatusCode;
 use serde_json::Value;
 
 use super::ResourceDef;
-use crate::authn::UserInfo;
 use crate::error::{ApiError, Result};
-use crate::http::request_info::RequestInfo;
-use crate::storage::{self, Storage};
-use crate::wire::negotiate::Output;
-use crate::AppState;
+use crate::storage;
 
 /// Parsed query parameters of a resource request.
 #[derive(Debug, Clone, Default)]
@@ -87,36 +81,6 @@ pub struct Reply {
 impl Reply {
     pub fn ok(body: Value) -> Self {
         Reply { code: StatusCode::OK, body, warnings: Vec::new() }
-    }
-}
-
-/// Everything a handler needs about the request.
-pub struct Call<'a> {
-    pub state: &'a Arc<AppState>,
-    pub def: &'a ResourceDef,
-    pub info: &'a RequestInfo,
-    pub user: &'a UserInfo,
-    pub params: Params,
-    pub out: Output,
-}
-
-impl Call<'_> {
-    /// The storage of this kind's objects ([`AppState::store_for`]).
-    pub(crate) fn store(&self) -> &Arc<dyn Storage> {
-        self.state.store_for(self.def)
-    }
-    pub(crate) fn ns(&self) -> Option<&str> {
-        if self.def.namespaced && !self.info.namespace.is_empty() {
-            Some(self.info.namespace.as_str())
-        } else {
-            None
-        }
-    }
-    pub(crate) fn not_found(&self, name: &str) -> ApiError {
-        ApiError::not_found(self.def.group, self.def.resource, name)
-    }
-    pub(crate) fn storage_err(&self, name: &str, e: storage::Error) -> ApiError {
-        map_storage_error(self.def, name, e)
     }
 }
 

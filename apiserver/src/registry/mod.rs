@@ -21,10 +21,11 @@
 //! Layer: below admission and the API handlers, above storage. Files here import `storage`,
 //! `meta`, `error`, `validation`, `wire/`, `machinery/`, `http::request_info`, the user
 //! type of `authn` and APF's defaults and arithmetic (`flowcontrol::{bootstrap, shuffle}`),
-//! never `authz`, `admission`, `openapi` or `api`; what a kind's own handler
-//! needs of the request ([`call::Call`], [`call::Reply`]) and its body decoding ([`body`])
-//! are defined here for that reason, and so is [`schema::Structural`] (a CRD's compiled
-//! schema), which the kinds declare and the handlers read. [`ListStrategy`] is the patches'
+//! never `authz`, `admission`, `openapi`, `api` or the server state; the request parts below
+//! the handlers ([`call::Params`], [`call::Reply`]), body decoding ([`body`]) and the
+//! apiserver's own writes ([`loopback::Loopback`], implemented by the top layer) are defined
+//! here for that reason, and so is [`schema::Structural`] (a CRD's compiled schema), which
+//! the kinds declare and the handlers read. [`ListStrategy`] is the patches'
 //! (`machinery::patch`), re-exported. The review kinds' answers ([`reviews::answer`]) sit
 //! above `authz/` though they are filed here (docs/ARCHITECTURE.md has the layer table).
 //!
@@ -44,6 +45,7 @@ pub mod custom;
 pub mod events;
 pub mod flowcontrol;
 pub mod intern;
+pub mod loopback;
 pub mod node;
 pub mod podcertificaterequests;
 pub mod rbac;

@@ -12,8 +12,8 @@ use crate::AppState;
 async fn server() -> (TestServer, Weak<AppState>) {
     let srv = TestServer::new().await.unwrap();
     let state = &srv.state;
-    crate::flowcontrol::maintain::spawn(&state.tasks, Arc::downgrade(state), crate::flowcontrol::maintain::PERIOD);
-    crate::flowcontrol::spawn(&state.tasks, Arc::downgrade(state), FlowControl::new(100, MAX_QUEUE_WAIT));
+    crate::flowcontrol::maintain::spawn(&state.tasks, state.loopback(), crate::flowcontrol::maintain::PERIOD);
+    crate::flowcontrol::spawn(&state.tasks, state.loopback(), FlowControl::new(100, MAX_QUEUE_WAIT));
     let weak = Arc::downgrade(&srv.state);
     (srv, weak)
 }

@@ -5,8 +5,9 @@
 //! `read.rs`: get and list; request bodies are decoded by `registry/body.rs` (re-exported
 //! here); `write.rs`: create, update, patch;
 //! [`delete`](mod@delete): delete, deletecollection and, in [`delete::gc`], what follows a deletion;
-//! `response.rs`: rendering and `Warning` headers. The request types ([`Call`], [`Params`],
-//! [`Reply`]) are the registry's (`registry/call.rs`), re-exported here.
+//! `response.rs`: rendering and `Warning` headers. [`Call`] is what every handler is given
+//! (a kind's create-only subresource handler too, `api::CreateHandler`); [`Params`] and
+//! [`Reply`] are the registry's (`registry/call.rs`), re-exported here.
 //!
 //! Layer: above `admission` and `registry`, below `lib.rs`'s dispatch.
 
@@ -28,15 +29,19 @@ use std::sync::Arc;
 use bytes::Bytes;
 use serde_json::{json, Value};
 
-pub use crate::registry::call::{map_storage_error, Call, FieldValidation, Params, Reply};
+pub use crate::registry::call::{map_storage_error, FieldValidation, Params, Reply};
 
 use crate::admission::{self, Attributes, Operation};
 use crate::api::table::{self, IncludeObject};
 use crate::authn::UserInfo;
-use crate::error::Result;
+use crate::error::{ApiError, Result};
 use crate::http::request_info::RequestInfo;
 use crate::meta;
+pub use crate::registry::loopback::{apiserver_user, Write};
+use crate::registry::loopback::{Loopback, OwnWrite};
 use crate::registry::{ResourceDef, Role};
+use crate::storage::{self, Storage};
+use crate::wire::negotiate::Output;
 use crate::AppState;
 
 /// Request bodies above this size are refused (413), like kube-apiserver's 3 MiB limit.
@@ -45,6 +50,36 @@ pub const MAX_BODY: usize = 3 * 1024 * 1024;
 pub const GZIP_MIN: usize = 128 * 1024;
 /// How long a continue token stays valid after its snapshot revision left the history.
 const GENERATE_NAME_ATTEMPTS: usize = 8;
+
+/// Everything a handler needs about the request.
+pub struct Call<'a> {
+    pub state: &'a Arc<AppState>,
+    pub def: &'a ResourceDef,
+    pub info: &'a RequestInfo,
+    pub user: &'a UserInfo,
+    pub params: Params,
+    pub out: Output,
+}
+
+impl Call<'_> {
+    /// The storage of this kind's objects ([`AppState::store_for`]).
+    pub(crate) fn store(&self) -> &Arc<dyn Storage> {
+        self.state.store_for(self.def)
+    }
+    pub(crate) fn ns(&self) -> Option<&str> {
+        if self.def.namespaced && !self.info.namespace.is_empty() {
+            Some(self.info.namespace.as_str())
+        } else {
+            None
+        }
+    }
+    pub(crate) fn not_found(&self, name: &str) -> ApiError {
+        ApiError::not_found(self.def.group, self.def.resource, name)
+    }
+    pub(crate) fn storage_err(&self, name: &str, e: storage::Error) -> ApiError {
+        map_storage_error(self.def, name, e)
+    }
+}
 
 impl Call<'_> {
     fn include_object(&self) -> IncludeObject {
@@ -67,8 +102,9 @@ impl Call<'_> {
 
 /// Run the admission chain for a delete through `c`.
 async fn admit(c: &Call<'_>, op: Operation, new: Option<&Value>, old: Option<&Value>) -> Result<()> {
-    let a = Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None };
-    admission::chain().admit(c.state, &a, new, old).await
+    let a =
+        Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None, object: new, old_object: old };
+    admission::chain().admit(&c.state.admission_services(), &a).await
 }
 
 /// Run one phase of the admission chain for a create or update through `c`.
@@ -79,73 +115,80 @@ async fn admit_phase(
     new: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<()> {
-    let a = Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None };
-    admission::chain().admit_phase(c.state, &a, phase, new, old).await
+    let a =
+        Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None, object: new, old_object: old };
+    admission::chain().admit_phase(&c.state.admission_services(), &a, phase).await
 }
 
 fn is_namespace(def: &ResourceDef) -> bool {
     def.strategy.role() == Role::Namespace
 }
 
-/// The apiserver's own identity, for the writes it makes itself (default objects).
-pub fn apiserver_user() -> UserInfo {
-    UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authn::MASTERS_GROUP.into(), crate::authn::AUTHENTICATED_GROUP.into()],
-        ..Default::default()
-    }
-}
-
-/// A write the apiserver makes itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Write {
-    Create,
-    Update,
-    Delete,
-}
-
-impl Write {
-    /// The request verb.
-    pub fn verb(self) -> &'static str {
-        match self {
-            Write::Create => "create",
-            Write::Update => "update",
-            Write::Delete => "delete",
+impl AppState {
+    /// What admission plugins may use of this state.
+    pub fn admission_services(&self) -> admission::Services<'_> {
+        admission::Services {
+            registry: &self.registry,
+            storage: &self.storage,
+            authz: self.security.authz.as_ref(),
+            rbac: &self.security.rbac,
         }
     }
 }
 
-/// One write through the REST handlers as the apiserver itself: the same defaults,
-/// validation and admission as a client's write.
-pub async fn write_as_apiserver(
-    state: &Arc<AppState>,
-    def: &ResourceDef,
-    write: Write,
-    namespace: &str,
-    name: &str,
-    subresource: &str,
-    body: &Value,
-) -> Result<()> {
-    let user = apiserver_user();
-    let info = RequestInfo {
-        is_resource_request: true,
-        verb: write.verb().into(),
-        api_prefix: if def.group.is_empty() { "api".into() } else { "apis".into() },
-        api_group: def.group.into(),
-        api_version: def.version.into(),
-        resource: def.resource.into(),
-        subresource: subresource.into(),
-        namespace: namespace.into(),
-        name: if write == Write::Create { String::new() } else { name.into() },
-        // Its writes are recorded in managedFields as upstream's loopback client's are.
-        user_agent: "kube-apiserver".into(),
-        ..Default::default()
-    };
-    let call = Call { state, def, info: &info, user: &user, params: Params::default(), out: Default::default() };
-    let bytes = Bytes::from(body.to_string());
-    match write {
-        Write::Create => create(&call, &bytes, "application/json").await.map(|_| ()),
-        Write::Update => update(&call, &bytes, "application/json").await.map(|_| ()),
-        Write::Delete => delete(&call, &bytes, "application/json").await.map(|_| ()),
+/// The request limiter of the flow-control filter.
+impl crate::flowcontrol::filter::Limited for AppState {
+    fn limiter(&self) -> Option<&crate::flowcontrol::filter::Limiter> {
+        self.limiter.get()
+    }
+}
+
+/// The apiserver's own writes (`registry::loopback`) go through the same handlers as a
+/// client's: the same decoding, defaults, validation and admission.
+#[async_trait::async_trait]
+impl Loopback for AppState {
+    fn registry(&self) -> &crate::registry::Registry {
+        &self.registry
+    }
+    fn storage(&self) -> &Arc<dyn crate::storage::Storage> {
+        &self.storage
+    }
+    fn served_prefixes(&self) -> Vec<(&'static str, &'static str, String)> {
+        let served = self.crds.current();
+        served.registry.resources.iter().filter(|d| !d.create_only).map(|d| (d.group, d.resource, d.prefix())).collect()
+    }
+    async fn write(&self, w: OwnWrite<'_>) -> Result<Value> {
+        let OwnWrite { def, write, namespace, name, subresource, body, author } = w;
+        let Some(state) = self.me.upgrade() else {
+            return Err(ApiError::ServiceUnavailable("the server is shutting down".into()));
+        };
+        let info = RequestInfo {
+            is_resource_request: true,
+            verb: write.verb().into(),
+            api_prefix: if def.group.is_empty() { "api".into() } else { "apis".into() },
+            api_group: def.group.into(),
+            api_version: def.version.into(),
+            resource: def.resource.into(),
+            subresource: subresource.into(),
+            namespace: namespace.into(),
+            name: if write == Write::Create { String::new() } else { name.into() },
+            user_agent: author.user_agent.into(),
+            ..Default::default()
+        };
+        let call = Call {
+            state: &state,
+            def,
+            info: &info,
+            user: &author.user,
+            params: Params::default(),
+            out: Default::default(),
+        };
+        let bytes = Bytes::from(body.to_string());
+        let reply = match write {
+            Write::Create => create(&call, &bytes, "application/json").await?,
+            Write::Update => update(&call, &bytes, "application/json").await?,
+            Write::Delete => delete(&call, &bytes, "application/json").await?,
+        };
+        Ok(reply.body)
     }
 }

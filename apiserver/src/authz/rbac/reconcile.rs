@@ -18,7 +18,6 @@
 //! REST create/update/delete paths, as `system:apiserver`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use k8s_openapi::api::rbac::v1::{
     AggregationRule, ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
@@ -31,8 +30,8 @@ use serde_json::{json, Value};
 use super::defaults::{default_policy, PolicyOptions};
 use super::rules::covers;
 use crate::error::ApiError;
+use crate::registry::loopback::{Loopback, Write};
 use crate::registry::ResourceDef;
-use crate::AppState;
 
 /// Annotation by which an object opts out of reconciliation (value `"false"`).
 pub const AUTO_UPDATE_ANNOTATION: &str = "rbac.authorization.kubernetes.io/autoupdate";
@@ -328,40 +327,38 @@ pub fn reconcile_binding<T: Binding>(existing: Option<&T>, expected: &T, remove_
 /// How often one object is retried when it changes under us.
 const ATTEMPTS: usize = 5;
 
-fn find_def<'a>(state: &'a AppState, group: &str, resource: &str) -> anyhow::Result<&'a ResourceDef> {
-    state.registry.find(group, "v1", resource).ok_or_else(|| anyhow::anyhow!("{resource} are not registered"))
+fn find_def<'a>(state: &'a dyn Loopback, group: &str, resource: &str) -> anyhow::Result<&'a ResourceDef> {
+    state.find(group, "v1", resource)
 }
 
-use crate::api::rest::Write;
-
 async fn write(
-    state: &Arc<AppState>,
+    state: &dyn Loopback,
     def: &ResourceDef,
     verb: Write,
     namespace: &str,
     name: &str,
     body: Value,
 ) -> Result<(), ApiError> {
-    crate::api::rest::write_as_apiserver(state, def, verb, namespace, name, "", &body).await
+    state.write_as_apiserver(def, verb, namespace, name, "", &body).await
 }
 
 /// The stored object (with its resourceVersion), if any.
 async fn read<T: DeserializeOwned>(
-    state: &AppState,
+    state: &dyn Loopback,
     def: &ResourceDef,
     namespace: &str,
     name: &str,
 ) -> anyhow::Result<Option<T>> {
     let ns = (!namespace.is_empty()).then_some(namespace);
-    let Some(kv) = state.storage.get(&def.key(ns, name)).await? else { return Ok(None) };
+    let Some(kv) = state.storage().get(&def.key(ns, name)).await? else { return Ok(None) };
     let v = crate::meta::from_stored(&kv)?;
     Ok(Some(serde_json::from_value(v)?))
 }
 
 /// Create `namespace` if it does not exist.
-async fn ensure_namespace(state: &Arc<AppState>, namespace: &str) -> anyhow::Result<()> {
+async fn ensure_namespace(state: &dyn Loopback, namespace: &str) -> anyhow::Result<()> {
     let def = find_def(state, "", "namespaces")?;
-    if state.storage.get(&def.key(None, namespace)).await?.is_some() {
+    if state.storage().get(&def.key(None, namespace)).await?.is_some() {
         return Ok(());
     }
     let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}});
@@ -375,7 +372,7 @@ fn describe_rules(rules: &[PolicyRule]) -> String {
     rules.iter().map(super::rules::compact_string).collect::<Vec<_>>().join(", ")
 }
 
-async fn ensure_role<T>(state: &Arc<AppState>, resource: &str, expected: &T) -> anyhow::Result<()>
+async fn ensure_role<T>(state: &dyn Loopback, resource: &str, expected: &T) -> anyhow::Result<()>
 where
     T: RuleOwner + Serialize + DeserializeOwned,
 {
@@ -427,7 +424,7 @@ where
     anyhow::bail!("{what}: exceeded maximum attempts")
 }
 
-async fn ensure_binding<T>(state: &Arc<AppState>, resource: &str, expected: &T) -> anyhow::Result<()>
+async fn ensure_binding<T>(state: &dyn Loopback, resource: &str, expected: &T) -> anyhow::Result<()>
 where
     T: Binding + Serialize + DeserializeOwned,
 {
@@ -482,7 +479,7 @@ where
 /// Create the default roles and bindings that are missing and reconcile the existing ones
 /// (cluster roles, cluster role bindings, roles, role bindings, in that order). Every object
 /// is tried; the error lists those that failed.
-pub async fn ensure_default_policy(state: &Arc<AppState>, opts: &PolicyOptions) -> anyhow::Result<()> {
+pub async fn ensure_default_policy(state: &dyn Loopback, opts: &PolicyOptions) -> anyhow::Result<()> {
     use futures::future::join_all;
     let policy = default_policy(opts);
     // The objects of one kind are independent: written concurrently, they share commits.
