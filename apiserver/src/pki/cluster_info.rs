@@ -81,11 +81,7 @@ pub async fn ensure(state: &Arc<AppState>, server_url: &str, ca_bundle_pem: &str
     let Some(write) = decide(existing.as_ref(), &kubeconfig(server_url, ca_bundle_pem)) else {
         return Ok(());
     };
-    let user = UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authn::user::MASTERS_GROUP.into()],
-        ..Default::default()
-    };
+    let user = UserInfo::apiserver();
     let (verb, body, name) = match &write {
         Write::Create(body) => ("create", body, ""),
         Write::Update(body) => ("update", body, NAME),

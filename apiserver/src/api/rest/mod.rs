@@ -87,15 +87,6 @@ fn is_namespace(def: &ResourceDef) -> bool {
     def.strategy.role() == Role::Namespace
 }
 
-/// The apiserver's own identity, for the writes it makes itself (default objects).
-pub fn apiserver_user() -> UserInfo {
-    UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authn::MASTERS_GROUP.into(), crate::authn::AUTHENTICATED_GROUP.into()],
-        ..Default::default()
-    }
-}
-
 /// A write the apiserver makes itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Write {
@@ -126,7 +117,7 @@ pub async fn write_as_apiserver(
     subresource: &str,
     body: &Value,
 ) -> Result<()> {
-    let user = apiserver_user();
+    let user = UserInfo::apiserver();
     let info = RequestInfo {
         is_resource_request: true,
         verb: write.verb().into(),

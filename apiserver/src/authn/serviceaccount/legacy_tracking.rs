@@ -28,11 +28,7 @@ pub async fn ensure_legacy_token_tracking(state: &Arc<AppState>, now: DateTime<U
     if state.storage.get(&def.key(Some("kube-system"), LEGACY_TOKEN_TRACKING_CONFIGMAP)).await?.is_some() {
         return Ok(());
     }
-    let user = UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authn::MASTERS_GROUP.into()],
-        ..Default::default()
-    };
+    let user = UserInfo::apiserver();
     let info = RequestInfo {
         is_resource_request: true,
         verb: "create".into(),
