@@ -510,7 +510,7 @@ fn in_process_client(running: &kustos_apiserver::Running) -> anyhow::Result<kube
             .context("loading the cluster CA")?;
     let issue = |ca: &kustos_ca::Ca| -> anyhow::Result<Vec<u8>> {
         let params = kustos_ca::IssueParams::client(
-            "system:kube-controller-manager",
+            kustos_apiserver::authn::user::KUBE_CONTROLLER_MANAGER_USER,
             vec![kustos_apiserver::authn::MASTERS_GROUP.into()],
             // Capped at the CA's NotAfter by issuing; a new one is issued at every start.
             chrono::Duration::days(3650),

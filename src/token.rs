@@ -51,7 +51,7 @@ struct CreateArgs {
     usages: Vec<String>,
     /// Extra groups that this token will authenticate as when used for authentication.
     /// Must match "\Asystem:bootstrappers:[a-z0-9:-]{0,255}[a-z0-9]\z".
-    #[arg(long, value_delimiter = ',', default_value = "system:bootstrappers:kubeadm:default-node-token")]
+    #[arg(long, value_delimiter = ',', default_value = kustos_ca::bootstrap_token::KUBEADM_NODE_TOKEN_GROUP)]
     groups: Vec<String>,
     /// A human friendly description of how this token is used.
     #[arg(long, default_value = "")]

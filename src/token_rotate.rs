@@ -58,7 +58,7 @@ pub struct RotateArgs {
     #[arg(long, value_delimiter = ',', default_value = "signing,authentication")]
     usages: Vec<String>,
     /// Extra groups the new token authenticates as.
-    #[arg(long, value_delimiter = ',', default_value = "system:bootstrappers:kubeadm:default-node-token")]
+    #[arg(long, value_delimiter = ',', default_value = kustos_ca::bootstrap_token::KUBEADM_NODE_TOKEN_GROUP)]
     groups: Vec<String>,
     /// Description of the new token.
     #[arg(long, default_value = "bootstrap token rotated by kustos token rotate")]

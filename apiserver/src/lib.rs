@@ -424,11 +424,7 @@ pub async fn bootstrap(state: &Arc<AppState>) -> anyhow::Result<()> {
     let Some(def) = state.registry.namespace_kind() else {
         anyhow::bail!("namespaces are not registered");
     };
-    let user = UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authn::MASTERS_GROUP.into()],
-        ..Default::default()
-    };
+    let user = UserInfo::apiserver();
     for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
         if state.storage.get(&def.key(None, ns)).await?.is_some() {
             continue;

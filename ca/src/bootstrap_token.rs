@@ -37,7 +37,9 @@ pub const KEY_USAGE_AUTHENTICATION: &str = "usage-bootstrap-authentication";
 pub const KNOWN_USAGES: &[&str] = &["signing", "authentication"];
 /// kubeadm's defaults for `token create`.
 pub const DEFAULT_USAGES: &[&str] = &["signing", "authentication"];
-pub const DEFAULT_GROUPS: &[&str] = &["system:bootstrappers:kubeadm:default-node-token"];
+pub const DEFAULT_GROUPS: &[&str] = &[KUBEADM_NODE_TOKEN_GROUP];
+/// The extra group kubeadm gives the tokens it creates (and `kustos token create` by default).
+pub const KUBEADM_NODE_TOKEN_GROUP: &str = "system:bootstrappers:kubeadm:default-node-token";
 pub const DEFAULT_TTL: Duration = Duration::hours(24);
 /// The user a token authenticates as is this followed by its id.
 pub const USER_PREFIX: &str = "system:bootstrap:";

@@ -284,8 +284,7 @@ impl Signer {
     }
 }
 
-const NODE_PREFIX: &str = "system:node:";
-const NODES_GROUP: &str = "system:nodes";
+use crate::users::{NODES_GROUP, NODE_USER_PREFIX as NODE_PREFIX};
 
 fn usage_set(usages: &[String]) -> Vec<&str> {
     let mut v: Vec<&str> = usages.iter().map(String::as_str).collect();

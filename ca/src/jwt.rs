@@ -45,7 +45,7 @@ pub const MAX_TOKEN_LEN: usize = 128 * 1024;
 /// Clock skew tolerated on `exp`, `nbf` and `iat` (go-jose's default leeway).
 pub const LEEWAY_SECONDS: i64 = 60;
 /// The prefix of service-account user names.
-pub const SERVICE_ACCOUNT_USERNAME_PREFIX: &str = "system:serviceaccount:";
+pub use crate::users::SERVICE_ACCOUNT_USER_PREFIX as SERVICE_ACCOUNT_USERNAME_PREFIX;
 
 /// `1.2.840.113549.1.1.1`
 const OID_RSA_ENCRYPTION: &[u64] = &[1, 2, 840, 113549, 1, 1, 1];

@@ -45,6 +45,7 @@ pub mod pem;
 pub mod pod_certificate;
 pub mod pod_identity;
 pub mod rfc3339;
+pub mod users;
 
 use std::net::IpAddr;
 

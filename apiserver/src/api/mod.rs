@@ -41,13 +41,14 @@ pub type CreateHandler = for<'a> fn(
     &'a str,
 ) -> futures::future::BoxFuture<'a, crate::error::Result<rest::Reply>>;
 
-/// The handler of `def`'s create-only subresource `sub` ([`crate::registry::Strategy::create_only`]),
+/// The handler of `def`'s create-only subresource `sub` ([`crate::registry::SubresourceStrategy::create_only`]),
 /// chosen by the kind its body is; None when `sub` is not one, or no handler serves its kind.
 pub fn create_handler(def: &crate::registry::ResourceDef, sub: &str) -> Option<CreateHandler> {
-    if !def.strategy.create_only(sub) {
+    let subresources = def.strategy.subresources()?;
+    if !subresources.create_only(sub) {
         return None;
     }
-    match def.strategy.subresource_kind(sub)? {
+    match subresources.subresource_kind(sub)? {
         ("authentication.k8s.io", "v1", "TokenRequest") => {
             Some(|c, body, content_type| Box::pin(serviceaccount_token::token_request(c, body, content_type)))
         }

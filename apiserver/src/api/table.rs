@@ -26,12 +26,12 @@ impl IncludeObject {
 /// `columnDefinitions` for a kind: Name first, then the strategy's columns, or the
 /// printer-less default (`Created At`).
 pub fn column_definitions(def: &ResourceDef) -> Vec<Value> {
-    let name_last = def.strategy.name_column_last();
+    let name_last = def.strategy.table().is_some_and(|t| t.name_column_last());
     let mut cols = vec![json!({
         "name": "Name", "type": "string", "format": "name", "priority": u32::from(name_last),
         "description": "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"
     })];
-    let custom = def.strategy.columns();
+    let custom = def.strategy.table().map(|t| t.columns()).unwrap_or_default();
     if custom.is_empty() {
         cols.push(json!({
             "name": "Created At", "type": "date", "format": "", "priority": 0,
@@ -54,12 +54,14 @@ pub fn column_definitions(def: &ResourceDef) -> Vec<Value> {
 /// One row for an object.
 pub fn row(def: &ResourceDef, obj: &Value, include: IncludeObject, now: chrono::DateTime<chrono::Utc>) -> Value {
     let mut cells = vec![Value::String(crate::meta::name(obj).to_string())];
-    if def.strategy.columns().is_empty() {
-        cells.push(obj.get("metadata").and_then(|m| m.get("creationTimestamp")).cloned().unwrap_or(Value::Null));
-    } else {
-        cells.extend(def.strategy.cells(obj, now));
+    let printer = def.strategy.table().filter(|t| !t.columns().is_empty());
+    match printer {
+        Some(printer) => cells.extend(printer.cells(obj, now)),
+        None => {
+            cells.push(obj.get("metadata").and_then(|m| m.get("creationTimestamp")).cloned().unwrap_or(Value::Null))
+        }
     }
-    if def.strategy.name_column_last() {
+    if def.strategy.table().is_some_and(|t| t.name_column_last()) {
         cells.rotate_left(1);
     }
     let mut row = Map::new();
@@ -89,7 +91,9 @@ pub fn partial_object_metadata(obj: &Value) -> Value {
 pub fn table(def: &ResourceDef, objs: &[Value], include: IncludeObject, list_meta: Value, with_columns: bool) -> Value {
     let now = chrono::Utc::now();
     let mut ordered: Vec<&Value> = objs.iter().collect();
-    def.strategy.order_table_rows(&mut ordered);
+    if let Some(printer) = def.strategy.table() {
+        printer.order_table_rows(&mut ordered);
+    }
     let rows: Vec<Value> = ordered.into_iter().map(|o| row(def, o, include, now)).collect();
     let mut t = json!({
         "kind": "Table",

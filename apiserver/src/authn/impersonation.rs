@@ -23,8 +23,8 @@ const USER: &str = "impersonate-user";
 const GROUP: &str = "impersonate-group";
 const UID: &str = "impersonate-uid";
 const EXTRA_PREFIX: &str = "impersonate-extra-";
-const SA_PREFIX: &str = "system:serviceaccount:";
-const SA_GROUP: &str = "system:serviceaccounts";
+use crate::authn::user::SERVICE_ACCOUNTS_GROUP as SA_GROUP;
+use kustos_ca::users::SERVICE_ACCOUNT_USER_PREFIX as SA_PREFIX;
 
 /// One thing the requester asks to act as.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -51,10 +51,7 @@ use crate::error::ApiError;
 use crate::http::serve::PeerCertificates;
 use crate::pki::Pki;
 
-pub const ANONYMOUS_USER: &str = "system:anonymous";
-pub const UNAUTHENTICATED_GROUP: &str = "system:unauthenticated";
-pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
-pub use user::MASTERS_GROUP;
+pub use user::{ANONYMOUS_USER, AUTHENTICATED_GROUP, MASTERS_GROUP, UNAUTHENTICATED_GROUP};
 
 /// The authenticated identity of a request (`user.Info` upstream).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -69,6 +66,13 @@ impl UserInfo {
     /// A user with a name and groups (no uid, no extra).
     pub fn with_groups(name: &str, groups: &[&str]) -> Self {
         UserInfo { name: name.into(), groups: groups.iter().map(|g| g.to_string()).collect(), ..Default::default() }
+    }
+
+    /// The apiserver's own identity, for the writes it makes itself (default objects,
+    /// start-up records): upstream's loopback user, `system:apiserver` in `system:masters`
+    /// and `system:authenticated`.
+    pub fn apiserver() -> Self {
+        UserInfo::with_groups(user::APISERVER_USER, &[MASTERS_GROUP, AUTHENTICATED_GROUP])
     }
 
     /// `system:anonymous` in `system:unauthenticated`.

@@ -33,11 +33,11 @@ pub const CATCH_ALL: &str = "catch-all";
 
 const ALL: &str = "*";
 const KUBE_SYSTEM: &str = "kube-system";
-const AUTHENTICATED: &str = "system:authenticated";
-const UNAUTHENTICATED: &str = "system:unauthenticated";
-const NODES: &str = "system:nodes";
-const SERVICE_ACCOUNTS: &str = "system:serviceaccounts";
-const KUBE_CONTROLLER_MANAGER: &str = "system:kube-controller-manager";
+use crate::authn::user::{
+    AUTHENTICATED_GROUP as AUTHENTICATED, KUBE_CONTROLLER_MANAGER_USER as KUBE_CONTROLLER_MANAGER,
+    SERVICE_ACCOUNTS_GROUP as SERVICE_ACCOUNTS, UNAUTHENTICATED_GROUP as UNAUTHENTICATED,
+};
+use kustos_ca::users::NODES_GROUP as NODES;
 const KUBE_SCHEDULER: &str = "system:kube-scheduler";
 const COORDINATION: &str = "coordination.k8s.io";
 

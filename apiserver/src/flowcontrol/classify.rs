@@ -26,7 +26,7 @@ pub struct RequestDigest<'a> {
     pub path: &'a str,
 }
 
-const SA_PREFIX: &str = "system:serviceaccount:";
+use kustos_ca::users::SERVICE_ACCOUNT_USER_PREFIX as SA_PREFIX;
 
 fn any_or<'s>(list: &'s [String], mut f: impl FnMut(&'s str) -> bool) -> bool {
     list.iter().any(|v| v == "*" || f(v))

@@ -96,7 +96,7 @@ pub(super) fn definitions(reg: &Registry) -> (BTreeMap<String, Value>, KindNames
         };
         kinds.entry(gvk).or_insert(name);
         for sub in def.subresources {
-            let Some(schema_fn) = def.strategy.subresource_schema(sub) else { continue };
+            let Some(schema_fn) = def.strategy.subresources().and_then(|s| s.subresource_schema(sub)) else { continue };
             let gvk = subresource_kind(def, sub);
             let name = register(&mut gen, schema_fn, gvk, &mut inline);
             kinds.entry(gvk).or_insert(name);

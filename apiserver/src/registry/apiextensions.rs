@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 use super::custom::{self, CustomStrategy};
 use super::intern::{intern, intern_list};
 use super::schema::Structural;
-use super::{typed_roundtrip_within, ResourceDef, Strategy};
+use super::{typed_roundtrip_within, DeleteStrategy, ResourceDef, StatusStrategy, Strategy, WriteStrategy};
 
 /// Typed bytes a CRD's decode may build per byte of its JSON (see `registry::budget`).
 const CRD_BYTES_PER_JSON_BYTE: usize = 64;
@@ -72,6 +72,20 @@ impl Strategy for CrdStrategy {
         typed_roundtrip_within::<apiextv1::CustomResourceDefinition>(obj, CRD_BYTES_PER_JSON_BYTE)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn status(&self) -> Option<&dyn StatusStrategy> {
+        Some(self)
+    }
+
+    fn delete(&self) -> Option<&dyn DeleteStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for CrdStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         if let Some(m) = obj.as_object_mut() {
             m.insert("status".into(), json!({"acceptedNames": {"kind": "", "plural": ""}, "storedVersions": []}));
@@ -84,12 +98,6 @@ impl Strategy for CrdStrategy {
                 Some(s) => m.insert("status".into(), s.clone()),
                 None => m.remove("status"),
             };
-        }
-    }
-
-    fn prepare_for_subresource(&self, _sub: &str, new: &mut Value, old: &Value) {
-        if let (Some(m), Some(spec)) = (new.as_object_mut(), old.get("spec")) {
-            m.insert("spec".into(), spec.clone());
         }
     }
 
@@ -120,17 +128,27 @@ impl Strategy for CrdStrategy {
         errs
     }
 
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+}
+
+impl StatusStrategy for CrdStrategy {
+    fn prepare_for_subresource(&self, _sub: &str, new: &mut Value, old: &Value) {
+        if let (Some(m), Some(spec)) = (new.as_object_mut(), old.get("spec")) {
+            m.insert("spec".into(), spec.clone());
+        }
+    }
+
     fn reset_fields(&self, sub: &str) -> super::ResetFields {
         match sub {
             "status" => &[&["metadata"], &["spec"]],
             _ => super::status_reset_fields(sub),
         }
     }
+}
 
-    fn tracks_generation(&self) -> bool {
-        true
-    }
-
+impl DeleteStrategy for CrdStrategy {
     fn prepare_for_delete(&self, obj: &mut Value, finalizers: &mut Vec<String>) {
         if !finalizers.iter().any(|f| f == CLEANUP_FINALIZER) {
             finalizers.push(CLEANUP_FINALIZER.to_string());

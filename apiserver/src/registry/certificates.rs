@@ -22,7 +22,10 @@ use serde_json::{json, Value};
 use super::shared::{
     age_column, carry, child_obj, col, creation_age, get_at, invalid_shown, is_zero_time, str_at, too_long,
 };
-use super::{decode, decode_update, human_duration, typed_roundtrip, Column, ResourceDef, Strategy};
+use super::{
+    decode, decode_update, human_duration, typed_roundtrip, Column, FieldSelectors, ResourceDef, StatusStrategy,
+    Strategy, TableStrategy, WriteStrategy,
+};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -532,16 +535,24 @@ impl Strategy for CertificateSigningRequestStrategy {
         validation::validate_path_segment_name
     }
 
-    /// `/status` sets the certificate, `/approval` the conditions.
-    fn reset_fields(&self, sub: &str) -> super::ResetFields {
-        match sub {
-            "" => &[&["status"]],
-            "status" => &[&["spec"], &["status", "conditions"]],
-            "approval" => &[&["spec"], &["status", "certificate"]],
-            _ => &[],
-        }
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
     }
 
+    fn status(&self) -> Option<&dyn StatusStrategy> {
+        Some(self)
+    }
+
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for CertificateSigningRequestStrategy {
     /// The requester's identity, from the request's user (upstream's PrepareForCreate).
     fn prepare_for_create_by(&self, obj: &mut Value, user: &crate::authn::UserInfo) {
         if !obj.get("spec").is_some_and(Value::is_object) {
@@ -585,14 +596,6 @@ impl Strategy for CertificateSigningRequestStrategy {
         carry(new, old, &["status"]);
     }
 
-    fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
-        match sub {
-            "status" => prepare_status(new, old, &now_rfc3339()),
-            "approval" => prepare_approval(new, old, &now_rfc3339()),
-            _ => {}
-        }
-    }
-
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let csr: Csr = crate::typed!(decode(obj));
         validate_csr(obj, &csr, options(&csr, None))
@@ -608,6 +611,26 @@ impl Strategy for CertificateSigningRequestStrategy {
         let (new, old): (Csr, Csr) = crate::typed!(decode_update(new, old));
         validate_csr_update(&new, &old, options(&new, Some(&old)))
     }
+}
+
+impl StatusStrategy for CertificateSigningRequestStrategy {
+    /// `/status` sets the certificate, `/approval` the conditions.
+    fn reset_fields(&self, sub: &str) -> super::ResetFields {
+        match sub {
+            "" => &[&["status"]],
+            "status" => &[&["spec"], &["status", "conditions"]],
+            "approval" => &[&["spec"], &["status", "certificate"]],
+            _ => &[],
+        }
+    }
+
+    fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
+        match sub {
+            "status" => prepare_status(new, old, &now_rfc3339()),
+            "approval" => prepare_approval(new, old, &now_rfc3339()),
+            _ => {}
+        }
+    }
 
     fn validate_subresource(&self, sub: &str, new: &Value, old: &Value) -> Vec<FieldError> {
         let (new, old): (Csr, Csr) = crate::typed!(decode_update(new, old));
@@ -619,14 +642,18 @@ impl Strategy for CertificateSigningRequestStrategy {
         }
         validate_csr_update(&new, &old, opts)
     }
+}
 
+impl FieldSelectors for CertificateSigningRequestStrategy {
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
         match path {
             "spec.signerName" => Some(str_at(obj, &["spec", "signerName"]).unwrap_or("").to_string()),
             _ => None,
         }
     }
+}
 
+impl TableStrategy for CertificateSigningRequestStrategy {
     /// Upstream's columns carry the v1beta1 field docs (including its quirk: Requestor
     /// describes `request`).
     fn columns(&self) -> Vec<Column> {

@@ -27,7 +27,9 @@ use serde_json::{json, Value};
 
 use super::certificates::validate_signer_name;
 use super::shared::{col, get_at, invalid_shown, str_at, too_long};
-use super::{decode, typed_roundtrip, Column, ResourceDef, StoredAs, Strategy};
+use super::{
+    decode, typed_roundtrip, Column, FieldSelectors, ResourceDef, StoredAs, Strategy, TableStrategy, WriteStrategy,
+};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -211,11 +213,25 @@ impl Strategy for ClusterTrustBundleStrategy {
         Some(stored_as(*self))
     }
 
-    /// The name rule depends on `spec.signerName`: [`Strategy::validate`] checks it.
+    /// The name rule depends on `spec.signerName`: [`WriteStrategy::validate`] checks it.
     fn name_rule(&self) -> super::NameRule {
         |_| Vec::new()
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for ClusterTrustBundleStrategy {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         validate_bundle(*self, obj, true)
     }
@@ -233,11 +249,15 @@ impl Strategy for ClusterTrustBundleStrategy {
         }
         Vec::new()
     }
+}
 
+impl FieldSelectors for ClusterTrustBundleStrategy {
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
         (path == "spec.signerName").then(|| signer_of(obj).to_string())
     }
+}
 
+impl TableStrategy for ClusterTrustBundleStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![col(
             "SignerName",

@@ -11,7 +11,7 @@ use k8s_openapi::api::coordination::v1 as coordv1;
 use serde_json::{json, Value};
 
 use super::shared::{age_column, col, creation_age, get_at, str_at};
-use super::{typed_roundtrip, Column, ResourceDef, Strategy};
+use super::{typed_roundtrip, Column, ResourceDef, Strategy, TableStrategy, WriteStrategy};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -72,6 +72,16 @@ impl Strategy for LeaseStrategy {
         typed_roundtrip::<coordv1::Lease>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for LeaseStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         if !COORDINATED_LEADER_ELECTION {
             drop_spec_field(obj, "strategy");
@@ -108,7 +118,9 @@ impl Strategy for LeaseStrategy {
         }
         errs
     }
+}
 
+impl TableStrategy for LeaseStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
             col(
@@ -191,6 +203,7 @@ mod tests {
         let now = chrono::DateTime::parse_from_rfc3339("2024-05-01T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
         assert_eq!(LeaseStrategy.cells(&base(), now), vec![json!("pod-a"), json!("60m")], "lease cells");
         assert_eq!(LeaseStrategy.cells(&json!({}), now), vec![json!(""), json!("<unknown>")], "empty lease cells");
-        assert_eq!(LeaseStrategy.field(&base(), "spec.holderIdentity"), None, "no spec fields selectable");
+        let field = LeaseStrategy.field_selectors().and_then(|f| f.field(&base(), "spec.holderIdentity"));
+        assert_eq!(field, None, "no spec fields selectable");
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use super::schema::Structural;
-use super::{human_duration, Column, Strategy};
+use super::{human_duration, Column, StatusStrategy, Strategy, TableStrategy, WriteStrategy};
 use crate::error::FieldError;
 
 /// One `additionalPrinterColumns` entry, compiled.
@@ -36,6 +36,28 @@ impl Strategy for CustomStrategy {
         Ok(out)
     }
 
+    fn openapi_schema(&self) -> Option<Value> {
+        Some(self.openapi.clone())
+    }
+
+    fn strategic_merge_patch(&self) -> bool {
+        false
+    }
+
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn status(&self) -> Option<&dyn StatusStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for CustomStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         if self.status {
             if let Some(m) = obj.as_object_mut() {
@@ -61,6 +83,12 @@ impl Strategy for CustomStrategy {
         errs
     }
 
+    fn tracks_generation(&self) -> bool {
+        true
+    }
+}
+
+impl StatusStrategy for CustomStrategy {
     fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
         if sub != "status" {
             return;
@@ -81,10 +109,6 @@ impl Strategy for CustomStrategy {
         *new = out;
     }
 
-    fn tracks_generation(&self) -> bool {
-        true
-    }
-
     fn reset_fields(&self, sub: &str) -> super::ResetFields {
         if self.status {
             super::status_reset_fields(sub)
@@ -92,7 +116,9 @@ impl Strategy for CustomStrategy {
             &[]
         }
     }
+}
 
+impl TableStrategy for CustomStrategy {
     fn columns(&self) -> Vec<Column> {
         if self.columns.is_empty() {
             return vec![Column {
@@ -111,14 +137,6 @@ impl Strategy for CustomStrategy {
             return vec![date_cell(obj.get("metadata").and_then(|m| m.get("creationTimestamp")), now)];
         }
         self.columns.iter().map(|c| cell(&c.column, &c.path, obj, now)).collect()
-    }
-
-    fn openapi_schema(&self) -> Option<Value> {
-        Some(self.openapi.clone())
-    }
-
-    fn strategic_merge_patch(&self) -> bool {
-        false
     }
 }
 

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 
 use super::core::event::{legacy_validate, EventStrategy as CoreEventStrategy};
 use super::shared::{get_at, is_zero_time, str_at};
-use super::{typed_roundtrip, Column, ResourceDef, StoredAs, Strategy};
+use super::{typed_roundtrip, Column, FieldSelectors, ResourceDef, StoredAs, Strategy, TableStrategy, WriteStrategy};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -69,10 +69,20 @@ impl Strategy for EventStrategy {
         validation::validate_path_segment_name
     }
 
-    fn name_column_last(&self) -> bool {
-        true
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
     }
 
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for EventStrategy {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let core = conversion::to_core(obj);
         let mut errs = legacy_validate(&core);
@@ -88,11 +98,19 @@ impl Strategy for EventStrategy {
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
         strict_update(&conversion::to_core(new), &conversion::to_core(old))
     }
+}
 
+impl FieldSelectors for EventStrategy {
     /// Upstream's events.k8s.io field labels are core's (`involvedObject.name`, `source`,
     /// `reportingComponent`...), matched on the core form.
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
         CoreEventStrategy.field(&conversion::to_core(obj), path)
+    }
+}
+
+impl TableStrategy for EventStrategy {
+    fn name_column_last(&self) -> bool {
+        true
     }
 
     fn columns(&self) -> Vec<Column> {

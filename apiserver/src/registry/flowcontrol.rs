@@ -4,8 +4,8 @@
 //!
 //! Both kinds are cluster-scoped, have a `status` subresource (create clears status, an
 //! update of the main resource keeps it, `/status` keeps the spec) and track generation.
-//! The file is over 800 lines because the two kinds share their defaults and validation
-//! helpers, as upstream's one API group does.
+//! This file holds their shared defaults and validation, as upstream's one API group does;
+//! `strategy.rs` the two strategies.
 //! Only v1 is served, so `limited.nominalConcurrencyShares` may be 0 (a "jail" level) and
 //! defaults to 30 when unset.
 //!
@@ -18,12 +18,15 @@ use std::sync::Arc;
 use k8s_openapi::api::flowcontrol::v1 as fcv1;
 use serde_json::{json, Value};
 
-use super::shared::{age_column, col, creation_age, get_at, go_string_slice, invalid_shown, str_at};
-use super::{decode, typed_roundtrip, Column, ResourceDef, Strategy};
+use super::shared::{go_string_slice, invalid_shown};
+use super::{decode, ResourceDef};
 use crate::error::FieldError;
 use crate::flowcontrol::bootstrap;
 use crate::flowcontrol::shuffle::{required_entropy_bits, MAX_HASH_BITS};
 use crate::validation;
+
+mod strategy;
+pub use strategy::{FlowSchemaStrategy, PriorityLevelConfigurationStrategy};
 
 /// The API group.
 pub const GROUP: &str = "flowcontrol.apiserver.k8s.io";
@@ -627,185 +630,6 @@ pub fn validate_priority_level(obj: &Value) -> Vec<FieldError> {
     let types: Vec<Option<&str>> = conditions.iter().map(|c| Some(c.type_.as_str())).collect();
     validate_conditions(&types, &mut errs);
     errs
-}
-
-// ---------------------------------------------------------------------------------------
-// Strategies
-// ---------------------------------------------------------------------------------------
-
-/// Create starts with an empty status; an update of the main resource keeps the stored one.
-fn reset_status(obj: &mut Value) {
-    if let Some(m) = obj.as_object_mut() {
-        m.insert("status".into(), json!({}));
-    }
-}
-
-fn keep(new: &mut Value, old: &Value, key: &str) {
-    if let Some(m) = new.as_object_mut() {
-        match old.get(key) {
-            Some(v) => m.insert(key.into(), v.clone()),
-            None => m.remove(key),
-        };
-    }
-}
-
-/// `flowschemas` (and `flowschemas/status`).
-pub struct FlowSchemaStrategy;
-
-impl Strategy for FlowSchemaStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
-        typed_roundtrip::<fcv1::FlowSchema>(obj)
-    }
-
-    fn prepare_for_create(&self, obj: &mut Value) {
-        default_flow_schema(obj);
-        reset_status(obj);
-    }
-
-    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
-        default_flow_schema(new);
-        keep(new, old, "status");
-    }
-
-    fn prepare_for_subresource(&self, _sub: &str, new: &mut Value, old: &Value) {
-        keep(new, old, "spec");
-    }
-
-    fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        validate_flow_schema(obj)
-    }
-
-    fn reset_fields(&self, sub: &str) -> super::ResetFields {
-        match sub {
-            "status" => &[&["metadata"], &["spec"]],
-            _ => super::status_reset_fields(sub),
-        }
-    }
-
-    fn tracks_generation(&self) -> bool {
-        true
-    }
-
-    /// Upstream's printer lists FlowSchemas in matching order: precedence, then name.
-    fn order_table_rows(&self, objs: &mut Vec<&Value>) {
-        let key = |o: &Value| {
-            let precedence = get_at(o, &["spec", "matchingPrecedence"]).and_then(Value::as_i64).unwrap_or(1000);
-            (precedence, str_at(o, &["metadata", "name"]).unwrap_or("").to_string())
-        };
-        objs.sort_by_cached_key(|o| key(o));
-    }
-
-    fn columns(&self) -> Vec<Column> {
-        vec![
-            col("PriorityLevel", "`name` is the name of the priority level configuration being referenced Required.", 0),
-            col(
-                "MatchingPrecedence",
-                "`matchingPrecedence` is used to choose among the FlowSchemas that match a given request. The chosen FlowSchema is among those with the numerically lowest (which we take to be logically highest) MatchingPrecedence.  Each MatchingPrecedence value must be ranged in [1,10000]. Note that if the precedence is not specified, it will be set to 1000 as default.",
-                0,
-            ),
-            col(
-                "DistinguisherMethod",
-                "`distinguisherMethod` defines how to compute the flow distinguisher for requests that match this schema. `nil` specifies that the distinguisher is disabled and thus will always be the empty string.",
-                0,
-            ),
-            age_column(),
-            col("MissingPL", "references a broken or non-existent PriorityLevelConfiguration", 0),
-        ]
-    }
-
-    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
-        let pl = str_at(obj, &["spec", "priorityLevelConfiguration", "name"]).unwrap_or("");
-        let precedence = get_at(obj, &["spec", "matchingPrecedence"]).and_then(Value::as_i64).unwrap_or(0);
-        let dm = str_at(obj, &["spec", "distinguisherMethod", "type"]).unwrap_or("<none>");
-        let missing = get_at(obj, &["status", "conditions"])
-            .and_then(Value::as_array)
-            .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Dangling")))
-            .map_or("?", |c| c.get("status").and_then(Value::as_str).unwrap_or(""));
-        vec![json!(pl), json!(precedence), json!(dm), creation_age(obj, now), json!(missing)]
-    }
-}
-
-/// `prioritylevelconfigurations` (and `prioritylevelconfigurations/status`).
-pub struct PriorityLevelConfigurationStrategy;
-
-impl Strategy for PriorityLevelConfigurationStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
-        typed_roundtrip::<fcv1::PriorityLevelConfiguration>(obj)
-    }
-
-    fn prepare_for_create(&self, obj: &mut Value) {
-        default_priority_level(obj);
-        reset_status(obj);
-    }
-
-    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
-        default_priority_level(new);
-        keep(new, old, "status");
-    }
-
-    fn prepare_for_subresource(&self, _sub: &str, new: &mut Value, old: &Value) {
-        keep(new, old, "spec");
-    }
-
-    fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        validate_priority_level(obj)
-    }
-
-    fn reset_fields(&self, sub: &str) -> super::ResetFields {
-        match sub {
-            "status" => &[&["metadata"], &["spec"]],
-            _ => super::status_reset_fields(sub),
-        }
-    }
-
-    fn tracks_generation(&self) -> bool {
-        true
-    }
-
-    fn columns(&self) -> Vec<Column> {
-        vec![
-            col(
-                "Type",
-                "`type` indicates whether this priority level is subject to limitation on request execution.  A value of `\"Exempt\"` means that requests of this priority level are not subject to a limit (and thus are never queued) and do not detract from the capacity made available to other priority levels.  A value of `\"Limited\"` means that (a) requests of this priority level _are_ subject to limits and (b) some of the server's limited capacity is made available exclusively to this priority level. Required.",
-                0,
-            ),
-            col(
-                "NominalConcurrencyShares",
-                "`nominalConcurrencyShares` (NCS) contributes to the computation of the NominalConcurrencyLimit (NominalCL) of this level. This is the number of execution seats available at this priority level. This is used both for requests dispatched from this priority level as well as requests dispatched from other priority levels borrowing seats from this level. The server's concurrency limit (ServerCL) is divided among the Limited priority levels in proportion to their NCS values:\n\nNominalCL(i)  = ceil( ServerCL * NCS(i) / sum_ncs ) sum_ncs = sum[priority level k] NCS(k)\n\nBigger numbers mean a larger nominal concurrency limit, at the expense of every other priority level.\n\nIf not specified, this field defaults to a value of 30.\n\nSetting this field to zero supports the construction of a \"jail\" for this priority level that is used to hold some request(s)",
-                0,
-            ),
-            col(
-                "Queues",
-                "`queues` is the number of queues for this priority level. The queues exist independently at each apiserver. The value must be positive.  Setting it to 1 effectively precludes shufflesharding and thus makes the distinguisher method of associated flow schemas irrelevant.  This field has a default value of 64.",
-                0,
-            ),
-            col(
-                "HandSize",
-                "`handSize` is a small positive number that configures the shuffle sharding of requests into queues.  When enqueuing a request at this priority level the request's flow identifier (a string pair) is hashed and the hash value is used to shuffle the list of queues and deal a hand of the size specified here.  The request is put into one of the shortest queues in that hand. `handSize` must be no larger than `queues`, and should be significantly smaller (so that a few heavy flows do not saturate most of the queues).  See the user-facing documentation for more extensive guidance on setting this field.  This field has a default value of 8.",
-                0,
-            ),
-            col(
-                "QueueLengthLimit",
-                "`queueLengthLimit` is the maximum number of requests allowed to be waiting in a given queue of this priority level at a time; excess requests are rejected.  This value must be positive.  If not specified, it will be defaulted to 50.",
-                0,
-            ),
-            age_column(),
-        ]
-    }
-
-    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
-        let type_ = str_at(obj, &["spec", "type"]).unwrap_or("");
-        let none = json!("<none>");
-        let (mut ncs, mut queues, mut hand, mut length) = (none.clone(), none.clone(), none.clone(), none);
-        if let Some(limited) = get_at(obj, &["spec", "limited"]).filter(|l| l.is_object()) {
-            ncs = json!(limited.get("nominalConcurrencyShares").and_then(Value::as_i64).unwrap_or(0));
-            if let Some(q) = get_at(limited, &["limitResponse", "queuing"]).filter(|q| q.is_object()) {
-                let int = |k: &str| json!(q.get(k).and_then(Value::as_i64).unwrap_or(0));
-                (queues, hand, length) = (int("queues"), int("handSize"), int("queueLengthLimit"));
-            }
-        }
-        vec![json!(type_), ncs, queues, hand, length, creation_age(obj, now)]
-    }
 }
 
 #[cfg(test)]

@@ -47,30 +47,16 @@ pub struct Author {
 }
 
 impl Author {
-    /// The apiserver's own identity, its writes recorded as upstream's loopback client's
-    /// (`kube-apiserver`).
+    /// The apiserver's own identity ([`UserInfo::apiserver`]), its writes recorded as
+    /// upstream's loopback client's (`kube-apiserver`).
     pub fn apiserver() -> Self {
-        Author { user: apiserver_user(), user_agent: "kube-apiserver" }
+        Author { user: UserInfo::apiserver(), user_agent: "kube-apiserver" }
     }
 
-    /// `system:apiserver` in `system:masters` only, with no user agent (no field manager): how
-    /// cluster-info and the legacy token tracking ConfigMap are written.
+    /// The same identity with no user agent (no field manager): how cluster-info and the
+    /// legacy token tracking ConfigMap are written.
     pub fn apiserver_unnamed() -> Self {
-        let user = UserInfo {
-            name: "system:apiserver".into(),
-            groups: vec![crate::authn::MASTERS_GROUP.into()],
-            ..Default::default()
-        };
-        Author { user, user_agent: "" }
-    }
-}
-
-/// The apiserver's own identity, for the writes it makes itself (default objects).
-pub fn apiserver_user() -> UserInfo {
-    UserInfo {
-        name: "system:apiserver".into(),
-        groups: vec![crate::authn::MASTERS_GROUP.into(), crate::authn::AUTHENTICATED_GROUP.into()],
-        ..Default::default()
+        Author { user: UserInfo::apiserver(), user_agent: "" }
     }
 }
 

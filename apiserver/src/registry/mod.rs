@@ -1,9 +1,23 @@
 //! The registry: every kind the apiserver serves, with its per-kind strategy.
 //!
-//! A `Strategy` holds the kind's rules with no I/O (like upstream's `rest.RESTCreateStrategy`):
-//! defaults, validation, what a write to the main resource or a subresource may change,
-//! selectable fields and Table columns. The generic REST handlers (`api/rest/`) do the I/O
-//! and call these hooks in a fixed order:
+//! A kind's strategy holds its rules with no I/O (like upstream's `rest.RESTCreateStrategy`).
+//! It is split by capability, so that a kind implements only what it has:
+//!
+//! | trait | what | implement when the kind... |
+//! | --- | --- | --- |
+//! | [`Strategy`] (always) | decoding (`roundtrip`), [`Role`], name rule, strategic-merge keys, whether strategic merge is accepted, storage in another kind ([`StoredAs`]), a schema given as data | is served at all |
+//! | [`WriteStrategy`] | defaults and validation on create and update, `metadata.generation` | has rules beyond decoding |
+//! | [`StatusStrategy`] | writes through `status` (or `approval`, `finalize`) and the fields each write resets | has a subresource that edits the stored object |
+//! | [`SubresourceStrategy`] | subresource verbs, create-only subresources and the kind their body is | has a subresource other than a plain `get`/`patch`/`update` of itself |
+//! | [`DeleteStrategy`] | finalizers and changes on DELETE | does something before it goes |
+//! | [`FieldSelectors`] | selectable fields beyond `metadata.name`/`metadata.namespace` | has more |
+//! | [`TableStrategy`] | Table columns, cells and row order | has a printer upstream |
+//!
+//! A kind with a capability implements its trait and returns `Some(self)` from the method of
+//! the same name on [`Strategy`] (`write()`, `status()`, `subresources()`, `delete()`,
+//! `field_selectors()`, `table()`); without it, the generic path does what that trait's
+//! defaults do. The generic REST handlers (`api/rest/`) do the I/O and call these hooks in a
+//! fixed order:
 //!
 //! create:  decode → `prepare_for_create` → `prepare_for_create_by(requester)` → generic
 //!          metadata → `validate` (one 422 with every field error) → admission → store
@@ -15,8 +29,8 @@
 //! Everything kind-specific the generic path needs is asked of the strategy, never decided
 //! by group or resource name: the kind's [`Role`] (namespaces), its name rule, its
 //! strategic-merge-patch keys, its subresources' verbs and kinds and its create-only
-//! subresources ([`Strategy::create_only`]), its Table. Admission plugins (`admission/`) say
-//! themselves which kinds they handle.
+//! subresources ([`SubresourceStrategy::create_only`]), its Table. Admission plugins
+//! (`admission/`) say themselves which kinds they handle.
 //!
 //! Layer: below admission and the API handlers, above storage. Files here import `storage`,
 //! `meta`, `error`, `validation`, `wire/`, `machinery/`, `http::request_info`, the user
@@ -93,7 +107,7 @@ pub type Gvk = (&'static str, &'static str, &'static str);
 /// A name rule (upstream's per-kind `ValidateName`): the problems with a name.
 pub type NameRule = fn(&str) -> Vec<String>;
 
-/// Field paths from the object root (`&[&["status"], &["spec"]]`): see [`Strategy::reset_fields`].
+/// Field paths from the object root (`&[&["status"], &["spec"]]`): see [`StatusStrategy::reset_fields`].
 pub type ResetFields = &'static [&'static [&'static str]];
 
 /// The reset fields of a kind with a `status` subresource, as upstream's strategies have
@@ -112,42 +126,18 @@ pub type MergeKeys = &'static [(&'static [&'static str], ListStrategy)];
 /// How a strategic merge patch treats a list field (defined with the patches).
 pub use crate::machinery::patch::ListStrategy;
 
-/// The rules for one kind. Every method has no I/O.
+/// The rules for one kind: what the kind is (decoding, scope, names, patching, storage), and
+/// which further capabilities it has. Every method has no I/O.
+///
+/// A kind implements `Strategy` and, for each capability it has, that capability's trait,
+/// and says so by returning `Some(self)` from the capability's method here. Every capability
+/// method answers `None` by default, and `None` means the generic request path does what
+/// the capability trait's defaults do (see the module doc for the list).
 pub trait Strategy: Send + Sync + 'static {
     /// Decode the object into its typed form and back: Ok(pruned) with unknown fields removed,
     /// Err if a known field has the wrong type (→ 400 BadRequest).
     /// The caller compares input and output to find unknown fields (fieldValidation).
     fn roundtrip(&self, obj: &Value) -> Result<Value, DecodeError>;
-
-    /// Whether `sub` is a create-only subresource: not stored, its only verb `create`, its
-    /// body of the kind [`Strategy::subresource_kind`] names, served by the API handler of
-    /// that kind (`api::create_handler`; a ServiceAccount's `token`: TokenRequest). False:
-    /// an ordinary subresource of the stored object (`status`, `approval`, `finalize`).
-    fn create_only(&self, _sub: &str) -> bool {
-        false
-    }
-
-    /// The verbs of subresource `sub`: `create` for a create-only subresource (one with a
-    /// [`Strategy::create_only`]), otherwise `get`, `patch` and `update` like `status`.
-    fn subresource_verbs(&self, sub: &str) -> &'static [&'static str] {
-        if self.create_only(sub) {
-            &["create"]
-        } else {
-            &["get", "patch", "update"]
-        }
-    }
-
-    /// Group, version and kind subresource `sub` reads and writes when it is not the kind's
-    /// own (a ServiceAccount's `token` takes a TokenRequest); None: the parent's.
-    fn subresource_kind(&self, _sub: &str) -> Option<Gvk> {
-        None
-    }
-
-    /// The schema of the kind [`Strategy::subresource_kind`] names, for the OpenAPI
-    /// documents; None when the subresource takes the parent's kind.
-    fn subresource_schema(&self, _sub: &str) -> Option<SchemaFn> {
-        None
-    }
 
     /// See [`Role`].
     fn role(&self) -> Role {
@@ -164,100 +154,6 @@ pub trait Strategy: Send + Sync + 'static {
         &[]
     }
 
-    /// On create, after [`Strategy::prepare_for_create`]: what the kind records about the
-    /// requester (a CertificateSigningRequest's `spec.username`, `groups`...).
-    fn prepare_for_create_by(&self, _obj: &mut Value, _requester: &crate::authn::UserInfo) {}
-
-    /// When an object is marked for deletion (gets its `deletionTimestamp`).
-    fn mark_deleting(&self, _obj: &mut Value) {}
-
-    /// Defaults and server-owned fields on create (e.g. clear `status` when the kind has a
-    /// status subresource). Metadata (uid, timestamps, generation) is done by the caller.
-    fn prepare_for_create(&self, _obj: &mut Value) {}
-
-    /// On PUT/PATCH of the main resource: carry over what the main resource may not change
-    /// (e.g. `status` from `old` when the kind has a status subresource).
-    fn prepare_for_update(&self, _new: &mut Value, _old: &Value) {}
-
-    /// Full validation of the object (metadata name/namespace are checked by the caller).
-    fn validate(&self, _obj: &Value) -> Vec<FieldError> {
-        Vec::new()
-    }
-
-    /// Full validation of `new` when it replaces `old` (main resource or subresource): the
-    /// same as [`Strategy::validate`] unless a kind can skip work that `old` already passed.
-    fn validate_on_update(&self, new: &Value, _old: &Value) -> Vec<FieldError> {
-        self.validate(new)
-    }
-
-    /// Extra rules for an update of the main resource (immutability etc.).
-    fn validate_update(&self, _new: &Value, _old: &Value) -> Vec<FieldError> {
-        Vec::new()
-    }
-
-    /// On PUT/PATCH of a subresource (`status`, `approval`): keep everything but what the
-    /// subresource owns from `old`.
-    fn prepare_for_subresource(&self, _sub: &str, _new: &mut Value, _old: &Value) {}
-
-    /// Whether a write through subresource `sub` may change labels, annotations, finalizers
-    /// and owner references (upstream's `nodes/status`); by default they are kept from the
-    /// stored object, as upstream's `ResetObjectMetaForStatus`.
-    fn subresource_writes_metadata(&self, _sub: &str) -> bool {
-        false
-    }
-
-    /// Extra rules for an update through a subresource.
-    fn validate_subresource(&self, _sub: &str, _new: &Value, _old: &Value) -> Vec<FieldError> {
-        Vec::new()
-    }
-
-    /// Whether a spec change bumps `metadata.generation` (kinds with spec/status split).
-    fn tracks_generation(&self) -> bool {
-        false
-    }
-
-    /// Value of a selectable field other than `metadata.name`/`metadata.namespace`
-    /// (e.g. `spec.signerName`, `type`). None = the field is not selectable (→ 400).
-    fn field(&self, _obj: &Value, _path: &str) -> Option<String> {
-        None
-    }
-
-    /// Upstream prints some kinds (events) with Name last, at priority 1 (`-o wide` only).
-    fn name_column_last(&self) -> bool {
-        false
-    }
-
-    /// Table columns after Name. Default: `Created At` like upstream's printer-less kinds.
-    fn columns(&self) -> Vec<Column> {
-        Vec::new()
-    }
-
-    /// Put a Table's rows in the order upstream's printer shows them (default: as listed).
-    fn order_table_rows(&self, _objs: &mut Vec<&Value>) {}
-
-    /// One row's cells for the columns of `columns()` (Name excluded: the caller adds it).
-    /// `now` is for ages.
-    fn cells(&self, _obj: &Value, _now: chrono::DateTime<chrono::Utc>) -> Vec<Value> {
-        Vec::new()
-    }
-
-    /// On the first DELETE of an object: finalizers to add and changes to make before it is
-    /// marked for deletion (a CRD gets its cleanup finalizer and a Terminating condition).
-    fn prepare_for_delete(&self, _obj: &mut Value, _finalizers: &mut Vec<String>) {}
-
-    /// The kind's schema as a value (custom resources, whose schema is data); None: the
-    /// typed `ResourceDef::schema` is used.
-    fn openapi_schema(&self) -> Option<Value> {
-        None
-    }
-
-    /// The fields a write through subresource `sub` (`""`: the main resource) does not set
-    /// (the preparation hooks reset them), so that the writer never owns them in
-    /// `metadata.managedFields` (upstream's `ResetFieldsStrategy.GetResetFields`).
-    fn reset_fields(&self, _sub: &str) -> ResetFields {
-        &[]
-    }
-
     /// Whether `application/strategic-merge-patch+json` is accepted (built-in kinds only,
     /// as upstream: custom resources answer 415).
     fn strategic_merge_patch(&self) -> bool {
@@ -269,6 +165,187 @@ pub trait Strategy: Send + Sync + 'static {
     fn stored_as(&self) -> Option<StoredAs> {
         None
     }
+
+    /// The kind's schema as a value (custom resources, whose schema is data); None: the
+    /// typed `ResourceDef::schema` is used.
+    fn openapi_schema(&self) -> Option<Value> {
+        None
+    }
+
+    /// Defaults and validation on create and update; None: any object that decodes is valid.
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        None
+    }
+
+    /// Writes through the stored object's own subresources (`status`, `approval`,
+    /// `finalize`); None: the kind has none, and no field is reset on a write.
+    fn status(&self) -> Option<&dyn StatusStrategy> {
+        None
+    }
+
+    /// Subresources that are not plain reads and writes of the stored object (a
+    /// ServiceAccount's create-only `token`, a namespace's update-only `finalize`); None:
+    /// every subresource reads and writes the stored object with `get`, `patch`, `update`.
+    fn subresources(&self) -> Option<&dyn SubresourceStrategy> {
+        None
+    }
+
+    /// What a DELETE does to the object before it goes; None: nothing.
+    fn delete(&self) -> Option<&dyn DeleteStrategy> {
+        None
+    }
+
+    /// Selectable fields beyond `metadata.name` and `metadata.namespace`; None: only those.
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        None
+    }
+
+    /// The kind's Table columns; None: Name and `Created At`, as upstream's printer-less kinds.
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        None
+    }
+}
+
+/// Defaults and validation on create and on update of the main resource (upstream's
+/// `RESTCreateStrategy` and `RESTUpdateStrategy`).
+pub trait WriteStrategy {
+    /// Defaults and server-owned fields on create (e.g. clear `status` when the kind has a
+    /// status subresource). Metadata (uid, timestamps, generation) is done by the caller.
+    fn prepare_for_create(&self, _obj: &mut Value) {}
+
+    /// On create, after [`WriteStrategy::prepare_for_create`]: what the kind records about
+    /// the requester (a CertificateSigningRequest's `spec.username`, `groups`...).
+    fn prepare_for_create_by(&self, _obj: &mut Value, _requester: &crate::authn::UserInfo) {}
+
+    /// On PUT/PATCH of the main resource: carry over what the main resource may not change
+    /// (e.g. `status` from `old` when the kind has a status subresource).
+    fn prepare_for_update(&self, _new: &mut Value, _old: &Value) {}
+
+    /// Full validation of the object (metadata name/namespace are checked by the caller).
+    fn validate(&self, _obj: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// Full validation of `new` when it replaces `old` (main resource or subresource): the
+    /// same as [`WriteStrategy::validate`] unless a kind can skip work that `old` already
+    /// passed.
+    fn validate_on_update(&self, new: &Value, _old: &Value) -> Vec<FieldError> {
+        self.validate(new)
+    }
+
+    /// Extra rules for an update of the main resource (immutability etc.).
+    fn validate_update(&self, _new: &Value, _old: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// Whether a spec change bumps `metadata.generation` (kinds with spec/status split).
+    fn tracks_generation(&self) -> bool {
+        false
+    }
+}
+
+/// Writes through a subresource of the stored object (`status`, a CSR's `approval`, a
+/// namespace's `finalize`), and the fields each write resets (upstream's
+/// `ResetFieldsStrategy`).
+pub trait StatusStrategy {
+    /// On PUT/PATCH of a subresource (`status`, `approval`): keep everything but what the
+    /// subresource owns from `old`.
+    fn prepare_for_subresource(&self, _sub: &str, _new: &mut Value, _old: &Value) {}
+
+    /// Extra rules for an update through a subresource.
+    fn validate_subresource(&self, _sub: &str, _new: &Value, _old: &Value) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    /// Whether a write through subresource `sub` may change labels, annotations, finalizers
+    /// and owner references (upstream's `nodes/status`); by default they are kept from the
+    /// stored object, as upstream's `ResetObjectMetaForStatus`.
+    fn subresource_writes_metadata(&self, _sub: &str) -> bool {
+        false
+    }
+
+    /// The fields a write through subresource `sub` (`""`: the main resource) does not set
+    /// (the preparation hooks reset them), so that the writer never owns them in
+    /// `metadata.managedFields` (upstream's `ResetFieldsStrategy.GetResetFields`).
+    fn reset_fields(&self, _sub: &str) -> ResetFields {
+        &[]
+    }
+}
+
+/// What a kind's subresources are, when not plain `get`/`patch`/`update` of the stored
+/// object: their verbs, and the kind a create-only one takes.
+pub trait SubresourceStrategy {
+    /// Whether `sub` is a create-only subresource: not stored, its only verb `create`, its
+    /// body of the kind [`SubresourceStrategy::subresource_kind`] names, served by the API
+    /// handler of that kind (`api::create_handler`; a ServiceAccount's `token`:
+    /// TokenRequest). False: an ordinary subresource of the stored object (`status`,
+    /// `approval`, `finalize`).
+    fn create_only(&self, _sub: &str) -> bool {
+        false
+    }
+
+    /// The verbs of subresource `sub`: `create` for a create-only subresource (one with a
+    /// [`SubresourceStrategy::create_only`]), otherwise `get`, `patch` and `update` like
+    /// `status`.
+    fn subresource_verbs(&self, sub: &str) -> &'static [&'static str] {
+        if self.create_only(sub) {
+            &["create"]
+        } else {
+            DEFAULT_SUBRESOURCE_VERBS
+        }
+    }
+
+    /// Group, version and kind subresource `sub` reads and writes when it is not the kind's
+    /// own (a ServiceAccount's `token` takes a TokenRequest); None: the parent's.
+    fn subresource_kind(&self, _sub: &str) -> Option<Gvk> {
+        None
+    }
+
+    /// The schema of the kind [`SubresourceStrategy::subresource_kind`] names, for the
+    /// OpenAPI documents; None when the subresource takes the parent's kind.
+    fn subresource_schema(&self, _sub: &str) -> Option<SchemaFn> {
+        None
+    }
+}
+
+/// The verbs of a subresource that reads and writes the stored object (`status`).
+pub const DEFAULT_SUBRESOURCE_VERBS: &[&str] = &["get", "patch", "update"];
+
+/// What a DELETE does before the object goes (upstream's `RESTGracefulDeleteStrategy` and
+/// the finalizers a kind adds itself).
+pub trait DeleteStrategy {
+    /// On the first DELETE of an object: finalizers to add and changes to make before it is
+    /// marked for deletion (a CRD gets its cleanup finalizer and a Terminating condition).
+    fn prepare_for_delete(&self, _obj: &mut Value, _finalizers: &mut Vec<String>) {}
+
+    /// When an object is marked for deletion (gets its `deletionTimestamp`).
+    fn mark_deleting(&self, _obj: &mut Value) {}
+}
+
+/// The fields a field selector may name besides `metadata.name` and `metadata.namespace`
+/// (upstream's `GetAttrs` and field label conversion).
+pub trait FieldSelectors {
+    /// Value of a selectable field (e.g. `spec.signerName`, `type`). None = the field is
+    /// not selectable (→ 400).
+    fn field(&self, obj: &Value, path: &str) -> Option<String>;
+}
+
+/// The kind's Table (upstream's printer: `kubectl get` columns).
+pub trait TableStrategy {
+    /// Upstream prints some kinds (events) with Name last, at priority 1 (`-o wide` only).
+    fn name_column_last(&self) -> bool {
+        false
+    }
+
+    /// Table columns after Name.
+    fn columns(&self) -> Vec<Column>;
+
+    /// Put a Table's rows in the order upstream's printer shows them (default: as listed).
+    fn order_table_rows(&self, _objs: &mut Vec<&Value>) {}
+
+    /// One row's cells for the columns of `columns()` (Name excluded: the caller adds it).
+    /// `now` is for ages.
+    fn cells(&self, obj: &Value, now: chrono::DateTime<chrono::Utc>) -> Vec<Value>;
 }
 
 /// A kind kept in another kind's storage, as upstream keeps one internal object for several
@@ -387,15 +464,21 @@ pub fn resource_verbs(def: &ResourceDef) -> &'static [&'static str] {
     }
 }
 
-/// The verbs of a subresource of `def`, as its strategy says ([`Strategy::subresource_verbs`]).
+/// The verbs of a subresource of `def`, as its strategy says
+/// ([`SubresourceStrategy::subresource_verbs`]).
 pub fn subresource_verbs(def: &ResourceDef, sub: &str) -> &'static [&'static str] {
-    def.strategy.subresource_verbs(sub)
+    def.strategy.subresources().map_or(DEFAULT_SUBRESOURCE_VERBS, |s| s.subresource_verbs(sub))
 }
 
 /// Group, version and kind a subresource of `def` reads and writes: the parent's, unless its
-/// strategy names another ([`Strategy::subresource_kind`]).
+/// strategy names another ([`SubresourceStrategy::subresource_kind`]).
 pub fn subresource_kind(def: &ResourceDef, sub: &str) -> Gvk {
-    def.strategy.subresource_kind(sub).unwrap_or((def.group, def.version, def.kind))
+    def.strategy.subresources().and_then(|s| s.subresource_kind(sub)).unwrap_or((def.group, def.version, def.kind))
+}
+
+/// Whether `sub` is a create-only subresource of `def` ([`SubresourceStrategy::create_only`]).
+pub fn create_only_subresource(def: &ResourceDef, sub: &str) -> bool {
+    def.strategy.subresources().is_some_and(|s| s.create_only(sub))
 }
 
 /// All served resources.
@@ -594,9 +677,8 @@ mod tests {
                 continue;
             }
             let garbage = serde_json::json!({"metadata": {"name": "a"}, "spec": 7, "data": 7, "rules": 7, "subjects": 7, "roleRef": 7});
-            let strategy = &def.strategy;
             // Either the strategy has no typed rules (nothing to decode) or it refuses.
-            let errs = strategy.validate(&garbage);
+            let errs = def.strategy.write().map(|w| w.validate(&garbage)).unwrap_or_default();
             let typed = [
                 "configmaps",
                 "secrets",

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use super::core::pod_validation::tolerations_errors;
 use super::shared::{age_column, col, creation_age, get_at, str_at};
-use super::{decode, typed_roundtrip, Column, ResourceDef, Strategy};
+use super::{decode, typed_roundtrip, Column, ResourceDef, Strategy, TableStrategy, WriteStrategy};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -41,6 +41,16 @@ impl Strategy for RuntimeClassStrategy {
         typed_roundtrip::<nodev1::RuntimeClass>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for RuntimeClassStrategy {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let _: nodev1::RuntimeClass = crate::typed!(decode(obj));
         let handler = str_at(obj, &["handler"]).unwrap_or("");
@@ -65,7 +75,9 @@ impl Strategy for RuntimeClassStrategy {
             vec![FieldError::immutable("handler", &json!(n))]
         }
     }
+}
 
+impl TableStrategy for RuntimeClassStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
             col(

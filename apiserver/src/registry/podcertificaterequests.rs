@@ -41,7 +41,7 @@ use serde_json::{json, Value};
 
 use super::certificates::validate_signer_name;
 use super::shared::{get_at, invalid_shown, str_at, too_long};
-use super::{decode, typed_roundtrip, ResourceDef, StoredAs, Strategy};
+use super::{decode, typed_roundtrip, FieldSelectors, ResourceDef, StatusStrategy, StoredAs, Strategy, WriteStrategy};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -348,6 +348,20 @@ impl Strategy for PodCertificateRequestStrategy {
         Some(stored_as(*self))
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn status(&self) -> Option<&dyn StatusStrategy> {
+        Some(self)
+    }
+
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for PodCertificateRequestStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         if let Some(m) = obj.as_object_mut() {
             m.remove("status");
@@ -363,16 +377,6 @@ impl Strategy for PodCertificateRequestStrategy {
 
     fn prepare_for_update(&self, new: &mut Value, old: &Value) {
         super::shared::carry(new, old, &["status"]);
-    }
-
-    fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
-        if sub == "status" {
-            super::shared::carry(new, old, &["spec"]);
-        }
-    }
-
-    fn reset_fields(&self, sub: &str) -> super::ResetFields {
-        super::status_reset_fields(sub)
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
@@ -391,6 +395,18 @@ impl Strategy for PodCertificateRequestStrategy {
         }
         Vec::new()
     }
+}
+
+impl StatusStrategy for PodCertificateRequestStrategy {
+    fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
+        if sub == "status" {
+            super::shared::carry(new, old, &["spec"]);
+        }
+    }
+
+    fn reset_fields(&self, sub: &str) -> super::ResetFields {
+        super::status_reset_fields(sub)
+    }
 
     fn validate_subresource(&self, sub: &str, new: &Value, old: &Value) -> Vec<FieldError> {
         if sub != "status" {
@@ -398,7 +414,9 @@ impl Strategy for PodCertificateRequestStrategy {
         }
         status::validate_status_update(new, old, chrono::Utc::now())
     }
+}
 
+impl FieldSelectors for PodCertificateRequestStrategy {
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
         match path {
             "spec.signerName" | "spec.podName" | "spec.nodeName" => {

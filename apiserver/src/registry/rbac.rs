@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 use super::shared::{
     age_column, child_obj, col, creation_age, get_at, go_string_slice, invalid_shown, str_at, AGE_DESCRIPTION,
 };
-use super::{decode, decode_update, typed_roundtrip, Column, ResourceDef, Strategy};
+use super::{decode, decode_update, typed_roundtrip, Column, ResourceDef, Strategy, TableStrategy, WriteStrategy};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -200,11 +200,23 @@ impl Strategy for RoleStrategy {
         typed_roundtrip::<rbacv1::Role>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for RoleStrategy {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let role: rbacv1::Role = crate::typed!(decode(obj));
         validate_rules(role.rules.as_ref(), true)
     }
+}
 
+impl TableStrategy for RoleStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![created_at_column()]
     }
@@ -223,6 +235,16 @@ impl Strategy for ClusterRoleStrategy {
         typed_roundtrip::<rbacv1::ClusterRole>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for ClusterRoleStrategy {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let role: rbacv1::ClusterRole = crate::typed!(decode(obj));
         let mut errs = validate_rules(role.rules.as_ref(), false);
@@ -248,7 +270,9 @@ impl Strategy for ClusterRoleStrategy {
         }
         errs
     }
+}
 
+impl TableStrategy for ClusterRoleStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![created_at_column()]
     }
@@ -395,6 +419,16 @@ impl Strategy for RoleBindingStrategy {
         typed_roundtrip::<rbacv1::RoleBinding>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for RoleBindingStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         default_binding(obj);
     }
@@ -412,7 +446,9 @@ impl Strategy for RoleBindingStrategy {
         let (new, old): (rbacv1::RoleBinding, rbacv1::RoleBinding) = crate::typed!(decode_update(new, old));
         validate_role_ref_update(&new.role_ref, &old.role_ref)
     }
+}
 
+impl TableStrategy for RoleBindingStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
             col("Role", "RoleRef can reference a Role in the current namespace or a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.", 0),
@@ -437,6 +473,16 @@ impl Strategy for ClusterRoleBindingStrategy {
         typed_roundtrip::<rbacv1::ClusterRoleBinding>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for ClusterRoleBindingStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         default_binding(obj);
     }
@@ -455,7 +501,9 @@ impl Strategy for ClusterRoleBindingStrategy {
             crate::typed!(decode_update(new, old));
         validate_role_ref_update(&new.role_ref, &old.role_ref)
     }
+}
 
+impl TableStrategy for ClusterRoleBindingStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
             col("Role", "RoleRef can only reference a ClusterRole in the global namespace. If the RoleRef cannot be resolved, the Authorizer must return an error.", 0),
@@ -625,7 +673,7 @@ mod tests {
     #[test]
     fn binding_tables() {
         for (name, s) in [
-            ("rolebinding", &RoleBindingStrategy as &dyn Strategy),
+            ("rolebinding", &RoleBindingStrategy as &dyn TableStrategy),
             ("clusterrolebinding", &ClusterRoleBindingStrategy),
         ] {
             let cols = s.columns();
@@ -659,16 +707,20 @@ mod tests {
             json!({"roleRef": 1, "subjects": {}, "rules": "x"}),
             json!({"subjects": [1, null]}),
         ];
-        let all: [&dyn Strategy; 4] =
-            [&RoleStrategy, &ClusterRoleStrategy, &RoleBindingStrategy, &ClusterRoleBindingStrategy];
-        for s in all {
+        let all: [(&dyn WriteStrategy, &dyn TableStrategy); 4] = [
+            (&RoleStrategy, &RoleStrategy),
+            (&ClusterRoleStrategy, &ClusterRoleStrategy),
+            (&RoleBindingStrategy, &RoleBindingStrategy),
+            (&ClusterRoleBindingStrategy, &ClusterRoleBindingStrategy),
+        ];
+        for (s, t) in all {
             for o in &odd {
                 let mut a = o.clone();
                 s.prepare_for_create(&mut a);
                 s.prepare_for_update(&mut a, o);
                 let _ = s.validate(o);
                 let _ = s.validate_update(o, o);
-                let _ = s.cells(o, now());
+                let _ = t.cells(o, now());
             }
         }
     }

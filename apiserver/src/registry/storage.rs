@@ -13,7 +13,7 @@ use k8s_openapi::api::storage::v1 as storagev1;
 use serde_json::{json, Map, Value};
 
 use super::shared::{age_column, col, creation_age, get_at, go_string_slice, invalid_shown, str_at, too_long};
-use super::{decode, decode_update, typed_roundtrip, Column, ResourceDef, Strategy};
+use super::{decode, decode_update, typed_roundtrip, Column, ResourceDef, Strategy, TableStrategy, WriteStrategy};
 use crate::error::FieldError;
 use crate::validation;
 
@@ -134,6 +134,16 @@ impl Strategy for CsiNodeStrategy {
         typed_roundtrip::<storagev1::CSINode>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for CsiNodeStrategy {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let _: storagev1::CSINode = crate::typed!(decode(obj));
         let mut names = Vec::new();
@@ -155,7 +165,9 @@ impl Strategy for CsiNodeStrategy {
         }
         errs
     }
+}
 
+impl TableStrategy for CsiNodeStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
             crate::registry::Column {
@@ -268,6 +280,16 @@ impl Strategy for CsiDriverStrategy {
         typed_roundtrip::<storagev1::CSIDriver>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for CsiDriverStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         set_csidriver_defaults(obj);
     }
@@ -303,7 +325,9 @@ impl Strategy for CsiDriverStrategy {
         }
         errs
     }
+}
 
+impl TableStrategy for CsiDriverStrategy {
     fn columns(&self) -> Vec<Column> {
         let boolean = |name, description| Column { name, type_: "boolean", format: "", description, priority: 0 };
         vec![

@@ -161,7 +161,9 @@ async fn delete_stored(c: &Call<'_>, name: &str, opts: &DeleteOptions, admitted:
         }
         let mut finalizers = meta::finalizers(&obj);
         if !meta::is_deleting(&obj) {
-            c.def.strategy.prepare_for_delete(&mut obj, &mut finalizers);
+            if let Some(delete) = c.def.strategy.delete() {
+                delete.prepare_for_delete(&mut obj, &mut finalizers);
+            }
         }
         match opts.propagation.as_deref() {
             Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
@@ -192,7 +194,7 @@ async fn delete_stored(c: &Call<'_>, name: &str, opts: &DeleteOptions, admitted:
             if m.get("deletionTimestamp").is_none_or(Value::is_null) {
                 m.insert("deletionTimestamp".into(), json!(meta::now_rfc3339()));
                 m.insert("deletionGracePeriodSeconds".into(), json!(0));
-                if c.def.strategy.tracks_generation() {
+                if c.def.strategy.write().is_some_and(|w| w.tracks_generation()) {
                     let g = m.get("generation").and_then(Value::as_i64).unwrap_or(0);
                     m.insert("generation".into(), json!(g + 1));
                 }
@@ -200,7 +202,9 @@ async fn delete_stored(c: &Call<'_>, name: &str, opts: &DeleteOptions, admitted:
             m.insert("finalizers".into(), json!(finalizers));
             m.remove("resourceVersion");
         }
-        c.def.strategy.mark_deleting(&mut obj);
+        if let Some(delete) = c.def.strategy.delete() {
+            delete.mark_deleting(&mut obj);
+        }
         // The size and depth limits of a stored object, checked on a dry run too.
         let stored = meta::to_stored(&obj)?;
         if opts.dry_run {

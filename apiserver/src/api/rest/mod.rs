@@ -37,7 +37,7 @@ use crate::authn::UserInfo;
 use crate::error::{ApiError, Result};
 use crate::http::request_info::RequestInfo;
 use crate::meta;
-pub use crate::registry::loopback::{apiserver_user, Write};
+pub use crate::registry::loopback::Write;
 use crate::registry::loopback::{Loopback, OwnWrite};
 use crate::registry::{ResourceDef, Role};
 use crate::storage::{self, Storage};

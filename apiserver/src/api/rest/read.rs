@@ -99,8 +99,9 @@ impl Filter {
                 let fs = FieldSelector::parse(s).map_err(|e| ApiError::BadRequest(e.to_string()))?;
                 let probe = json!({"metadata": {}});
                 for f in fs.fields() {
-                    let supported =
-                        f == "metadata.name" || f == "metadata.namespace" || def.strategy.field(&probe, &f).is_some();
+                    let supported = f == "metadata.name"
+                        || f == "metadata.namespace"
+                        || def.strategy.field_selectors().and_then(|s| s.field(&probe, &f)).is_some();
                     if !supported {
                         return Err(ApiError::BadRequest(format!("field label not supported: {f}")));
                     }
@@ -127,7 +128,7 @@ impl Filter {
                 match field {
                     "metadata.name" => Some(meta::name(obj).to_string()),
                     "metadata.namespace" => Some(meta::namespace(obj).to_string()),
-                    other => def.strategy.field(obj, other),
+                    other => def.strategy.field_selectors().and_then(|s| s.field(obj, other)),
                 }
             };
             if !f.matches(get) {

@@ -7,7 +7,7 @@
 //! create the object), every other write is an Update by `?fieldManager=` or the user
 //! agent's product name. The kind's schema is built once with the served OpenAPI
 //! ([`crate::openapi::OpenApi::apply_schema`]); what a write may not own comes from its
-//! strategy ([`crate::registry::Strategy::reset_fields`]).
+//! strategy ([`crate::registry::StatusStrategy::reset_fields`]).
 
 use bytes::Bytes;
 use http::StatusCode;
@@ -41,7 +41,7 @@ fn invalid(def: &ResourceDef, obj: &Value, errs: Vec<FieldError>) -> ApiError {
 
 /// Server-owned metadata on create.
 fn init_metadata(def: &ResourceDef, obj: &mut Value, ns: Option<&str>) {
-    let tracks = def.strategy.tracks_generation();
+    let tracks = def.strategy.write().is_some_and(|w| w.tracks_generation());
     let m = meta::meta_mut(obj);
     m.insert("uid".into(), json!(uuid::Uuid::new_v4().to_string()));
     m.insert("creationTimestamp".into(), json!(meta::now_rfc3339()));
@@ -104,8 +104,10 @@ fn apply_schema(c: &Call<'_>) -> Arc<Schema> {
 /// What a write through this request's subresource may not own.
 fn reset_fields(c: &Call<'_>) -> FieldSet {
     let mut set = FieldSet::new();
-    for path in c.def.strategy.reset_fields(&c.info.subresource) {
-        set.insert(&apply::Path::fields(path));
+    if let Some(status) = c.def.strategy.status() {
+        for path in status.reset_fields(&c.info.subresource) {
+            set.insert(&apply::Path::fields(path));
+        }
     }
     set
 }
@@ -193,10 +195,15 @@ async fn create_object(
     if let Ownership::Update(manager) = ownership {
         obj = record_update(c, manager, None, obj);
     }
-    c.def.strategy.prepare_for_create(&mut obj);
-    c.def.strategy.prepare_for_create_by(&mut obj, c.user);
+    let write = c.def.strategy.write();
+    if let Some(write) = write {
+        write.prepare_for_create(&mut obj);
+        write.prepare_for_create_by(&mut obj, c.user);
+    }
     let mut errs = validate_meta(c.def, &obj);
-    errs.extend(c.def.strategy.validate(&obj));
+    if let Some(write) = write {
+        errs.extend(write.validate(&obj));
+    }
     if !errs.is_empty() {
         return Err(invalid(c.def, &obj, errs));
     }
@@ -284,7 +291,7 @@ async fn finish_write(
                 None => m.remove(*k),
             };
         }
-        if !sub.is_empty() && !c.def.strategy.subresource_writes_metadata(sub) {
+        if !sub.is_empty() && !c.def.strategy.status().is_some_and(|s| s.subresource_writes_metadata(sub)) {
             for k in STATUS_RESET_META {
                 match old_meta.get(*k) {
                     Some(v) => m.insert((*k).to_string(), v.clone()),
@@ -306,12 +313,13 @@ async fn finish_write(
         new = record_update(c, manager, Some(old), new);
     }
     admit_phase(c, Operation::Update, Phase::Mutating, Some(&new), Some(old)).await?;
-    if sub.is_empty() {
-        c.def.strategy.prepare_for_update(&mut new, old);
-    } else {
-        c.def.strategy.prepare_for_subresource(sub, &mut new, old);
+    let (write, status) = (c.def.strategy.write(), c.def.strategy.status());
+    match (sub.is_empty(), write, status) {
+        (true, Some(write), _) => write.prepare_for_update(&mut new, old),
+        (false, _, Some(status)) => status.prepare_for_subresource(sub, &mut new, old),
+        _ => {}
     }
-    if sub.is_empty() && c.def.strategy.tracks_generation() && spec_changed(&new, old) {
+    if sub.is_empty() && write.is_some_and(|w| w.tracks_generation()) && spec_changed(&new, old) {
         let g = old.get("metadata").and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(0);
         meta::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
     }
@@ -331,11 +339,13 @@ async fn finish_write(
             ));
         }
     }
-    errs.extend(c.def.strategy.validate_on_update(&new, old));
-    if sub.is_empty() {
-        errs.extend(c.def.strategy.validate_update(&new, old));
-    } else {
-        errs.extend(c.def.strategy.validate_subresource(sub, &new, old));
+    if let Some(write) = write {
+        errs.extend(write.validate_on_update(&new, old));
+    }
+    match (sub.is_empty(), write, status) {
+        (true, Some(write), _) => errs.extend(write.validate_update(&new, old)),
+        (false, _, Some(status)) => errs.extend(status.validate_subresource(sub, &new, old)),
+        _ => {}
     }
     if !errs.is_empty() {
         return Err(invalid(c.def, &new, errs));

@@ -21,8 +21,7 @@ use super::rules::rule_allows;
 use crate::authn::UserInfo;
 use crate::authz::{Attributes, Authorizer, RuleSet, Verdict};
 
-pub const NODES_GROUP: &str = "system:nodes";
-pub const NODE_USER_PREFIX: &str = "system:node:";
+pub use kustos_ca::users::{NODES_GROUP, NODE_USER_PREFIX};
 const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
 
 /// Resources upstream authorizes through the node graph.

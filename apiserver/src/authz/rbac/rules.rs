@@ -89,7 +89,7 @@ pub fn applies_to_user(user: &UserInfo, subject: &Subject, namespace: &str) -> b
             !ns.is_empty()
                 && user
                     .name
-                    .strip_prefix("system:serviceaccount:")
+                    .strip_prefix(kustos_ca::users::SERVICE_ACCOUNT_USER_PREFIX)
                     .and_then(|rest| rest.split_once(':'))
                     .is_some_and(|(n, name)| n == ns && name == subject.name)
         }

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 use super::data::{is_immutable, map_len, same_map, IMMUTABLE_WHEN_SET, MAX_SECRET_SIZE};
 use crate::error::FieldError;
 use crate::registry::shared::{age_column, col, creation_age, too_long};
-use crate::registry::{decode, decode_update, typed_roundtrip, Column, Strategy};
+use crate::registry::{decode, decode_update, typed_roundtrip, Column, Strategy, TableStrategy, WriteStrategy};
 use crate::validation;
 
 /// `configmaps`: key rules, the 1 MiB limit and `immutable`.
@@ -17,6 +17,16 @@ impl Strategy for ConfigMapStrategy {
         typed_roundtrip::<corev1::ConfigMap>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for ConfigMapStrategy {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let cm: corev1::ConfigMap = crate::typed!(decode(obj));
         let mut errs = Vec::new();
@@ -61,7 +71,9 @@ impl Strategy for ConfigMapStrategy {
         }
         errs
     }
+}
 
+impl TableStrategy for ConfigMapStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
             col(

@@ -6,7 +6,7 @@ use serde_json::{json, Value};
 
 use crate::error::FieldError;
 use crate::registry::shared::{col, is_zero_time, str_at};
-use crate::registry::{age, typed_roundtrip, Column, Strategy};
+use crate::registry::{age, typed_roundtrip, Column, FieldSelectors, Strategy, TableStrategy, WriteStrategy};
 use crate::validation;
 
 /// core/v1 `events`: upstream's legacy validation only (the strict rules are for
@@ -89,18 +89,30 @@ impl Strategy for EventStrategy {
         validation::validate_path_segment_name
     }
 
-    fn name_column_last(&self) -> bool {
-        true
-    }
-
     fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         typed_roundtrip::<corev1::Event>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for EventStrategy {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         legacy_validate(obj)
     }
+}
 
+impl FieldSelectors for EventStrategy {
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
         let s = |p: &[&str]| str_at(obj, p).unwrap_or("").to_string();
         let v = match path {
@@ -125,6 +137,12 @@ impl Strategy for EventStrategy {
             _ => return None,
         };
         Some(v)
+    }
+}
+
+impl TableStrategy for EventStrategy {
+    fn name_column_last(&self) -> bool {
+        true
     }
 
     /// Upstream's columns minus the trailing `Name` (priority 1), which the caller places first.

@@ -7,7 +7,10 @@ use serde_json::{json, Value};
 
 use crate::error::FieldError;
 use crate::registry::shared::{age_column, carry, child_obj, col, creation_age, get_at, str_at};
-use crate::registry::{typed_roundtrip, Column, Strategy};
+use crate::registry::{
+    typed_roundtrip, Column, DeleteStrategy, FieldSelectors, StatusStrategy, Strategy, SubresourceStrategy,
+    TableStrategy, WriteStrategy,
+};
 use crate::validation;
 
 /// The label every namespace carries with its own name (`v1.LabelMetadataName`).
@@ -61,23 +64,6 @@ impl Strategy for NamespaceStrategy {
         crate::registry::Role::Namespace
     }
 
-    /// `/finalize` sets only `spec.finalizers`.
-    fn reset_fields(&self, sub: &str) -> crate::registry::ResetFields {
-        match sub {
-            "finalize" => &[&["status"]],
-            _ => crate::registry::status_reset_fields(sub),
-        }
-    }
-
-    fn subresource_verbs(&self, sub: &str) -> &'static [&'static str] {
-        // `finalize` only replaces the finalizers, with a PUT; `status` reads and writes.
-        if sub == "finalize" {
-            &["update"]
-        } else {
-            &["get", "patch", "update"]
-        }
-    }
-
     fn name_rule(&self) -> crate::registry::NameRule {
         validation::is_dns1123_label
     }
@@ -86,13 +72,32 @@ impl Strategy for NamespaceStrategy {
         &[(&["status", "conditions"], crate::registry::ListStrategy::MergeByKey("type"))]
     }
 
-    fn mark_deleting(&self, obj: &mut Value) {
-        if !obj.get("status").is_some_and(Value::is_object) {
-            obj["status"] = json!({});
-        }
-        obj["status"]["phase"] = json!("Terminating");
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
     }
 
+    fn status(&self) -> Option<&dyn StatusStrategy> {
+        Some(self)
+    }
+
+    fn subresources(&self) -> Option<&dyn SubresourceStrategy> {
+        Some(self)
+    }
+
+    fn delete(&self) -> Option<&dyn DeleteStrategy> {
+        Some(self)
+    }
+
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for NamespaceStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         force_name_label(obj);
         if let Some(m) = obj.as_object_mut() {
@@ -113,6 +118,21 @@ impl Strategy for NamespaceStrategy {
         carry(new, old, &["status"]);
     }
 
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        // ValidateNamespace: the (unindexed) path is upstream's.
+        spec_finalizers(obj).iter().flat_map(|f| validate_finalizer_name(f, "spec.finalizers")).collect()
+    }
+}
+
+impl StatusStrategy for NamespaceStrategy {
+    /// `/finalize` sets only `spec.finalizers`.
+    fn reset_fields(&self, sub: &str) -> crate::registry::ResetFields {
+        match sub {
+            "finalize" => &[&["status"]],
+            _ => crate::registry::status_reset_fields(sub),
+        }
+    }
+
     fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
         force_name_label(new);
         match sub {
@@ -128,11 +148,6 @@ impl Strategy for NamespaceStrategy {
             "finalize" => carry(new, old, &["status"]),
             _ => {}
         }
-    }
-
-    fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        // ValidateNamespace: the (unindexed) path is upstream's.
-        spec_finalizers(obj).iter().flat_map(|f| validate_finalizer_name(f, "spec.finalizers")).collect()
     }
 
     fn validate_subresource(&self, sub: &str, new: &Value, _old: &Value) -> Vec<FieldError> {
@@ -166,14 +181,38 @@ impl Strategy for NamespaceStrategy {
             _ => Vec::new(),
         }
     }
+}
 
+impl SubresourceStrategy for NamespaceStrategy {
+    fn subresource_verbs(&self, sub: &str) -> &'static [&'static str] {
+        // `finalize` only replaces the finalizers, with a PUT; `status` reads and writes.
+        if sub == "finalize" {
+            &["update"]
+        } else {
+            &["get", "patch", "update"]
+        }
+    }
+}
+
+impl DeleteStrategy for NamespaceStrategy {
+    fn mark_deleting(&self, obj: &mut Value) {
+        if !obj.get("status").is_some_and(Value::is_object) {
+            obj["status"] = json!({});
+        }
+        obj["status"]["phase"] = json!("Terminating");
+    }
+}
+
+impl FieldSelectors for NamespaceStrategy {
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
         match path {
             "status.phase" => Some(str_at(obj, &["status", "phase"]).unwrap_or("").to_string()),
             _ => None,
         }
     }
+}
 
+impl TableStrategy for NamespaceStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![col("Status", "The status of the namespace", 0), age_column()]
     }

@@ -5,7 +5,7 @@
 //!
 //! Unlike most kinds' status subresources, `nodes/status` may change labels and annotations
 //! as upstream's (a kubelet re-registering patches its default labels through `/status`):
-//! only `spec` is kept from the stored object ([`Strategy::subresource_writes_metadata`]).
+//! only `spec` is kept from the stored object ([`StatusStrategy::subresource_writes_metadata`]).
 //!
 //! The v1 `spec.podCIDR` is the first of `spec.podCIDRs` (upstream's conversion through the
 //! internal form): a client that sets only `podCIDR` gets `podCIDRs` from it. The deprecated
@@ -19,7 +19,10 @@ use serde_json::{json, Value};
 
 use crate::error::FieldError;
 use crate::registry::shared::{age_column, carry, col, creation_age, get_at, go_string_slice, invalid_shown, str_at};
-use crate::registry::{typed_roundtrip, Column, ListStrategy, MergeKeys, ResetFields, Strategy};
+use crate::registry::{
+    typed_roundtrip, Column, FieldSelectors, ListStrategy, MergeKeys, ResetFields, StatusStrategy, Strategy,
+    TableStrategy, WriteStrategy,
+};
 use crate::validation;
 
 /// `node-role.kubernetes.io/<role>` labels name a node's roles (the printer's Roles column).
@@ -332,14 +335,6 @@ impl Strategy for NodeStrategy {
         typed_roundtrip::<corev1::Node>(obj)
     }
 
-    fn reset_fields(&self, sub: &str) -> ResetFields {
-        crate::registry::status_reset_fields(sub)
-    }
-
-    fn subresource_writes_metadata(&self, sub: &str) -> bool {
-        sub == "status"
-    }
-
     fn merge_keys(&self) -> MergeKeys {
         &[
             (&["spec", "podCIDRs"], ListStrategy::MergePrimitives),
@@ -348,6 +343,24 @@ impl Strategy for NodeStrategy {
         ]
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn status(&self) -> Option<&dyn StatusStrategy> {
+        Some(self)
+    }
+
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for NodeStrategy {
     /// Nodes set their status on create (a kubelet registers with it).
     fn prepare_for_create(&self, obj: &mut Value) {
         remove_at(obj, "spec", "configSource");
@@ -363,6 +376,26 @@ impl Strategy for NodeStrategy {
         normalize(new);
     }
 
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        let mut errs = validate_taints(array_at(obj, &["spec", "taints"]));
+        errs.extend(validate_pod_cidrs(&strings_at(obj, &["spec", "podCIDRs"])));
+        errs
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+        validate_node_update(new, old)
+    }
+}
+
+impl StatusStrategy for NodeStrategy {
+    fn reset_fields(&self, sub: &str) -> ResetFields {
+        crate::registry::status_reset_fields(sub)
+    }
+
+    fn subresource_writes_metadata(&self, sub: &str) -> bool {
+        sub == "status"
+    }
+
     fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
         if sub == "status" {
             carry(new, old, &["spec"]);
@@ -373,23 +406,15 @@ impl Strategy for NodeStrategy {
         normalize(new);
     }
 
-    fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        let mut errs = validate_taints(array_at(obj, &["spec", "taints"]));
-        errs.extend(validate_pod_cidrs(&strings_at(obj, &["spec", "podCIDRs"])));
-        errs
-    }
-
-    fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
-        validate_node_update(new, old)
-    }
-
     fn validate_subresource(&self, sub: &str, new: &Value, old: &Value) -> Vec<FieldError> {
         match sub {
             "status" => validate_node_update(new, old),
             _ => Vec::new(),
         }
     }
+}
 
+impl FieldSelectors for NodeStrategy {
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
         match path {
             "spec.unschedulable" => {
@@ -399,7 +424,9 @@ impl Strategy for NodeStrategy {
             _ => None,
         }
     }
+}
 
+impl TableStrategy for NodeStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
             col("Status", STATUS_DESCRIPTION, 0),

@@ -17,7 +17,8 @@ use super::pod_validation::{validate_pod_spec, validate_pod_spec_update, validat
 use crate::error::FieldError;
 use crate::registry::shared::{age_column, carry, col, creation_age, get_at, str_at};
 use crate::registry::{
-    decode, human_duration, typed_roundtrip, Column, ListStrategy, MergeKeys, ResetFields, Strategy,
+    decode, human_duration, typed_roundtrip, Column, FieldSelectors, ListStrategy, MergeKeys, ResetFields,
+    StatusStrategy, Strategy, TableStrategy, WriteStrategy,
 };
 
 /// `pods` and `pods/status`.
@@ -255,14 +256,6 @@ impl Strategy for PodStrategy {
         typed_roundtrip::<corev1::Pod>(obj)
     }
 
-    fn reset_fields(&self, sub: &str) -> ResetFields {
-        crate::registry::status_reset_fields(sub)
-    }
-
-    fn tracks_generation(&self) -> bool {
-        true
-    }
-
     fn merge_keys(&self) -> MergeKeys {
         &[
             (&["spec", "containers"], ListStrategy::MergeByKey("name")),
@@ -271,6 +264,28 @@ impl Strategy for PodStrategy {
             (&["status", "conditions"], ListStrategy::MergeByKey("type")),
             (&["status", "podIPs"], ListStrategy::MergeByKey("ip")),
         ]
+    }
+
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn status(&self) -> Option<&dyn StatusStrategy> {
+        Some(self)
+    }
+
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for PodStrategy {
+    fn tracks_generation(&self) -> bool {
+        true
     }
 
     fn prepare_for_create(&self, obj: &mut Value) {
@@ -292,12 +307,6 @@ impl Strategy for PodStrategy {
         carry(new, old, &["status"]);
     }
 
-    fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
-        if sub == "status" {
-            carry(new, old, &["spec"]);
-        }
-    }
-
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let _: corev1::Pod = crate::typed!(decode(obj));
         validate_pod_spec(obj.get("spec").unwrap_or(&Value::Null))
@@ -306,6 +315,18 @@ impl Strategy for PodStrategy {
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
         validate_pod_spec_update(new, old)
     }
+}
+
+impl StatusStrategy for PodStrategy {
+    fn reset_fields(&self, sub: &str) -> ResetFields {
+        crate::registry::status_reset_fields(sub)
+    }
+
+    fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
+        if sub == "status" {
+            carry(new, old, &["spec"]);
+        }
+    }
 
     fn validate_subresource(&self, sub: &str, new: &Value, old: &Value) -> Vec<FieldError> {
         match sub {
@@ -313,7 +334,9 @@ impl Strategy for PodStrategy {
             _ => Vec::new(),
         }
     }
+}
 
+impl FieldSelectors for PodStrategy {
     /// `PodToSelectableFields`.
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
         let s = |p: &[&str]| str_at(obj, p).unwrap_or("").to_string();
@@ -335,7 +358,9 @@ impl Strategy for PodStrategy {
         };
         Some(v)
     }
+}
 
+impl TableStrategy for PodStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
             col("Ready", "The aggregate readiness state of this pod for accepting traffic.", 0),

@@ -10,7 +10,9 @@ use serde_json::{json, Value};
 use super::data::{is_immutable, map_len, same_map, IMMUTABLE_WHEN_SET, MAX_SECRET_SIZE};
 use crate::error::FieldError;
 use crate::registry::shared::{age_column, col, creation_age, str_at, too_long};
-use crate::registry::{decode, decode_update, typed_roundtrip, Column, Strategy};
+use crate::registry::{
+    decode, decode_update, typed_roundtrip, Column, FieldSelectors, Strategy, TableStrategy, WriteStrategy,
+};
 use crate::validation;
 
 /// `secrets`: `type` defaults to `Opaque` and is immutable, `stringData` is merged into `data`,
@@ -124,6 +126,20 @@ impl Strategy for SecretStrategy {
         typed_roundtrip::<corev1::Secret>(obj)
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for SecretStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         normalize_secret(obj);
     }
@@ -154,14 +170,18 @@ impl Strategy for SecretStrategy {
         }
         errs
     }
+}
 
+impl FieldSelectors for SecretStrategy {
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
         match path {
             "type" => Some(str_at(obj, &["type"]).unwrap_or("").to_string()),
             _ => None,
         }
     }
+}
 
+impl TableStrategy for SecretStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
             col(

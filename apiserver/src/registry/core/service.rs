@@ -20,7 +20,10 @@ use serde_json::{json, Map, Value};
 use super::pod_validation::{port_name_messages, port_num_errors, protocol_errors};
 use crate::error::FieldError;
 use crate::registry::shared::{age_column, carry, col, creation_age, get_at, str_at};
-use crate::registry::{decode, typed_roundtrip, Column, ListStrategy, MergeKeys, ResetFields, Strategy};
+use crate::registry::{
+    decode, typed_roundtrip, Column, FieldSelectors, ListStrategy, MergeKeys, ResetFields, StatusStrategy, Strategy,
+    TableStrategy, WriteStrategy,
+};
 use crate::validation;
 
 /// `services` and `services/status`.
@@ -293,14 +296,28 @@ impl Strategy for ServiceStrategy {
         typed_roundtrip::<corev1::Service>(obj)
     }
 
-    fn reset_fields(&self, sub: &str) -> ResetFields {
-        crate::registry::status_reset_fields(sub)
-    }
-
     fn merge_keys(&self) -> MergeKeys {
         &[(&["spec", "ports"], ListStrategy::MergeByKey("port"))]
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn status(&self) -> Option<&dyn StatusStrategy> {
+        Some(self)
+    }
+
+    fn field_selectors(&self) -> Option<&dyn FieldSelectors> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for ServiceStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         set_defaults(obj);
         if let Some(m) = obj.as_object_mut() {
@@ -318,12 +335,6 @@ impl Strategy for ServiceStrategy {
         }
         set_defaults(new);
         carry(new, old, &["status"]);
-    }
-
-    fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
-        if sub == "status" {
-            carry(new, old, &["spec"]);
-        }
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
@@ -347,6 +358,18 @@ impl Strategy for ServiceStrategy {
         }
         errs
     }
+}
+
+impl StatusStrategy for ServiceStrategy {
+    fn reset_fields(&self, sub: &str) -> ResetFields {
+        crate::registry::status_reset_fields(sub)
+    }
+
+    fn prepare_for_subresource(&self, sub: &str, new: &mut Value, old: &Value) {
+        if sub == "status" {
+            carry(new, old, &["spec"]);
+        }
+    }
 
     fn validate_subresource(&self, sub: &str, new: &Value, _old: &Value) -> Vec<FieldError> {
         if sub != "status" {
@@ -361,7 +384,9 @@ impl Strategy for ServiceStrategy {
         }
         errs
     }
+}
 
+impl FieldSelectors for ServiceStrategy {
     /// Upstream's selectable fields of services: `spec.clusterIP` and `spec.type`.
     fn field(&self, obj: &Value, path: &str) -> Option<String> {
         match path {
@@ -370,7 +395,9 @@ impl Strategy for ServiceStrategy {
             _ => None,
         }
     }
+}
 
+impl TableStrategy for ServiceStrategy {
     fn columns(&self) -> Vec<Column> {
         vec![
             col("Type", "type determines how the Service is exposed. Defaults to ClusterIP.", 0),

@@ -6,7 +6,7 @@ use k8s_openapi::api::core::v1 as corev1;
 use serde_json::{json, Value};
 
 use crate::registry::shared::{age_column, creation_age, get_at_mut};
-use crate::registry::{typed_roundtrip, Column, Strategy};
+use crate::registry::{typed_roundtrip, Column, Strategy, SubresourceStrategy, TableStrategy, WriteStrategy};
 
 /// `serviceaccounts`: secret references keep only their name (`cleanSecretReferences`).
 /// Strategic merge patch: `secrets` merges by `name`.
@@ -29,6 +29,30 @@ impl Strategy for ServiceAccountStrategy {
         &[(&["secrets"], crate::registry::ListStrategy::MergeByKey("name"))]
     }
 
+    fn write(&self) -> Option<&dyn WriteStrategy> {
+        Some(self)
+    }
+
+    fn subresources(&self) -> Option<&dyn SubresourceStrategy> {
+        Some(self)
+    }
+
+    fn table(&self) -> Option<&dyn TableStrategy> {
+        Some(self)
+    }
+}
+
+impl WriteStrategy for ServiceAccountStrategy {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        clean_secret_references(obj);
+    }
+
+    fn prepare_for_update(&self, new: &mut Value, _old: &Value) {
+        clean_secret_references(new);
+    }
+}
+
+impl SubresourceStrategy for ServiceAccountStrategy {
     fn create_only(&self, sub: &str) -> bool {
         sub == "token"
     }
@@ -40,15 +64,9 @@ impl Strategy for ServiceAccountStrategy {
     fn subresource_schema(&self, sub: &str) -> Option<crate::registry::SchemaFn> {
         (sub == "token").then_some(|g| g.subschema_for::<k8s_openapi::api::authentication::v1::TokenRequest>())
     }
+}
 
-    fn prepare_for_create(&self, obj: &mut Value) {
-        clean_secret_references(obj);
-    }
-
-    fn prepare_for_update(&self, new: &mut Value, _old: &Value) {
-        clean_secret_references(new);
-    }
-
+impl TableStrategy for ServiceAccountStrategy {
     /// Since 1.35 upstream prints no `Secrets` count (the field is rarely set since 1.24 and
     /// the count misled): Name and Age only.
     fn columns(&self) -> Vec<Column> {

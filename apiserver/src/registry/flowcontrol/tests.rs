@@ -1,4 +1,5 @@
 use super::*;
+use crate::registry::{StatusStrategy, TableStrategy, WriteStrategy};
 
 type Mutation = fn(&mut Value);
 

@@ -31,8 +31,8 @@ const MAX_RETRY: Duration = Duration::from_secs(15);
 
 fn system_user() -> UserInfo {
     UserInfo {
-        name: "system:kube-controller-manager".into(),
-        groups: vec!["system:authenticated".into()],
+        name: crate::authn::user::KUBE_CONTROLLER_MANAGER_USER.into(),
+        groups: vec![crate::authn::AUTHENTICATED_GROUP.into()],
         ..Default::default()
     }
 }
