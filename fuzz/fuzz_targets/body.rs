@@ -7,7 +7,8 @@
 use std::sync::OnceLock;
 
 use bytes::Bytes;
-use kustos_apiserver::api::{patch, protobuf, yaml};
+use kustos_apiserver::machinery::patch;
+use kustos_apiserver::wire::{protobuf, yaml};
 use kustos_apiserver::registry::{Registry, ResourceDef};
 use kustos_apiserver::api::rest::{decode_body, typed_check, FieldValidation};
 use libfuzzer_sys::fuzz_target;
@@ -51,7 +52,9 @@ fuzz_target!(|data: &[u8]| {
         let Some(def) = def_for(probe.as_ref().unwrap_or(&Value::Null)) else { return };
         let Ok((v, dups)) = decode_body(def, &body, content_type, FieldValidation::Warn) else { continue };
         if let Ok((obj, _warnings)) = typed_check(def, v, FieldValidation::Warn, &dups) {
-            let _ = def.strategy.validate(&obj);
+            if let Some(write) = def.strategy.write() {
+                let _ = write.validate(&obj);
+            }
         }
     }
 });
