@@ -83,6 +83,7 @@ async fn metrics_and_logs_show_every_request() {
         "crds",
         "flowcontrol-config",
         "flowcontrol-maintain",
+        "flowcontrol-watch",
         "client-ca-files",
         "compactor",
         "service-account-keys",

@@ -590,7 +590,11 @@ impl Running {
 }
 
 /// Put the configured request limiter in place (after the default flowcontrol objects exist).
-async fn start_flow_control(state: &Arc<AppState>, cfg: &Config) -> anyhow::Result<()> {
+async fn start_flow_control(
+    state: &Arc<AppState>,
+    cfg: &Config,
+    changes: flowcontrol::feed::Changes,
+) -> anyhow::Result<()> {
     let limiter = if cfg.enable_priority_and_fairness {
         let total = cfg.max_requests_inflight.saturating_add(cfg.max_mutating_requests_inflight);
         if total == 0 {
@@ -600,7 +604,7 @@ async fn start_flow_control(state: &Arc<AppState>, cfg: &Config) -> anyhow::Resu
         }
         let fc = flowcontrol::dispatcher::FlowControl::new(total, flowcontrol::dispatcher::MAX_QUEUE_WAIT);
         flowcontrol::load(&**state, &fc).await?;
-        flowcontrol::spawn(&state.tasks, state.loopback(), fc.clone());
+        flowcontrol::spawn(&state.tasks, state.loopback(), fc.clone(), changes);
         flowcontrol::filter::Limiter::Apf(fc)
     } else {
         flowcontrol::filter::Limiter::MaxInFlight(Box::new(flowcontrol::filter::MaxInFlight::new(
@@ -725,9 +729,10 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     }
     let policy = authz::rbac::defaults::PolicyOptions { tls_bootstrap_bindings: cfg.tls_bootstrap_bindings };
     prepare(&state, &policy, now).await?;
-    flowcontrol::maintain::spawn(&state.tasks, state.loopback(), flowcontrol::maintain::PERIOD);
+    let apf_changes = flowcontrol::feed::spawn(&state.tasks, state.loopback());
+    flowcontrol::maintain::spawn(&state.tasks, state.loopback(), flowcontrol::maintain::PERIOD, apf_changes.clone());
     pki::cluster_info::ensure(&*state, &format!("https://{server_address}"), &pki.ca_bundle_pem).await?;
-    start_flow_control(&state, &cfg).await?;
+    start_flow_control(&state, &cfg, apf_changes).await?;
     api::rest::delete::gc::spawn_startup_sweep(&state);
     let kubeconfig = pki::write_admin_kubeconfig(&cfg.data_dir, &pki, &format!("https://{server_address}"), now)?;
     let app = router(state.clone());

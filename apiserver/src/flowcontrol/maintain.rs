@@ -26,7 +26,6 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 use super::bootstrap::{self, AUTO_UPDATE_ANNOTATION};
@@ -52,7 +51,7 @@ pub enum ConfigKind {
 }
 
 impl ConfigKind {
-    fn resource(self) -> &'static str {
+    pub(super) fn resource(self) -> &'static str {
         match self {
             ConfigKind::FlowSchema => "flowschemas",
             ConfigKind::PriorityLevel => "prioritylevelconfigurations",
@@ -354,63 +353,37 @@ async fn pass(state: &dyn Loopback) {
     }
 }
 
-pub(super) type Changes = futures::stream::BoxStream<'static, crate::storage::Result<crate::storage::Event>>;
-
-/// One stream of the changes to FlowSchemas and priority levels after `rev`.
-pub(super) async fn watch_changes(state: &dyn Loopback, rev: crate::storage::Rev) -> anyhow::Result<Changes> {
-    let fs = state.storage().watch(&find_def(state, ConfigKind::FlowSchema)?.prefix(), rev).await?;
-    let pl = state.storage().watch(&find_def(state, ConfigKind::PriorityLevel)?.prefix(), rev).await?;
-    Ok(futures::stream::select(fs, pl).boxed())
-}
-
-/// Let further changes arrive for [`DEBOUNCE`]; false if the stream failed meanwhile.
-async fn settle(changes: &mut Changes) -> bool {
-    let deadline = tokio::time::Instant::now() + DEBOUNCE;
-    loop {
-        tokio::select! {
-            () = tokio::time::sleep_until(deadline) => return true,
-            ev = changes.next() => if !matches!(ev, Some(Ok(_))) { return false },
-        }
-    }
-}
-
-/// Keep the configuration maintained: a pass every `every`, and one shortly after any
-/// change to FlowSchemas or priority levels. A failed watch is re-established after a pass
-/// (which reads everything afresh). The caller has done the initial pass.
-pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<dyn Loopback>, every: Duration) {
+/// Keep the configuration maintained: a pass every `every`, and one [`DEBOUNCE`] after any
+/// change to FlowSchemas or priority levels (`changes`: the one watch of the APF
+/// configuration, whose value moves on every change; changes arriving meanwhile are taken in
+/// the same pass). The caller has done the initial pass.
+pub fn spawn(
+    tasks: &crate::tasks::Tasks,
+    state: Weak<dyn Loopback>,
+    every: Duration,
+    mut changes: tokio::sync::watch::Receiver<u64>,
+) {
     tasks.spawn("flowcontrol-maintain", async move {
         let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let Some(mut from) = state.upgrade().map(|s| s.storage().current_rev()) else { return Ok(()) };
+        changes.borrow_and_update();
         loop {
-            let Some(st) = state.upgrade() else { return Ok(()) };
-            let watched = watch_changes(&*st, from).await;
-            drop(st);
-            let mut changes = match watched {
-                Ok(c) => c,
-                Err(e) => {
-                    tracing::warn!(error = %e, "watching the APF configuration failed; retrying after the next pass");
-                    ticker.tick().await;
-                    let Some(st) = state.upgrade() else { return Ok(()) };
-                    from = st.storage().current_rev();
-                    pass(&*st).await;
-                    continue;
-                }
+            let by_change = tokio::select! {
+                _ = ticker.tick() => Some(false),
+                changed = changes.changed() => changed.is_ok().then_some(true),
             };
-            loop {
-                let healthy = tokio::select! {
-                    _ = ticker.tick() => true,
-                    ev = changes.next() => matches!(ev, Some(Ok(_))) && settle(&mut changes).await,
-                };
-                let Some(st) = state.upgrade() else { return Ok(()) };
-                if !healthy {
-                    tracing::warn!("the APF configuration watch ended; re-listing");
-                    from = st.storage().current_rev();
-                    pass(&*st).await;
-                    break;
+            match by_change {
+                // Let the changes that follow the first one arrive.
+                Some(true) => tokio::time::sleep(DEBOUNCE).await,
+                Some(false) => {}
+                // The shared watch is gone (the server is stopping): passes by the ticker only.
+                None => {
+                    ticker.tick().await;
                 }
-                pass(&*st).await;
             }
+            changes.borrow_and_update();
+            let Some(st) = state.upgrade() else { return Ok(()) };
+            pass(&*st).await;
         }
     });
 }

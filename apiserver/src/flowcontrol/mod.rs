@@ -23,6 +23,7 @@ pub mod debug;
 pub mod dispatcher;
 pub mod dropped;
 pub mod estimate;
+pub mod feed;
 pub mod filter;
 pub mod limits;
 pub mod maintain;
@@ -34,7 +35,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use futures::StreamExt as _;
 use k8s_openapi::api::flowcontrol::v1 as fc;
 
 use crate::registry::loopback::Loopback;
@@ -87,13 +87,15 @@ async fn count_objects(state: &dyn Loopback, fc: &FlowControl) {
     fc.set_object_counts(counts);
 }
 
-/// Keep `fc` in step with storage, and rebalance its limits, in two loops of `tasks`
-/// (`flowcontrol-config`, `flowcontrol-rebalance`) that end once `state` is gone.
-pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<dyn Loopback>, fc: Arc<FlowControl>) {
+/// Keep `fc` in step with storage (following `changes`, the shared watch of [`feed`]), and
+/// rebalance its limits, in two loops of `tasks` (`flowcontrol-config`,
+/// `flowcontrol-rebalance`) that end once `state` is gone.
+pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<dyn Loopback>, fc: Arc<FlowControl>, changes: feed::Changes) {
     let (s, f) = (state.clone(), fc.clone());
     tasks.spawn("flowcontrol-config", async move {
+        let mut changes = changes;
         while s.strong_count() > 0 {
-            if let Err(e) = follow(&s, &f).await {
+            if let Err(e) = follow(&s, &f, &mut changes).await {
                 tracing::warn!(error = %e, "following the flowcontrol configuration; retrying");
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
@@ -111,22 +113,18 @@ pub fn spawn(tasks: &crate::tasks::Tasks, state: Weak<dyn Loopback>, fc: Arc<Flo
     });
 }
 
-/// Load, then reload after every change (changes arriving together are taken in one go),
-/// until the watch ends or fails (or the state is gone). The state is held only while
-/// loading, never while waiting.
-async fn follow(state: &Weak<dyn Loopback>, fc: &FlowControl) -> anyhow::Result<()> {
+/// Load, then reload after every change `changes` reports (changes arriving together are
+/// taken in one load), until the shared watch is gone (or the state). The state is held only
+/// while loading, never while waiting.
+async fn follow(state: &Weak<dyn Loopback>, fc: &FlowControl, changes: &mut feed::Changes) -> anyhow::Result<()> {
     let up = || state.upgrade().ok_or_else(|| anyhow::anyhow!("the server is gone"));
-    let mut rev = load(&*up()?, fc).await?;
     loop {
-        let watched = maintain::watch_changes(&*up()?, rev).await;
-        let mut events = watched?;
-        match events.next().await {
-            None => return Ok(()),
-            Some(Err(e)) => return Err(e.into()),
-            Some(Ok(_)) => {}
+        // Marked before reading: a change after the read moves the value again.
+        changes.borrow_and_update();
+        load(&*up()?, fc).await?;
+        if changes.changed().await.is_err() {
+            return Ok(());
         }
-        drop(events);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        rev = load(&*up()?, fc).await?;
     }
 }

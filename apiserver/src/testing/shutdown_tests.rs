@@ -12,8 +12,14 @@ use crate::AppState;
 async fn server() -> (TestServer, Weak<AppState>) {
     let srv = TestServer::new().await.unwrap();
     let state = &srv.state;
-    crate::flowcontrol::maintain::spawn(&state.tasks, state.loopback(), crate::flowcontrol::maintain::PERIOD);
-    crate::flowcontrol::spawn(&state.tasks, state.loopback(), FlowControl::new(100, MAX_QUEUE_WAIT));
+    let changes = crate::flowcontrol::feed::spawn(&state.tasks, state.loopback());
+    crate::flowcontrol::maintain::spawn(
+        &state.tasks,
+        state.loopback(),
+        crate::flowcontrol::maintain::PERIOD,
+        changes.clone(),
+    );
+    crate::flowcontrol::spawn(&state.tasks, state.loopback(), FlowControl::new(100, MAX_QUEUE_WAIT), changes);
     let weak = Arc::downgrade(&srv.state);
     (srv, weak)
 }
@@ -37,7 +43,14 @@ async fn a_stopped_and_dropped_server_ends_its_loops_and_frees_its_state() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(
         tasks.running(),
-        ["bootstrap-token-cache", "crds", "flowcontrol-config", "flowcontrol-maintain", "flowcontrol-rebalance"]
+        [
+            "bootstrap-token-cache",
+            "crds",
+            "flowcontrol-config",
+            "flowcontrol-maintain",
+            "flowcontrol-rebalance",
+            "flowcontrol-watch"
+        ]
     );
     srv.stop().await;
     assert!(tasks.running().is_empty(), "{:?}", tasks.running());
