@@ -31,7 +31,9 @@ pub mod impersonation;
 pub mod pod_certificate;
 pub use pod_certificate::X509Outcome;
 pub mod serviceaccount;
+pub mod token_cache;
 pub mod user;
+pub mod webhook;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
