@@ -30,7 +30,7 @@ struct Webhook {
 
 impl Webhook {
     fn reviews_of(&self, token: &str) -> usize {
-        self.reviews.lock().unwrap().get(token).copied().unwrap_or(0)
+        self.reviews.lock().expect("the webhook's counters").get(token).copied().unwrap_or(0)
     }
 
     async fn stop(mut self) {
@@ -62,12 +62,15 @@ async fn start_webhook(dir: &Path, version: &'static str, good: &'static str) ->
                     || review["kind"] != "TokenReview"
                     || credential != format!("Bearer {HOOK_CREDENTIAL}")
                 {
-                    wrong.lock().unwrap().push(format!("{} {credential:?}", review["apiVersion"]));
+                    wrong
+                        .lock()
+                        .expect("the webhook's counters")
+                        .push(format!("{} {credential:?}", review["apiVersion"]));
                     return (http::StatusCode::BAD_REQUEST, "wrong version or credential".to_string());
                 }
                 let token = review["spec"]["token"].as_str().unwrap_or_default().to_string();
                 let audiences = review["spec"]["audiences"].clone();
-                *reviews.lock().unwrap().entry(token.clone()).or_default() += 1;
+                *reviews.lock().expect("the webhook's counters").entry(token.clone()).or_default() += 1;
                 let status = if token == good {
                     json!({"authenticated": true, "audiences": audiences, "user": {
                         "username": "webhook-jane", "uid": "jane-uid-1", "groups": [GROUP],
@@ -80,8 +83,8 @@ async fn start_webhook(dir: &Path, version: &'static str, good: &'static str) ->
             }
         }),
     );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("binding the webhook");
+    let addr = listener.local_addr().expect("the webhook's address");
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(kustos_apiserver::http::serve::serve_dynamic(listener, tls_rx, app, async move {
         let _ = rx.await;
@@ -98,7 +101,7 @@ fn write_kubeconfig(dir: &Path, url: &str) -> String {
          current-context: webhook\n"
     );
     let path = dir.join("webhook.kubeconfig");
-    std::fs::write(&path, text).unwrap();
+    std::fs::write(&path, text).expect("writing the kubeconfig");
     path.to_string_lossy().into_owned()
 }
 
@@ -126,7 +129,7 @@ fn kubectl_whoami(s: &Server, token: &str) -> std::process::Output {
 }
 
 async fn exercise(version: &'static str, flags: &[&str]) {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("a temporary directory");
     let good: &'static str = if version == "v1" { "good-token-v1" } else { "good-token-v1beta1" };
     let hook = start_webhook(dir.path(), version, good).await;
     let kubeconfig = write_kubeconfig(dir.path(), &hook.url);
@@ -144,7 +147,7 @@ async fn exercise(version: &'static str, flags: &[&str]) {
     assert_eq!(info["extra"], json!({"example.com/team": ["blue"]}), "{version}: {info}");
     let out = kubectl_whoami(&s, good);
     assert!(out.status.success(), "{version}: kubectl auth whoami: {}", String::from_utf8_lossy(&out.stderr));
-    let kubectl_view: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kubectl_view: Value = serde_json::from_slice(&out.stdout).expect("kubectl auth whoami -o json prints JSON");
     assert_eq!(kubectl_view["status"]["userInfo"]["username"], "webhook-jane", "{version}");
 
     // RBAC applies to the webhook's groups: nothing until a binding names the group.
@@ -178,7 +181,11 @@ async fn exercise(version: &'static str, flags: &[&str]) {
     }
 
     // Within the cache TTL the webhook saw each token once, in the version it expects.
-    assert_eq!(hook.wrong.lock().unwrap().clone(), Vec::<String>::new(), "{version}: reviews it could not accept");
+    assert_eq!(
+        hook.wrong.lock().expect("the webhook's counters").clone(),
+        Vec::<String>::new(),
+        "{version}: reviews it could not accept"
+    );
     assert_eq!(hook.reviews_of(good), 1, "{version}: reviews of the good token");
     assert_eq!(hook.reviews_of("bad-token"), 1, "{version}: reviews of the bad token");
     let log = s.stderr_tail();
@@ -203,12 +210,12 @@ async fn webhook_v1beta1_is_the_default_version() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_file_or_version_stops_the_start_with_one_line() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("a temporary directory");
     let data = dir.path().join("data");
     let data = data.to_string_lossy();
     let good = write_kubeconfig(dir.path(), "https://127.0.0.1:1/authenticate");
     let garbage = dir.path().join("garbage.kubeconfig");
-    std::fs::write(&garbage, "current-context: [").unwrap();
+    std::fs::write(&garbage, "current-context: [").expect("writing a bad kubeconfig");
     let garbage = garbage.to_string_lossy();
     let missing = dir.path().join("missing.kubeconfig");
     let missing = missing.to_string_lossy();

@@ -488,6 +488,26 @@ mod tests {
     }
 
     #[test]
+    fn the_example_file_reads() {
+        let text = include_str!("../../../../manifests/examples/token-webhook/webhook.kubeconfig");
+        let ca = kustos_ca::Ca::generate("hook-ca", chrono::Duration::days(10), chrono::Utc::now()).unwrap();
+        let client = ca
+            .issue(kustos_ca::IssueParams::client("api", vec![], chrono::Duration::days(1)), chrono::Utc::now())
+            .unwrap();
+        let dir = PathBuf::from("/etc/kustos");
+        let files = Mem(HashMap::from([
+            (dir.join("webhook-ca.crt"), ca.cert_pem().as_bytes().to_vec()),
+            (dir.join("apiserver-webhook-client.crt"), client.cert_pem.as_bytes().to_vec()),
+            (dir.join("apiserver-webhook-client.key"), client.key_pem.clone().unwrap().into_bytes()),
+        ]));
+        let t = parse(text, &dir, &files).unwrap();
+        assert_eq!(
+            (t.scheme_https, t.host.as_str(), t.port, t.path.as_str(), t.tls.is_some()),
+            (true, "authn.example.internal", 8443, "/authenticate", true)
+        );
+    }
+
+    #[test]
     fn contexts_must_resolve() {
         let files = Mem(HashMap::new());
         let dir = Path::new("/");

@@ -32,7 +32,8 @@ fn answers_table() {
     let ok = br#"{"apiVersion":"authentication.k8s.io/v1","kind":"TokenReview","status":{"authenticated":true,"user":{"username":"jane"}}}"#;
     let bare = br#"{"status":{"authenticated":false}}"#;
     // version, code, body, Ok(authenticated) or Err(part of the message)
-    let cases: &[(Version, u16, &[u8], Result<Option<bool>, &str>)] = &[
+    type Case<'a> = (Version, u16, &'a [u8], Result<Option<bool>, &'a str>);
+    let cases: &[Case] = &[
         (Version::V1, 200, ok, Ok(Some(true))),
         (Version::V1, 201, bare, Ok(Some(false))),
         (Version::V1beta1, 200, bare, Ok(Some(false))),
