@@ -18,10 +18,8 @@
 //! request passed on, or the refusal. The reviews go through [`Reviewer`] (the apiserver in
 //! production), so the decisions and caches here are tested without one.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::hash::Hash;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State};
@@ -29,6 +27,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse as _, Response};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use kustos_apiserver::authn::token_cache::{TokenKeys, TtlCache, DEFAULT_MAX_ENTRIES};
 use kustos_apiserver::authn::{bearer_token, AuthResult, UserInfo, X509Authenticator, AUTHENTICATED_GROUP};
 use kustos_apiserver::error::ApiError;
 
@@ -36,8 +35,6 @@ use kustos_apiserver::error::ApiError;
 pub const DEFAULT_ALWAYS_ALLOW_PATHS: &str = "/healthz,/readyz,/livez";
 /// Groups allowed everything without a review (the apiserver allows them everything anyway).
 pub const ALWAYS_ALLOW_GROUPS: &[&str] = &[kustos_apiserver::authn::MASTERS_GROUP];
-/// Answers remembered at most, per cache; past that the expired ones go, then all.
-const CACHE_MAX: usize = 4096;
 /// How long one review may take (upstream's client timeout).
 const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -76,19 +73,10 @@ impl Reviewer for KubeReviewer {
         };
         // The error names the request only; the token is in the body, never in the error.
         let status = within(api.create(&Default::default(), &review)).await?.status.unwrap_or_default();
-        if let Some(e) = status.error.filter(|e| !e.is_empty()) {
+        if let Some(e) = status.error.as_deref().filter(|e| !e.is_empty()) {
             tracing::debug!(error = %e, "TokenReview: not authenticated");
         }
-        if status.authenticated != Some(true) {
-            return Ok(None);
-        }
-        let u = status.user.unwrap_or_default();
-        Ok(Some(UserInfo {
-            name: u.username.unwrap_or_default(),
-            uid: u.uid.unwrap_or_default(),
-            groups: u.groups.unwrap_or_default(),
-            extra: u.extra.unwrap_or_default().into_iter().collect(),
-        }))
+        Ok(kustos_apiserver::authn::webhook::reviewed_user(&status))
     }
 
     async fn review_access(&self, spec: SubjectAccessReviewSpec) -> anyhow::Result<(bool, String)> {
@@ -122,44 +110,15 @@ pub enum Decision {
     Error(String),
 }
 
-/// Answers remembered until they expire, bounded in number.
-struct TtlCache<K, V> {
-    entries: Mutex<HashMap<K, (V, Instant)>>,
-}
-
-impl<K: Eq + Hash, V: Clone> TtlCache<K, V> {
-    fn new() -> Self {
-        TtlCache { entries: Mutex::new(HashMap::new()) }
-    }
-
-    fn get(&self, key: &K, now: Instant) -> Option<V> {
-        let entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        entries.get(key).filter(|(_, until)| now < *until).map(|(v, _)| v.clone())
-    }
-
-    fn put(&self, key: K, value: V, ttl: Duration, now: Instant) {
-        if ttl.is_zero() {
-            return;
-        }
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
-        if entries.len() >= CACHE_MAX {
-            entries.retain(|_, (_, until)| now < *until);
-            if entries.len() >= CACHE_MAX {
-                entries.clear();
-            }
-        }
-        entries.insert(key, (value, now + ttl));
-    }
-}
-
 /// The authenticator and authorizer of the secure port.
 pub struct Delegated<R> {
     reviewer: R,
     /// Client certificates are authenticated only with a client CA.
     x509: Option<Arc<X509Authenticator>>,
     settings: Settings,
-    /// SHA-256 of the token → the user (`None`: not valid).
-    tokens: TtlCache<String, Option<UserInfo>>,
+    /// Salted hash of the token → the user (`None`: not valid).
+    tokens: TtlCache<[u8; 32], Option<UserInfo>>,
+    token_keys: TokenKeys,
     /// SHA-256 of the review's spec (JSON) → allowed, reason.
     decisions: TtlCache<String, (bool, String)>,
 }
@@ -209,7 +168,14 @@ pub fn access_review_spec(user: &UserInfo, verb: &str, path: &str) -> SubjectAcc
 
 impl<R: Reviewer> Delegated<R> {
     pub fn new(reviewer: R, x509: Option<Arc<X509Authenticator>>, settings: Settings) -> Self {
-        Delegated { reviewer, x509, settings, tokens: TtlCache::new(), decisions: TtlCache::new() }
+        Delegated {
+            reviewer,
+            x509,
+            settings,
+            tokens: TtlCache::new(DEFAULT_MAX_ENTRIES),
+            token_keys: TokenKeys::new(),
+            decisions: TtlCache::new(DEFAULT_MAX_ENTRIES),
+        }
     }
 
     /// Who sent the request; `None`: 401.
@@ -233,7 +199,7 @@ impl<R: Reviewer> Delegated<R> {
     }
 
     async fn token_user(&self, token: &str) -> Option<UserInfo> {
-        let key = kustos_ca::fingerprint(token.as_bytes());
+        let key = self.token_keys.key(&[], token);
         if let Some(user) = self.tokens.get(&key, Instant::now()) {
             return user;
         }

@@ -20,6 +20,7 @@ mod secure_serving;
 mod storage_cmd;
 mod token;
 mod token_rotate;
+mod token_webhook;
 
 #[derive(Parser)]
 #[command(
@@ -161,6 +162,8 @@ struct ServerArgs {
     signing: SigningArgs,
     #[command(flatten)]
     node_lifecycle: NodeLifecycleArgs,
+    #[command(flatten)]
+    token_webhook: token_webhook::TokenWebhookArgs,
 }
 
 impl ServerArgs {
@@ -390,6 +393,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.service_account_max_token_expiration = args.service_account_max_token_expiration;
     cfg.service_account_signing_endpoint = args.service_account_signing_endpoint.clone();
     cfg.verbosity = args.verbosity;
+    cfg.token_webhook = args.token_webhook.settings();
     let running = kustos_apiserver::start(cfg)
         .await
         .with_context(|| format!("starting kustos in {}", args.data_dir.display()))?;

@@ -519,6 +519,9 @@ pub struct Config {
     /// `--runtime-config`: group versions and resources turned off
     /// ([`registry::runtime_config`]).
     pub runtime_config: Vec<String>,
+    /// `--authentication-token-webhook-*`: bearer tokens no other authenticator takes are
+    /// reviewed by this webhook ([`authn::webhook`]).
+    pub token_webhook: Option<authn::webhook::Settings>,
 }
 
 /// `--storage`: the embedded SQLite store in the data dir, or etcd.
@@ -554,6 +557,7 @@ impl Config {
             storage: StorageConfig::Sqlite,
             verbosity: 0,
             runtime_config: Vec::new(),
+            token_webhook: None,
         }
     }
 }
@@ -664,6 +668,8 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         &cfg.service_account_key_files,
     )
     .map_err(anyhow::Error::msg)?;
+    // Read before anything is created, so a bad file stops the start.
+    let token_webhook = cfg.token_webhook.as_ref().map(authn::webhook::WebhookAuthenticator::load).transpose()?;
     let registry =
         registry::runtime_config::apply(&Registry::builtin(), &cfg.runtime_config).map_err(anyhow::Error::msg)?;
     pki::data_dir::secure(&cfg.data_dir)?;
@@ -705,9 +711,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         chain = chain.with(Arc::new(authn::bootstrap_token::BootstrapTokenAuthenticator::for_registry(
             store.clone(),
             &registry,
-            api_audiences,
+            api_audiences.clone(),
             &tasks,
         )?));
+    }
+    // Last, as upstream: the remote one after every local token authenticator.
+    if let Some(webhook) = token_webhook {
+        chain = chain.with(Arc::new(webhook.with_implicit_audiences(api_audiences)));
     }
     let authn = Arc::new(chain);
     let authz = default_authorizer(rbac_cache.clone());

@@ -19,7 +19,8 @@
 //! its headers; what leaves is the request with a `UserInfo` in its extensions, or a 401.
 //! Authenticators in order: x509 client certificates (here), bootstrap tokens
 //! ([`bootstrap_token`]), service-account JWTs ([`serviceaccount`], which also serves
-//! TokenRequest and the OIDC discovery documents), anonymous. A client certificate with the
+//! TokenRequest and the OIDC discovery documents), a TokenReview webhook last when configured
+//! ([`webhook`], its answers cached by [`token_cache`]), anonymous. A client certificate with the
 //! PodIdentity extension is the pod's service account ([`pod_certificate`]). [`impersonation`] then swaps
 //! the user for an `Impersonate-*` one when the real user may impersonate. [`client_ca`]
 //! follows the client CA file while serving: the x509 authenticator's trust set and the CA
@@ -31,7 +32,9 @@ pub mod impersonation;
 pub mod pod_certificate;
 pub use pod_certificate::X509Outcome;
 pub mod serviceaccount;
+pub mod token_cache;
 pub mod user;
+pub mod webhook;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
