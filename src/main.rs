@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod audit_args;
 mod ca_cmd;
 mod ca_signer_cmd;
 mod controller_manager;
@@ -161,6 +162,8 @@ struct ServerArgs {
     signing: SigningArgs,
     #[command(flatten)]
     node_lifecycle: NodeLifecycleArgs,
+    #[command(flatten)]
+    audit: audit_args::AuditArgs,
 }
 
 impl ServerArgs {
@@ -390,6 +393,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.service_account_max_token_expiration = args.service_account_max_token_expiration;
     cfg.service_account_signing_endpoint = args.service_account_signing_endpoint.clone();
     cfg.verbosity = args.verbosity;
+    cfg.audit = args.audit.config()?;
     let running = kustos_apiserver::start(cfg)
         .await
         .with_context(|| format!("starting kustos in {}", args.data_dir.display()))?;
