@@ -110,7 +110,7 @@ impl RotatingFile {
                 Some((time, e.path()))
             })
             .collect();
-        out.sort_by(|a, b| b.0.cmp(&a.0));
+        out.sort_by_key(|b| std::cmp::Reverse(b.0));
         out
     }
 
