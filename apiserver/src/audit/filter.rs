@@ -134,15 +134,14 @@ fn long_running(info: &RequestInfo) -> bool {
 }
 
 struct Base<'a> {
-    headers: &'a HeaderMap,
-    remote: Option<IpAddr>,
+    source_ips: Vec<String>,
     uri: &'a Uri,
     info: &'a RequestInfo,
     id: &'a str,
 }
 
 impl Base<'_> {
-    fn event(&self, user: Option<&UserInfo>, level: Level, received: chrono::DateTime<chrono::Utc>) -> Event {
+    fn event(self, user: Option<&UserInfo>, level: Level, received: chrono::DateTime<chrono::Utc>) -> Event {
         let info = self.info;
         let received = timestamp(received);
         Event {
@@ -155,7 +154,7 @@ impl Base<'_> {
             verb: info.verb.clone(),
             user: user.map(User::from).unwrap_or_default(),
             impersonated_user: None,
-            source_ips: source_ips(self.headers, self.remote),
+            source_ips: self.source_ips,
             user_agent: info.user_agent.clone(),
             object_ref: info.is_resource_request.then(|| ObjectReference {
                 resource: info.resource.clone(),
@@ -209,20 +208,22 @@ pub async fn init(State(auditor): State<Option<Arc<Auditor>>>, mut req: Request,
     // Only what a 401 event needs, and only when the log is on.
     let before = auditor.as_ref().and_then(|_| {
         let info = req.extensions().get::<RequestInfo>()?.clone();
-        Some((chrono::Utc::now(), info, req.uri().clone(), req.headers().clone(), remote(&req)))
+        let ips = source_ips(req.headers(), remote(&req));
+        let bearer = req.headers().contains_key(http::header::AUTHORIZATION);
+        Some((chrono::Utc::now(), info, req.uri().clone(), ips, bearer))
     });
     let mut resp = next.run(req).await;
     if let Some(h) = header {
         resp.headers_mut().entry(HEADER).or_insert(h);
     }
-    if let (Some(auditor), Some((received, info, uri, headers, remote))) = (auditor, before) {
+    if let (Some(auditor), Some((received, info, uri, source_ips, bearer))) = (auditor, before) {
         if resp.status() == http::StatusCode::UNAUTHORIZED && resp.extensions().get::<Audited>().is_none() {
             let decision = auditor.policy.evaluate(&attributes(&info, None));
             auditor.sink.metrics.observe_level(decision.level);
             if decision.level > Level::None && !decision.omits(Stage::ResponseStarted) {
-                let base = Base { headers: &headers, remote, uri: &uri, info: &info, id: &id };
+                let base = Base { source_ips, uri: &uri, info: &info, id: &id };
                 let mut event = at(base.event(None, decision.level, received), Stage::ResponseStarted);
-                let attempted = if headers.contains_key(http::header::AUTHORIZATION) { "bearer" } else { "" };
+                let attempted = if bearer { "bearer" } else { "" };
                 event.response_status = Some(ResponseStatus {
                     code: 401,
                     message: format!("Authentication failed, attempted: {attempted}").trim_end().to_string(),
@@ -281,7 +282,7 @@ pub async fn filter(State(auditor): State<Arc<Auditor>>, mut req: Request, next:
         resp.extensions_mut().insert(Audited);
         return resp;
     }
-    let base = Base { headers: req.headers(), remote: remote(&req), uri: req.uri(), info, id: &id.0 };
+    let base = Base { source_ips: source_ips(req.headers(), remote(&req)), uri: req.uri(), info, id: &id.0 };
     let event = base.event(Some(user), decision.level, received);
     let long = long_running(info);
     let slot = ImpersonatedSlot::default();
