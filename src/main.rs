@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
+mod audit_args;
 mod ca_cmd;
 mod ca_signer_cmd;
 mod controller_manager;
@@ -164,6 +165,8 @@ struct ServerArgs {
     node_lifecycle: NodeLifecycleArgs,
     #[command(flatten)]
     token_webhook: token_webhook::TokenWebhookArgs,
+    #[command(flatten)]
+    audit: audit_args::AuditArgs,
 }
 
 impl ServerArgs {
@@ -394,6 +397,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.service_account_signing_endpoint = args.service_account_signing_endpoint.clone();
     cfg.verbosity = args.verbosity;
     cfg.token_webhook = args.token_webhook.settings();
+    cfg.audit = args.audit.config()?;
     let running = kustos_apiserver::start(cfg)
         .await
         .with_context(|| format!("starting kustos in {}", args.data_dir.display()))?;

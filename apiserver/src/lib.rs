@@ -5,9 +5,10 @@
 //!
 //! ```text
 //! TLS (http/serve.rs: rustls, client certificate captured per connection; pki/)
-//!  → panic catch → authentication (authn/: x509 client cert, bootstrap token, service-account
-//!    JWT; none → anonymous; bad → 401) → impersonation (authn/impersonation.rs)
 //!  → request info (http/request_info.rs: verb, group, version, resource, namespace, name)
+//!  → audit ID (audit/: the Audit-Id header) → panic catch → authentication (authn/: x509
+//!    client cert, bootstrap token, service-account JWT; none → anonymous; bad → 401)
+//!  → the audit log's filter, when on (audit/) → impersonation (authn/impersonation.rs)
 //!  → flow control (flowcontrol/: API Priority and Fairness; 429)
 //!  → authorization (authz/: system:masters, the Node authorizer, RBAC; deny → 403)
 //!  → dispatch: api/discovery.rs, openapi/, http/health.rs, or the endpoint handlers
@@ -27,6 +28,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod error;
@@ -86,6 +88,8 @@ pub struct AppState {
     pub limiter: std::sync::OnceLock<flowcontrol::filter::Limiter>,
     /// Request metrics, the access log and unserved-path warnings (`api::observe`).
     pub observe: api::observe::Observer,
+    /// The audit log, when `--audit-policy-file` and `--audit-log-path` are given (set at start).
+    pub audit: std::sync::OnceLock<Arc<audit::Auditor>>,
     /// The background loops (CRDs, flow control, CA files, ...): stopped by [`Running::stop`],
     /// aborted when the state is dropped. A loop holds a `Weak` of this state, never an `Arc`.
     pub tasks: tasks::Tasks,
@@ -142,6 +146,7 @@ impl AppState {
             security,
             limiter: std::sync::OnceLock::new(),
             observe: api::observe::Observer::default(),
+            audit: std::sync::OnceLock::new(),
             tasks,
         })
     }
@@ -165,19 +170,21 @@ pub fn router(state: Arc<AppState>) -> Router {
     let authn = state.security.authn.clone();
     let authz = state.security.authz.clone();
     let impersonate_authz = authz.clone();
-    Router::new()
+    let auditor = state.audit.get().cloned();
+    let app = Router::new()
         .fallback(dispatch)
         .with_state(state.clone())
         .layer(middleware::from_fn_with_state(authz, authz::authorize))
         .layer(middleware::from_fn_with_state(state.clone(), flowcontrol::filter::filter::<AppState>))
-        .layer(middleware::from_fn_with_state(state, api::observe::observe))
-        .layer(middleware::from_fn(resolve_request_info))
-        .layer(middleware::from_fn_with_state(impersonate_authz, authn::impersonation::impersonate))
+        .layer(middleware::from_fn_with_state(state, api::observe::observe));
+    audit::around_impersonation(app, auditor.as_ref(), impersonate_authz)
         .layer(middleware::from_fn_with_state(authn, authn::authenticate))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             ApiError::internal("the server panicked while handling the request").into_response()
         }))
         .layer(middleware::from_fn(api::rest::status_errors_negotiated))
+        .layer(middleware::from_fn_with_state(auditor, audit::init))
+        .layer(middleware::from_fn(resolve_request_info))
 }
 
 async fn resolve_request_info(mut req: Request, next: Next) -> Response {
@@ -290,6 +297,9 @@ async fn metrics_response(state: &AppState) -> Response {
     let mut text = flow.trim_end().strip_suffix("# EOF").unwrap_or(&flow).to_string();
     text.push_str(&api::observe::encode(state).await);
     text.push_str(&state.tasks.encode());
+    if let Some(a) = state.audit.get() {
+        text.push_str(&a.encode_metrics());
+    }
     text.push_str("# EOF\n");
     text_response(text, flowcontrol::metrics::CONTENT_TYPE)
 }
@@ -397,7 +407,11 @@ async fn resource(
     }
     let pretty = params.flag("pretty").unwrap_or(false);
     let content_type = wire::negotiate::essence(headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()));
+    let capture = req.extensions().get::<audit::Capture>().cloned();
     let body = http::body::read_limited(req.into_body(), api::rest::MAX_BODY).await?;
+    if let Some(c) = &capture {
+        c.request_body(&body);
+    }
     let call = Call { state, def, info, user, params, out: out.clone() };
     let reply: Reply = match (info.verb.as_str(), handler) {
         ("create", _) if def.create_only => api::reviews::create(&call, &body, &content_type).await?,
@@ -416,7 +430,11 @@ async fn resource(
             )))
         }
     };
-    Ok(api::rest::render(reply.code, &reply.body, &out, &headers, pretty, &reply.warnings))
+    let resp = api::rest::render(reply.code, &reply.body, &out, &headers, pretty, &reply.warnings);
+    if let Some(c) = capture {
+        c.response_object(reply.body);
+    }
+    Ok(resp)
 }
 
 /// Create what a fresh cluster has: the four system namespaces.
@@ -522,6 +540,8 @@ pub struct Config {
     /// `--authentication-token-webhook-*`: bearer tokens no other authenticator takes are
     /// reviewed by this webhook ([`authn::webhook`]).
     pub token_webhook: Option<authn::webhook::Settings>,
+    /// The `--audit-*` flags.
+    pub audit: audit::Config,
 }
 
 /// `--storage`: the embedded SQLite store in the data dir, or etcd.
@@ -558,6 +578,7 @@ impl Config {
             verbosity: 0,
             runtime_config: Vec::new(),
             token_webhook: None,
+            audit: audit::Config::default(),
         }
     }
 }
@@ -672,6 +693,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let token_webhook = cfg.token_webhook.as_ref().map(authn::webhook::WebhookAuthenticator::load).transpose()?;
     let registry =
         registry::runtime_config::apply(&Registry::builtin(), &cfg.runtime_config).map_err(anyhow::Error::msg)?;
+    let auditor = audit::Auditor::start(&cfg.audit).map_err(anyhow::Error::msg)?;
     pki::data_dir::secure(&cfg.data_dir)?;
     let now = chrono::Utc::now();
     let (store, compactor) = open_storage(&cfg).await?;
@@ -729,6 +751,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         tasks,
     );
     state.observe.verbosity.store(cfg.verbosity, Ordering::Relaxed);
+    if let Some(a) = auditor {
+        let _ = state.audit.set(a);
+    }
     let ok = |f: Loop| async move {
         f.await;
         Ok(())

@@ -87,7 +87,7 @@ impl Caller {
         Caller::Token(format!("{id}.{secret}"))
     }
 
-    fn bearer(&self) -> Option<String> {
+    pub fn bearer(&self) -> Option<String> {
         match self {
             Caller::User(u) => {
                 let json = serde_json::json!({"name": u.name, "uid": u.uid, "groups": u.groups, "extra": u.extra});

@@ -220,9 +220,21 @@ pub async fn authorize(
     let attrs = Attributes { user, info };
     let verdict = authz.authorize(&attrs).await;
     if verdict.allowed() {
-        return next.run(req).await;
+        let mut resp = next.run(req).await;
+        resp.extensions_mut().insert(Decided { allowed: true, reason: verdict.reason });
+        return resp;
     }
-    forbidden_with_reason(&attrs, &verdict.reason).into_response()
+    let mut resp = forbidden_with_reason(&attrs, &verdict.reason).into_response();
+    resp.extensions_mut().insert(Decided { allowed: false, reason: verdict.reason });
+    resp
+}
+
+/// The authorizer's answer to a request, in its response's extensions (for the audit log's
+/// `authorization.k8s.io/decision` and `authorization.k8s.io/reason`).
+#[derive(Debug, Clone)]
+pub struct Decided {
+    pub allowed: bool,
+    pub reason: String,
 }
 
 #[cfg(test)]
