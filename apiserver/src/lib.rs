@@ -384,15 +384,7 @@ async fn resource(
     )?;
     let params = Params::parse(req.uri().query());
     if matches!(info.verb.as_str(), "list" | "watch") {
-        let a = admission::Attributes {
-            op: admission::Operation::Read,
-            def,
-            info,
-            user,
-            field_selector: params.get("fieldSelector"),
-            object: None,
-            old_object: None,
-        };
+        let a = admission::Attributes::read(def, info, user, params.get("fieldSelector"));
         admission::chain().admit(&state.admission_services(), &a).await?;
     }
     let pretty = params.flag("pretty").unwrap_or(false);
