@@ -70,7 +70,7 @@ mod tests {
     use tower::ServiceExt as _;
 
     use super::*;
-    use crate::authn::serviceaccount::fixture::{env, strings};
+    use crate::testing::serviceaccount::{env, strings};
     use crate::pki::service_account::{DEFAULT_ISSUER, JWKS_PATH};
 
     #[test]

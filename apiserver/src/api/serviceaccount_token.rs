@@ -387,7 +387,7 @@ mod tests {
     use kustos_ca::jwt;
 
     use super::*;
-    use crate::authn::serviceaccount::fixture::{authenticated, env, env_with, invalid};
+    use crate::testing::serviceaccount::{authenticated, env, env_with, invalid};
     use crate::authn::serviceaccount::{
         Rejection, CREDENTIAL_ID_EXTRA, NODE_NAME_EXTRA, NODE_UID_EXTRA, POD_NAME_EXTRA, POD_UID_EXTRA,
     };
