@@ -29,8 +29,8 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
-use schemars::JsonSchema;
 use kustos_ca::users::SERVICE_ACCOUNT_USER_PREFIX;
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// The type of the status condition that says whether the spec is valid.

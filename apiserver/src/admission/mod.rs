@@ -513,9 +513,8 @@ impl Plugin for ClusterTrustBundleAttest {
                 format!("{resource}.{CSR_GROUP} \"{name}\" is forbidden: {why}"),
             )
         };
-        let bundle_signer = |v: Option<&ClusterTrustBundle>| {
-            v.and_then(|v| v.spec.signer_name.clone()).unwrap_or_default()
-        };
+        let bundle_signer =
+            |v: Option<&ClusterTrustBundle>| v.and_then(|v| v.spec.signer_name.clone()).unwrap_or_default();
         let signer = bundle_signer(new);
         if a.op == Operation::Update {
             if bundle_signer(old) != signer {

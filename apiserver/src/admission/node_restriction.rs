@@ -341,7 +341,8 @@ impl crate::admission::Plugin for NodeRestriction {
                             let named = eviction.as_ref().and_then(|e| e.metadata.name.as_deref()).unwrap_or("");
                             let pod_name = if a.info.name.is_empty() { named } else { a.info.name.as_str() };
                             if !pod_name.is_empty() {
-                                pod = services.objects.get_as::<Pod>("", PODS, Some(&a.info.namespace), pod_name).await?;
+                                pod =
+                                    services.objects.get_as::<Pod>("", PODS, Some(&a.info.namespace), pod_name).await?;
                             }
                         }
                         _ => {}
@@ -583,7 +584,12 @@ mod tests {
         let mut other_source = with_source.clone();
         other_source["spec"]["configSource"]["configMap"]["name"] = json!("d");
         let (with_source, other_source): (Node, Node) = (typed(with_source), typed(other_source));
-        fn nodes<'a>(op: Operation, url_name: &'a str, new: Option<&'a Node>, old: Option<&'a Node>) -> Write<'a, Node> {
+        fn nodes<'a>(
+            op: Operation,
+            url_name: &'a str,
+            new: Option<&'a Node>,
+            old: Option<&'a Node>,
+        ) -> Write<'a, Node> {
             Write { group: "", resource: NODES, subresource: "", op, namespace: "", url_name, new, old }
         }
         let relabelled = node_obj("n1", relabelled, no_taint.clone());

@@ -287,7 +287,11 @@ async fn a_nodes_malformed_body_is_answered_400_before_admission() {
         let r = server.post(&node, path, body).await;
         assert_eq!(r.status, http::StatusCode::BAD_REQUEST, "{kind}: {}", r.text);
         assert_eq!(r.reason(), "BadRequest", "{kind}");
-        assert!(r.message().starts_with(&format!("{kind} in version \"v1\" cannot be handled as a {kind}")), "{}", r.text);
+        assert!(
+            r.message().starts_with(&format!("{kind} in version \"v1\" cannot be handled as a {kind}")),
+            "{}",
+            r.text
+        );
     }
     server.stop().await;
 }

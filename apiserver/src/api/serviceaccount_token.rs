@@ -387,11 +387,11 @@ mod tests {
     use kustos_ca::jwt;
 
     use super::*;
-    use crate::testing::serviceaccount::{authenticated, env, env_with, invalid};
     use crate::authn::serviceaccount::{
         Rejection, CREDENTIAL_ID_EXTRA, NODE_NAME_EXTRA, NODE_UID_EXTRA, POD_NAME_EXTRA, POD_UID_EXTRA,
     };
     use crate::pki::service_account::DEFAULT_ISSUER;
+    use crate::testing::serviceaccount::{authenticated, env, env_with, invalid};
 
     /// A subresource the registry calls create-only is served by a handler (else it would be
     /// taken for an ordinary subresource of the stored object).

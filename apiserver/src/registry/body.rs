@@ -133,7 +133,10 @@ pub fn typed_roundtrip(def: &ResourceDef, obj: &Value) -> Result<Value> {
 
 /// The 400 for an object of `def`'s kind that its typed form does not decode.
 pub fn undecodable(def: &ResourceDef, e: impl std::fmt::Display) -> ApiError {
-    ApiError::BadRequest(format!("{} in version \"{}\" cannot be handled as a {}: {e}", def.kind, def.version, def.kind))
+    ApiError::BadRequest(format!(
+        "{} in version \"{}\" cannot be handled as a {}: {e}",
+        def.kind, def.version, def.kind
+    ))
 }
 
 /// Decode through the typed model: type errors → 400; unknown fields pruned and reported,

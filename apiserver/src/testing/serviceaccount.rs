@@ -11,8 +11,8 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 
 use crate::api::rest::{self, Call, Params, Reply};
-pub(crate) use crate::authn::serviceaccount::tests::strings;
 use crate::api::serviceaccount_token::token_request;
+pub(crate) use crate::authn::serviceaccount::tests::strings;
 use crate::authn::serviceaccount::ServiceAccountAuthenticator;
 use crate::authn::{AuthnChain, TokenAuthenticator as _, TokenResult, UserInfo};
 use crate::authz::{Attributes, Authorizer, Verdict};

@@ -247,9 +247,12 @@ fn references(spec: &PodSpec, refs: &Refs) -> bool {
         env_from.unwrap_or_default().iter().any(|e| named((refs.env_from)(e)))
             || env.unwrap_or_default().iter().any(|e| named((refs.env)(e)))
     });
-    let volumes = spec.volumes.as_deref().unwrap_or_default().iter().any(|v| {
-        (refs.volume)(v) || sources(v).iter().any(|s| named((refs.projection)(s)))
-    });
+    let volumes = spec
+        .volumes
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|v| (refs.volume)(v) || sources(v).iter().any(|s| named((refs.projection)(s))));
     pull_secrets || env || volumes
 }
 
