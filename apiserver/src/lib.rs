@@ -685,8 +685,17 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let rbac_follower =
         matches!(cfg.storage, StorageConfig::Etcd(_)).then(|| authz::rbac::cache::follower(&rbac_cache));
     let tasks = tasks::Tasks::default();
-    let sa_tokens =
-        Arc::new(pki::service_account::ServiceAccountTokens::start(&cfg, &pki, &server_address, &tasks).await?);
+    let key_settings = pki::service_account::KeySettings {
+        issuers: &cfg.service_account_issuers,
+        api_audiences: &cfg.api_audiences,
+        max_token_expiration: cfg.service_account_max_token_expiration,
+        key_files: &cfg.service_account_key_files,
+        signing_endpoint: cfg.service_account_signing_endpoint.as_deref(),
+        reload_interval: cfg.client_ca_reload_interval,
+    };
+    let sa_tokens = Arc::new(
+        pki::service_account::ServiceAccountTokens::start(&key_settings, &pki, &server_address, &tasks).await?,
+    );
     let sa_authn = Arc::new(authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?);
     let api_audiences = sa_tokens.api_audiences().to_vec();
     let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?
