@@ -394,15 +394,7 @@ async fn resource(
     )?;
     let params = Params::parse(req.uri().query());
     if matches!(info.verb.as_str(), "list" | "watch") {
-        let a = admission::Attributes {
-            op: admission::Operation::Read,
-            def,
-            info,
-            user,
-            field_selector: params.get("fieldSelector"),
-            object: None,
-            old_object: None,
-        };
+        let a = admission::Attributes::read(def, info, user, params.get("fieldSelector"));
         admission::chain().admit(&state.admission_services(), &a).await?;
     }
     let pretty = params.flag("pretty").unwrap_or(false);
@@ -721,8 +713,17 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     let rbac_follower =
         matches!(cfg.storage, StorageConfig::Etcd(_)).then(|| authz::rbac::cache::follower(&rbac_cache));
     let tasks = tasks::Tasks::default();
-    let sa_tokens =
-        Arc::new(pki::service_account::ServiceAccountTokens::start(&cfg, &pki, &server_address, &tasks).await?);
+    let key_settings = pki::service_account::KeySettings {
+        issuers: &cfg.service_account_issuers,
+        api_audiences: &cfg.api_audiences,
+        max_token_expiration: cfg.service_account_max_token_expiration,
+        key_files: &cfg.service_account_key_files,
+        signing_endpoint: cfg.service_account_signing_endpoint.as_deref(),
+        reload_interval: cfg.client_ca_reload_interval,
+    };
+    let sa_tokens = Arc::new(
+        pki::service_account::ServiceAccountTokens::start(&key_settings, &pki, &server_address, &tasks).await?,
+    );
     let sa_authn = Arc::new(authn::serviceaccount::ServiceAccountAuthenticator::new(sa_tokens.clone(), store.clone())?);
     let api_audiences = sa_tokens.api_audiences().to_vec();
     let mut chain = authn::AuthnChain::new(&pki, cfg.anonymous_auth)?

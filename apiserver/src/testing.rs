@@ -31,6 +31,10 @@ mod gc_tests;
 #[cfg(test)]
 mod list_watch_tests;
 #[cfg(test)]
+pub(crate) mod serviceaccount;
+#[cfg(test)]
+mod serviceaccount_tests;
+#[cfg(test)]
 mod shutdown_tests;
 #[cfg(test)]
 mod write_tests;

@@ -52,7 +52,8 @@ use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::condition::{self, REASON_AUTO_APPROVED, REASON_AUTO_DENIED};
 use kustos_ca::csr::{CertificateRequest, CsrError};
-use kustos_crds::certificate_approval_policy::{Compiled, CONDITION_VALID, NODE_USER_PREFIX};
+use kustos_ca::users::NODE_USER_PREFIX;
+use kustos_crds::certificate_approval_policy::{Compiled, CONDITION_VALID};
 use kustos_crds::{CertificateApprovalPolicy, CertificateApprovalPolicySpec, CertificateApprovalPolicyStatus};
 
 use crate::csr;

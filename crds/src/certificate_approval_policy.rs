@@ -29,13 +29,10 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::CustomResource;
+use kustos_ca::users::SERVICE_ACCOUNT_USER_PREFIX;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The prefix of a node's user name (`system:node:<node name>`).
-pub const NODE_USER_PREFIX: &str = "system:node:";
-/// The prefix of a service account's user name (`system:serviceaccount:<namespace>:<name>`).
-pub const SERVICE_ACCOUNT_USER_PREFIX: &str = "system:serviceaccount:";
 /// The type of the status condition that says whether the spec is valid.
 pub const CONDITION_VALID: &str = "Valid";
 

@@ -35,25 +35,37 @@
 //! and narrows its use by the short-lived, widely shared bootstrap credentials.
 //!
 //! In this folder: what enters is a write (or a read, for the read plugin) with its user,
-//! the new and the stored object ([`Attributes`]), and the few services a plugin may use
-//! ([`Services`]: stored objects by kind and name, the authorizer, the RBAC objects, built by
-//! the server from its state); what leaves is the same write, or the first plugin's error
-//! (403, or 422 for a malformed object). [`node_restriction`] is NodeRestriction.
+//! the new and the stored object ([`Attributes`]: a plugin reads them typed, through
+//! [`Attributes::object_as`] and [`Attributes::old_object_as`], into k8s-openapi's type of
+//! the kind or a view of its own, decoded once per request for every plugin asking for the
+//! same type), and the few services a plugin may use ([`Services`]: stored objects by kind and
+//! name, read only ([`Objects`]), the authorizer, the RBAC objects, built by the server from
+//! its state); what leaves is the same write, or the first plugin's error (403, 404 where
+//! upstream's plugin answers NotFound, 422 where upstream's check is a validation).
+//! [`node_restriction`] is NodeRestriction.
 
 pub mod node_restriction;
+mod objects;
 pub mod pod_certificates;
 
-use std::sync::{Arc, LazyLock};
+use std::any::Any;
+use std::sync::{Arc, LazyLock, OnceLock};
 
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest as Csr, ClusterTrustBundle};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::Metadata;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
+
+pub use objects::Objects;
 
 use crate::authn::UserInfo;
 use crate::authz::rbac::cache::RbacCache;
 use crate::authz::Authorizer;
 use crate::error::ApiError;
 use crate::http::request_info::RequestInfo;
-use crate::registry::{Registry, ResourceDef, Role};
-use crate::storage::Storage;
+use crate::registry::{ResourceDef, Role};
 
 const BOOTSTRAPPERS_GROUP: &str = kustos_ca::bootstrap_token::DEFAULT_GROUP;
 const CSR_GROUP: &str = "certificates.k8s.io";
@@ -107,7 +119,6 @@ pub enum Operation {
 }
 
 /// The request as the plugins see it.
-#[derive(Clone, Copy)]
 pub struct Attributes<'a> {
     pub op: Operation,
     pub def: &'a ResourceDef,
@@ -117,48 +128,118 @@ pub struct Attributes<'a> {
     /// The request's `fieldSelector` (reads).
     pub field_selector: Option<&'a str>,
     /// The object written (none on delete and read).
-    pub object: Option<&'a Value>,
+    object: Option<Typed<'a>>,
     /// The stored object (update and delete).
-    pub old_object: Option<&'a Value>,
+    old_object: Option<Typed<'a>>,
 }
 
-impl Attributes<'_> {
-    fn is(&self, group: &str, resource: &str) -> bool {
-        self.def.group == group && self.def.resource == resource
+/// One object of a request, decoded into a typed form on first use and kept for the plugins
+/// that ask for the same type after.
+struct Typed<'a> {
+    raw: &'a Value,
+    decoded: OnceLock<Arc<dyn Any + Send + Sync>>,
+}
+
+impl<'a> Typed<'a> {
+    fn new(raw: Option<&'a Value>) -> Option<Self> {
+        raw.map(|raw| Typed { raw, decoded: OnceLock::new() })
+    }
+
+    fn get<T: DeserializeOwned + Send + Sync + 'static>(&self, def: &ResourceDef) -> Result<Arc<T>, ApiError> {
+        if let Some(done) = self.decoded.get().and_then(|d| Arc::clone(d).downcast::<T>().ok()) {
+            return Ok(done);
+        }
+        let typed = Arc::new(decode::<T>(self.raw).map_err(|e| crate::registry::body::undecodable(def, e))?);
+        // The first type asked for is kept; another is decoded each time it is asked for.
+        let _ = self.decoded.set(typed.clone());
+        Ok(typed)
     }
 }
 
-/// What a plugin may ask of the server: stored objects of the built-in kinds, the
-/// authorizer (SubjectAccessReview-like checks) and the RBAC objects. The server builds it
-/// from its state for each request.
+impl<'a> Attributes<'a> {
+    /// A write (`object`: the object written, `old_object`: the stored one) or a read.
+    pub fn new(
+        op: Operation,
+        def: &'a ResourceDef,
+        info: &'a RequestInfo,
+        user: &'a UserInfo,
+        object: Option<&'a Value>,
+        old_object: Option<&'a Value>,
+    ) -> Self {
+        Attributes {
+            op,
+            def,
+            info,
+            user,
+            field_selector: None,
+            object: Typed::new(object),
+            old_object: Typed::new(old_object),
+        }
+    }
+
+    /// A list or watch, with its `fieldSelector`.
+    pub fn read(
+        def: &'a ResourceDef,
+        info: &'a RequestInfo,
+        user: &'a UserInfo,
+        field_selector: Option<&'a str>,
+    ) -> Self {
+        Attributes { field_selector, ..Attributes::new(Operation::Read, def, info, user, None, None) }
+    }
+
+    fn is(&self, group: &str, resource: &str) -> bool {
+        self.def.group == group && self.def.resource == resource
+    }
+
+    /// The object written, decoded into `T` (a k8s-openapi type, or a plugin's own view of
+    /// the kind); `None` on delete and read. Decoded once per request for every plugin that
+    /// asks for the same `T`. The handlers decode every body through the kind's typed form
+    /// before admission, so a body that does not decode never gets here; were it to, the
+    /// answer is that decoding's 400 (`<Kind> in version "<v>" cannot be handled as a
+    /// <Kind>: ...`).
+    pub fn object_as<T: DeserializeOwned + Send + Sync + 'static>(&self) -> Result<Option<Arc<T>>, ApiError> {
+        self.object.as_ref().map(|o| o.get(self.def)).transpose()
+    }
+
+    /// The stored object (update and delete), decoded into `T` as [`Attributes::object_as`].
+    pub fn old_object_as<T: DeserializeOwned + Send + Sync + 'static>(&self) -> Result<Option<Arc<T>>, ApiError> {
+        self.old_object.as_ref().map(|o| o.get(self.def)).transpose()
+    }
+
+    /// The object written as sent, for checks that compare whole objects (RBACEscalation).
+    pub fn object(&self) -> Option<&'a Value> {
+        self.object.as_ref().map(|o| o.raw)
+    }
+
+    /// The stored object as stored, as [`Attributes::object`].
+    pub fn old_object(&self) -> Option<&'a Value> {
+        self.old_object.as_ref().map(|o| o.raw)
+    }
+}
+
+/// `obj` decoded into `T`, its `apiVersion` and `kind` left out: a plugin reads one kind in
+/// whichever of its versions the request names (their fields are the same), and
+/// k8s-openapi's types refuse any version but their own.
+pub fn decode<T: DeserializeOwned>(obj: &Value) -> Result<T, serde_json::Error> {
+    match obj.as_object() {
+        Some(fields) => T::deserialize(serde::de::value::MapDeserializer::new(
+            fields.iter().filter(|(k, _)| !matches!(k.as_str(), "apiVersion" | "kind")).map(|(k, v)| (k.as_str(), v)),
+        )),
+        None => T::deserialize(obj),
+    }
+}
+
+/// What a plugin may ask of the server: stored objects of the built-in kinds, read only
+/// ([`Objects`]), the authorizer (SubjectAccessReview-like checks) and the RBAC objects. The
+/// server builds it from its state for each request.
 #[derive(Clone, Copy)]
 pub struct Services<'a> {
-    pub registry: &'a Registry,
-    pub storage: &'a Arc<dyn Storage>,
+    pub objects: Objects<'a>,
     pub authz: &'a dyn Authorizer,
     pub rbac: &'a RbacCache,
 }
 
 impl Services<'_> {
-    /// The stored object `name` of the built-in kind `group`/`resource`, if there is one.
-    pub async fn get(
-        &self,
-        group: &str,
-        resource: &str,
-        namespace: Option<&str>,
-        name: &str,
-    ) -> Result<Option<Value>, ApiError> {
-        let Some(def) = self.registry.resources.iter().find(|d| d.group == group && d.resource == resource) else {
-            return Err(ApiError::internal(format!("no kind serves {resource}")));
-        };
-        let kv = self
-            .storage
-            .get(&def.key(namespace, name))
-            .await
-            .map_err(|e| crate::registry::call::map_storage_error(def, name, e))?;
-        kv.map(|kv| crate::meta::from_stored(&kv)).transpose()
-    }
-
     /// Whether `user` may do what `info` describes.
     pub async fn allowed(&self, user: &UserInfo, info: &RequestInfo) -> bool {
         self.authz.authorize(&crate::authz::Attributes { user, info }).await.allowed()
@@ -310,25 +391,16 @@ impl Plugin for NamespaceLifecycle {
             return Ok(());
         }
         let ns = a.info.namespace.as_str();
-        let Some(ns_def) = services.registry.namespace_kind() else {
-            return Err(ApiError::internal("no kind holds the namespaces"));
-        };
         // As upstream's plugin reads its namespace informer: the namespace as this apiserver
         // knows it (every write it acknowledged included), and only when that has no such
         // namespace a read of the latest state (upstream's live lookup), for a namespace
         // just created through another apiserver. A consistent read here cost every
         // namespaced create on etcd one more round trip to etcd before its own write.
         // A namespace this apiserver knows as terminating is refused, as upstream's does.
-        let key = ns_def.key(None, ns);
-        let map_err = |e| crate::registry::call::map_storage_error(ns_def, ns, e);
-        let mut kv = services.storage.get_recent(&key).await.map_err(map_err)?;
-        if kv.is_none() {
-            kv = services.storage.get(&key).await.map_err(map_err)?;
-        }
-        let Some(kv) = kv else {
-            return Err(ApiError::not_found(ns_def.group, ns_def.resource, ns));
+        let Some(namespace) = services.objects.namespace::<Namespace>(ns).await? else {
+            return Err(ApiError::not_found("", "namespaces", ns));
         };
-        if crate::meta::is_deleting(&crate::meta::from_stored(&kv)?) {
+        if namespace.metadata.deletion_timestamp.is_some() {
             return Err(ApiError::forbidden(
                 a.def.group,
                 a.def.resource,
@@ -349,12 +421,13 @@ impl Plugin for NamespaceLifecycle {
 
 const CSRS: &str = "certificatesigningrequests";
 
-fn csr_signer(new: Option<&Value>) -> String {
-    new.and_then(|v| v.pointer("/spec/signerName")).and_then(Value::as_str).unwrap_or_default().to_string()
+fn csr_signer(new: Option<&Csr>) -> String {
+    new.map(|c| c.spec.signer_name.clone()).unwrap_or_default()
 }
 
-fn csr_name(new: Option<&Value>) -> String {
-    new.map(crate::meta::name).unwrap_or_default().to_string()
+/// The name of a written object (empty when it has none).
+fn object_name<T: Metadata<Ty = ObjectMeta>>(new: Option<&T>) -> String {
+    new.and_then(|o| o.metadata().name.clone()).unwrap_or_default()
 }
 
 struct CertificateApproval;
@@ -371,12 +444,15 @@ impl Plugin for CertificateApproval {
         a.is(CSR_GROUP, CSRS) && a.op == Operation::Update && a.info.subresource == "approval"
     }
     async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
-        let new = a.object;
-        let signer = csr_signer(new);
+        let new = a.object_as::<Csr>()?;
+        let signer = csr_signer(new.as_deref());
         if authorized_for_signer(services.authz, a.user, "approve", &signer).await {
             return Ok(());
         }
-        Err(csr_forbidden(&csr_name(new), format!("user not permitted to approve requests with signerName {signer:?}")))
+        Err(csr_forbidden(
+            &object_name(new.as_deref()),
+            format!("user not permitted to approve requests with signerName {signer:?}"),
+        ))
     }
 }
 
@@ -394,13 +470,16 @@ impl Plugin for CertificateSigning {
         a.is(CSR_GROUP, CSRS) && a.op == Operation::Update && a.info.subresource == "status"
     }
     async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
-        let (new, old) = (a.object, a.old_object);
-        let cert = |v: Option<&Value>| v.and_then(|v| v.pointer("/status/certificate")).cloned();
+        let (new, old) = (a.object_as::<Csr>()?, a.old_object_as::<Csr>()?);
+        let (new, old) = (new.as_deref(), old.as_deref());
+        fn cert(v: Option<&Csr>) -> Option<&k8s_openapi::ByteString> {
+            v.and_then(|v| v.status.as_ref()).and_then(|s| s.certificate.as_ref())
+        }
         let signer = csr_signer(new);
         if cert(new) == cert(old) || authorized_for_signer(services.authz, a.user, "sign", &signer).await {
             return Ok(());
         }
-        Err(csr_forbidden(&csr_name(new), format!("user not permitted to sign requests with signerName {signer:?}")))
+        Err(csr_forbidden(&object_name(new), format!("user not permitted to sign requests with signerName {signer:?}")))
     }
 }
 
@@ -422,8 +501,9 @@ impl Plugin for ClusterTrustBundleAttest {
             && matches!(a.op, Operation::Create | Operation::Update)
     }
     async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
-        let (new, old) = (a.object, a.old_object);
-        let name = csr_name(new);
+        let (new, old) = (a.object_as::<ClusterTrustBundle>()?, a.old_object_as::<ClusterTrustBundle>()?);
+        let (new, old) = (new.as_deref(), old.as_deref());
+        let name = object_name(new);
         let forbidden = |why: String| {
             let resource = crate::registry::clustertrustbundles::RESOURCE;
             ApiError::forbidden(
@@ -433,13 +513,14 @@ impl Plugin for ClusterTrustBundleAttest {
                 format!("{resource}.{CSR_GROUP} \"{name}\" is forbidden: {why}"),
             )
         };
-        let signer = csr_signer(new);
+        let bundle_signer =
+            |v: Option<&ClusterTrustBundle>| v.and_then(|v| v.spec.signer_name.clone()).unwrap_or_default();
+        let signer = bundle_signer(new);
         if a.op == Operation::Update {
-            if csr_signer(old) != signer {
+            if bundle_signer(old) != signer {
                 return Err(forbidden("changing signerName is forbidden".into()));
             }
-            let spec = |v: Option<&Value>| v.and_then(|v| v.get("spec")).cloned();
-            if spec(new) == spec(old) {
+            if new.map(|v| &v.spec) == old.map(|v| &v.spec) {
                 return Ok(());
             }
         }
@@ -464,19 +545,17 @@ impl Plugin for CertificateSubjectRestriction {
         a.is(CSR_GROUP, CSRS) && a.op == Operation::Create
     }
     async fn admit(&self, _services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
-        let new = a.object;
+        let new = a.object_as::<Csr>()?;
+        let new = new.as_deref();
         let signer = csr_signer(new);
         if signer != KUBE_APISERVER_CLIENT {
             return Ok(());
         }
-        let name = csr_name(new);
-        let request = new.and_then(|v| v.pointer("/spec/request")).and_then(Value::as_str).unwrap_or_default();
-        use base64::Engine as _;
-        let pem = base64::engine::general_purpose::STANDARD
-            .decode(request)
-            .map_err(|e| csr_forbidden(&name, format!("failed to parse CSR: spec.request is not base64: {e}")))?;
+        let name = object_name(new);
+        // `spec.request` is base64 on the wire; the typed form holds the PEM it encodes.
+        let pem = new.map(|c| c.spec.request.0.as_slice()).unwrap_or_default();
         let parsed =
-            kustos_ca::csr::parse_pem(&pem).map_err(|e| csr_forbidden(&name, format!("failed to parse CSR: {e}")))?;
+            kustos_ca::csr::parse_pem(pem).map_err(|e| csr_forbidden(&name, format!("failed to parse CSR: {e}")))?;
         if parsed.organizations.iter().any(|o| o == crate::authn::MASTERS_GROUP) {
             return Err(csr_forbidden(
                 &name,
@@ -507,7 +586,9 @@ impl Plugin for RbacEscalation {
             && matches!(a.op, Operation::Create | Operation::Update)
     }
     async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
-        let (new, old) = (a.object, a.old_object);
+        // Escalation compares whole objects and reads the rules, role references and
+        // aggregation rules in their typed forms itself.
+        let (new, old) = (a.object(), a.old_object());
         let Some(new) = new else { return Ok(()) };
         let cx = crate::authz::rbac::escalation::Context {
             authz: services.authz,

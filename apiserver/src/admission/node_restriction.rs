@@ -30,9 +30,15 @@ pub mod certificates;
 pub mod pods;
 pub mod tokens;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
-use serde_json::Value;
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::Metadata;
+use serde::de::DeserializeOwned;
 
 use crate::admission::Operation;
 use crate::authn::UserInfo;
@@ -73,9 +79,9 @@ const KUBELET_LABEL_NAMESPACES: &[&str] = &["kubelet.kubernetes.io", "node.kuber
 /// The label namespace only administrators set (`v1.LabelNamespaceNodeRestriction`).
 const NODE_RESTRICTION_LABEL_NAMESPACE: &str = "node-restriction.kubernetes.io";
 
-/// What a write is, as far as this plugin looks at it.
-#[derive(Debug, Clone, Copy)]
-pub struct Write<'a> {
+/// What a write is, as far as this plugin looks at it: `T` is the kind's typed form.
+#[derive(Debug)]
+pub struct Write<'a, T> {
     pub group: &'a str,
     pub resource: &'a str,
     /// The subresource (`status`), empty for the object itself.
@@ -86,14 +92,14 @@ pub struct Write<'a> {
     /// The name in the URL (empty on create).
     pub url_name: &'a str,
     /// The written object (None on delete).
-    pub new: Option<&'a Value>,
+    pub new: Option<&'a T>,
     /// The stored object (updates).
-    pub old: Option<&'a Value>,
+    pub old: Option<&'a T>,
 }
 
-impl Write<'_> {
+impl<T: Metadata<Ty = ObjectMeta>> Write<'_, T> {
     fn object_name(&self) -> &str {
-        self.new.map(crate::meta::name).unwrap_or_default()
+        self.new.and_then(|o| o.metadata().name.as_deref()).unwrap_or_default()
     }
 
     /// The name upstream's `admission.NewForbidden` puts in the message: the one in the URL,
@@ -102,67 +108,86 @@ impl Write<'_> {
         if !self.url_name.is_empty() {
             return self.url_name;
         }
-        let generate_name =
-            || self.new.and_then(|o| o.pointer("/metadata/generateName")).and_then(Value::as_str).unwrap_or_default();
+        let generate_name = || self.new.and_then(|o| o.metadata().generate_name.as_deref()).unwrap_or_default();
         [self.object_name(), generate_name()].into_iter().find(|n| !n.is_empty()).unwrap_or("Unknown")
+    }
+}
+
+/// A kind this plugin looks at, in its typed form, and its rule for a node's writes.
+pub trait Restricted: Metadata<Ty = ObjectMeta> + DeserializeOwned + Send + Sync + 'static {
+    /// Why `node` may not make `write`, if it may not; `found` is what the plugin read for it.
+    fn problem(node: &str, write: &Write<'_, Self>, found: &pods::Lookups<'_>) -> Option<pods::Refusal>;
+
+    /// The name a refusal names (see [`Write::subject`]).
+    fn subject<'a>(write: &'a Write<'_, Self>) -> &'a str {
+        write.subject()
+    }
+}
+
+impl Restricted for Lease {
+    fn problem(node: &str, write: &Write<'_, Self>, _: &pods::Lookups<'_>) -> Option<pods::Refusal> {
+        lease_problem(node, write.namespace, Self::subject(write)).map(pods::Refusal::Forbidden)
+    }
+
+    /// A create has no name in the URL: the one in the proposed object counts (and names the
+    /// object in the error, as upstream's).
+    fn subject<'a>(write: &'a Write<'_, Self>) -> &'a str {
+        match write.op {
+            Operation::Create => write.object_name(),
+            _ => write.url_name,
+        }
+    }
+}
+
+impl Restricted for Node {
+    fn problem(node: &str, write: &Write<'_, Self>, _: &pods::Lookups<'_>) -> Option<pods::Refusal> {
+        node_problem(node, write).map(pods::Refusal::Forbidden)
+    }
+}
+
+impl Restricted for CSINode {
+    fn problem(node: &str, write: &Write<'_, Self>, _: &pods::Lookups<'_>) -> Option<pods::Refusal> {
+        csinode_problem(node, write).map(pods::Refusal::Forbidden)
+    }
+}
+
+impl Restricted for CertificateSigningRequest {
+    fn problem(node: &str, write: &Write<'_, Self>, _: &pods::Lookups<'_>) -> Option<pods::Refusal> {
+        certificates::problem(node, write).map(pods::Refusal::Forbidden)
+    }
+}
+
+impl Restricted for Pod {
+    fn problem(node: &str, write: &Write<'_, Self>, found: &pods::Lookups<'_>) -> Option<pods::Refusal> {
+        pods::problem(node, write, found)
     }
 }
 
 /// Admit or refuse a write by `user` (see the module doc); `found` is what the plugin read
 /// for a pod write ([`pods::Lookups`]).
-pub fn admit(user: &UserInfo, write: &Write<'_>, found: &pods::Lookups<'_>) -> Result<(), ApiError> {
+pub fn admit<T: Restricted>(user: &UserInfo, write: &Write<'_, T>, found: &pods::Lookups<'_>) -> Result<(), ApiError> {
     if !HANDLED.contains(&(write.group, write.resource)) {
         return Ok(());
     }
     let Some(node) = crate::authz::rbac::node::node_name(user) else { return Ok(()) };
-    if (write.group, write.resource) == (LEASE_GROUP, LEASES) {
-        return admit_lease(node, user, write);
-    }
     let forbidden = |why: String| {
-        let name = write.subject();
+        let name = T::subject(write);
         let gr = crate::error::group_resource(write.group, write.resource);
         ApiError::forbidden(write.group, write.resource, name, format!("{gr} {name:?} is forbidden: {why}"))
     };
     if node.is_empty() {
         return Err(forbidden(format!("could not determine node from user {:?}", user.name)));
     }
-    let problem = match write.resource {
-        NODES => node_problem(node, write),
-        CSRS => certificates::problem(node, write),
-        PODS => match pods::problem(node, write, found) {
-            None => None,
-            Some(pods::Refusal::Forbidden(why)) => Some(why),
-            Some(pods::Refusal::NodeNotFound) => return Err(ApiError::not_found("", NODES, node)),
-            Some(pods::Refusal::PodNotFound(name)) => return Err(ApiError::not_found("", PODS, &name)),
-        },
-        _ => csinode_problem(node, write),
-    };
-    problem.map_or(Ok(()), |why| Err(forbidden(why)))
-}
-
-fn admit_lease(node: &str, user: &UserInfo, write: &Write<'_>) -> Result<(), ApiError> {
-    // A create has no name in the URL: the one in the proposed object counts (and names the
-    // object in the error, as upstream's).
-    let name = match write.op {
-        Operation::Create => write.object_name(),
-        _ => write.url_name,
-    };
-    match lease_problem(node, user, write.namespace, name) {
+    match T::problem(node, write, found) {
         None => Ok(()),
-        Some(why) => Err(ApiError::forbidden(
-            LEASE_GROUP,
-            LEASES,
-            name,
-            format!("{LEASES}.{LEASE_GROUP} {name:?} is forbidden: {why}"),
-        )),
+        Some(pods::Refusal::Forbidden(why)) => Err(forbidden(why)),
+        Some(pods::Refusal::NodeNotFound) => Err(ApiError::not_found("", NODES, node)),
+        Some(pods::Refusal::PodNotFound(name)) => Err(ApiError::not_found("", PODS, &name)),
     }
 }
 
 /// Why `node` may not write the Lease `name` in `namespace`, if it may not.
-fn lease_problem(node: &str, user: &UserInfo, namespace: &str, name: &str) -> Option<String> {
-    if node.is_empty() {
-        return Some(format!("could not determine node from user {:?}", user.name));
-    }
+fn lease_problem(node: &str, namespace: &str, name: &str) -> Option<String> {
     if namespace != NODE_LEASE_NAMESPACE {
         return Some(format!("can only access leases in the {NODE_LEASE_NAMESPACE:?} system namespace"));
     }
@@ -196,37 +221,34 @@ fn forbidden_labels(modified: &BTreeSet<String>) -> Vec<String> {
         .collect()
 }
 
-fn labels(obj: Option<&Value>) -> Vec<(String, Value)> {
-    obj.and_then(|o| o.pointer("/metadata/labels"))
-        .and_then(Value::as_object)
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
-        .unwrap_or_default()
+fn labels(obj: Option<&Node>) -> Option<&BTreeMap<String, String>> {
+    obj.and_then(|o| o.metadata.labels.as_ref())
 }
 
 /// The label keys added, removed or changed between `a` and `b` (`getModifiedLabels`).
-fn modified_labels(a: Option<&Value>, b: Option<&Value>) -> BTreeSet<String> {
+fn modified_labels(a: Option<&Node>, b: Option<&Node>) -> BTreeSet<String> {
     let (a, b) = (labels(a), labels(b));
-    let differs = |x: &[(String, Value)], y: &[(String, Value)]| {
-        x.iter()
-            .filter(|(k, v)| !y.iter().any(|(k2, v2)| k2 == k && v2 == v))
+    let differs = |x: Option<&BTreeMap<String, String>>, y: Option<&BTreeMap<String, String>>| {
+        x.into_iter()
+            .flatten()
+            .filter(|(k, v)| y.and_then(|y| y.get(*k)) != Some(*v))
             .map(|(k, _)| k.clone())
             .collect::<Vec<_>>()
     };
-    differs(&a, &b).into_iter().chain(differs(&b, &a)).collect()
+    differs(a, b).into_iter().chain(differs(b, a)).collect()
 }
 
-/// A field of the spec, with null the same as absent.
-fn spec_field<'a>(obj: Option<&'a Value>, key: &str) -> Option<&'a Value> {
-    obj.and_then(|o| o.get("spec")).and_then(|s| s.get(key)).filter(|v| !v.is_null())
+fn config_source(obj: Option<&Node>) -> Option<&k8s_openapi::api::core::v1::NodeConfigSource> {
+    obj.and_then(|o| o.spec.as_ref()).and_then(|s| s.config_source.as_ref())
 }
 
-/// Taints, with absent, null and empty all the same (upstream's semantic equality).
-fn taints(obj: Option<&Value>) -> &[Value] {
-    spec_field(obj, "taints").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
+/// Taints, with absent and empty the same (upstream's semantic equality).
+fn taints(obj: Option<&Node>) -> &[k8s_openapi::api::core::v1::Taint] {
+    obj.and_then(|o| o.spec.as_ref()).and_then(|s| s.taints.as_deref()).unwrap_or_default()
 }
 
 /// Why `node` may not make this write to a Node (`admitNode`), if it may not.
-fn node_problem(node: &str, write: &Write<'_>) -> Option<String> {
+fn node_problem(node: &str, write: &Write<'_, Node>) -> Option<String> {
     // Upstream's create handler names the attributes after the object.
     let requested = if write.op == Operation::Create { write.object_name() } else { write.url_name };
     if requested != node {
@@ -234,7 +256,7 @@ fn node_problem(node: &str, write: &Write<'_>) -> Option<String> {
     }
     match write.op {
         Operation::Create => {
-            if spec_field(write.new, "configSource").is_some() {
+            if config_source(write.new).is_some() {
                 return Some(format!("node {node:?} is not allowed to create pods with a non-nil configSource"));
             }
             let forbidden = forbidden_labels(&modified_labels(write.new, None));
@@ -246,8 +268,8 @@ fn node_problem(node: &str, write: &Write<'_>) -> Option<String> {
             }
         }
         Operation::Update => {
-            let source = spec_field(write.new, "configSource");
-            if source.is_some() && source != spec_field(write.old, "configSource") {
+            let source = config_source(write.new);
+            if source.is_some() && source != config_source(write.old) {
                 return Some(format!(
                     "node {node:?} is not allowed to update configSource to a new non-nil configSource"
                 ));
@@ -266,7 +288,7 @@ fn node_problem(node: &str, write: &Write<'_>) -> Option<String> {
 }
 
 /// Why `node` may not make this write to a CSINode (`admitCSINode`), if it may not.
-fn csinode_problem(node: &str, write: &Write<'_>) -> Option<String> {
+fn csinode_problem(node: &str, write: &Write<'_, CSINode>) -> Option<String> {
     let name = if write.op == Operation::Create { write.object_name() } else { write.url_name };
     (name != node).then(|| "can only access CSINode with the same name as the requesting node".to_string())
 }
@@ -296,50 +318,68 @@ impl crate::admission::Plugin for NodeRestriction {
         services: &crate::admission::Services<'_>,
         a: &crate::admission::Attributes<'_>,
     ) -> Result<(), ApiError> {
-        let (new, old) = (a.object, a.old_object);
-        let write = Write {
-            group: a.def.group,
-            resource: a.def.resource,
-            subresource: &a.info.subresource,
-            op: a.op,
-            namespace: &a.info.namespace,
-            url_name: &a.info.name,
-            new,
-            old,
-        };
-        if (write.group, write.resource) == ("", SERVICEACCOUNTS) {
-            return admit_token_request(services, a.user, &write).await;
-        }
-        let (mut node, mut pod) = (None, None);
-        if let (Some(name), ("", PODS, Operation::Create)) =
-            (crate::authz::rbac::node::node_name(a.user), (write.group, write.resource, write.op))
-        {
-            // A mirror pod's owner is checked against the stored Node (its uid); an eviction
-            // against the stored pod it names.
-            match write.subresource {
-                "" => node = services.get("", NODES, None, name).await?,
-                "eviction" => {
-                    let pod_name = if write.url_name.is_empty() { write.object_name() } else { write.url_name };
-                    if !pod_name.is_empty() {
-                        pod = services.get("", PODS, Some(write.namespace), pod_name).await?;
+        // Writes by anyone who is not a node are not this plugin's business: their objects
+        // are not even decoded.
+        let Some(node) = crate::authz::rbac::node::node_name(a.user) else { return Ok(()) };
+        let none = pods::Lookups::default();
+        match (a.def.group, a.def.resource) {
+            ("", SERVICEACCOUNTS) => admit_token_request(services, a).await,
+            (LEASE_GROUP, LEASES) => admit_typed::<Lease>(a, &none),
+            ("", NODES) => admit_typed::<Node>(a, &none),
+            (STORAGE_GROUP, CSINODES) => admit_typed::<CSINode>(a, &none),
+            (CSR_GROUP, CSRS) => admit_typed::<CertificateSigningRequest>(a, &none),
+            ("", PODS) => {
+                let (mut node_obj, mut pod) = (None, None);
+                if a.op == Operation::Create {
+                    // A mirror pod's owner is checked against the stored Node (its uid); an
+                    // eviction against the stored pod it names (an Eviction is read as far
+                    // as its metadata, which it shares with a Pod).
+                    match a.info.subresource.as_str() {
+                        "" => node_obj = services.objects.get_as::<Node>("", NODES, None, node).await?,
+                        "eviction" => {
+                            let eviction = a.object_as::<Pod>()?;
+                            let named = eviction.as_ref().and_then(|e| e.metadata.name.as_deref()).unwrap_or("");
+                            let pod_name = if a.info.name.is_empty() { named } else { a.info.name.as_str() };
+                            if !pod_name.is_empty() {
+                                pod =
+                                    services.objects.get_as::<Pod>("", PODS, Some(&a.info.namespace), pod_name).await?;
+                            }
+                        }
+                        _ => {}
                     }
                 }
-                _ => {}
+                admit_typed::<Pod>(a, &pods::Lookups { node: node_obj.as_ref(), pod: pod.as_ref() })
             }
+            _ => Ok(()),
         }
-        admit(a.user, &write, &pods::Lookups { node: node.as_ref(), pod: pod.as_ref() })
     }
+}
+
+/// [`admit`] for a write of the kind `T`, its objects decoded.
+fn admit_typed<T: Restricted>(a: &crate::admission::Attributes<'_>, found: &pods::Lookups<'_>) -> Result<(), ApiError> {
+    let (new, old) = (a.object_as::<T>()?, a.old_object_as::<T>()?);
+    let write = Write {
+        group: a.def.group,
+        resource: a.def.resource,
+        subresource: &a.info.subresource,
+        op: a.op,
+        namespace: &a.info.namespace,
+        url_name: &a.info.name,
+        new: new.as_deref(),
+        old: old.as_deref(),
+    };
+    admit(a.user, &write, found)
 }
 
 /// A TokenRequest by a node ([`tokens`]): the pure checks, with the pod, the objects its
 /// volumes lead to and the authorizer's word read in between.
 async fn admit_token_request(
     services: &crate::admission::Services<'_>,
-    user: &UserInfo,
-    write: &Write<'_>,
+    a: &crate::admission::Attributes<'_>,
 ) -> Result<(), ApiError> {
+    let user = a.user;
     let Some(node) = crate::authz::rbac::node::node_name(user) else { return Ok(()) };
-    let sa_name = write.url_name;
+    let (sa_name, namespace) = (a.info.name.as_str(), a.info.namespace.as_str());
     let forbidden = |why: String| {
         ApiError::forbidden("", SERVICEACCOUNTS, sa_name, format!("{SERVICEACCOUNTS} {sa_name:?} is forbidden: {why}"))
     };
@@ -351,14 +391,14 @@ async fn admit_token_request(
     if node.is_empty() {
         return Err(forbidden(format!("could not determine node from user {:?}", user.name)));
     }
-    let request = write.new.unwrap_or(&Value::Null);
-    let (pod_name, uid) = tokens::pod_binding(request).map_err(refuse)?;
-    let pod = services.get("", PODS, Some(write.namespace), pod_name).await?;
+    let request = a.object_as::<tokens::Request>()?.unwrap_or_default();
+    let (pod_name, uid) = tokens::pod_binding(&request).map_err(refuse)?;
+    let pod = services.objects.get_as::<Pod>("", PODS, Some(namespace), pod_name).await?;
     if let Some(r) = tokens::pod_problem(node, pod_name, uid, pod.as_ref()) {
         return Err(refuse(r));
     }
     let Some(pod) = pod else { return Err(ApiError::not_found("", PODS, pod_name)) };
-    let audience = tokens::requested_audience(request).map_err(refuse)?;
+    let audience = tokens::requested_audience(&request).map_err(refuse)?;
     let mut errors = Vec::new();
     for source in tokens::audience_sources(&pod, &audience) {
         let driver = match source {
@@ -370,7 +410,7 @@ async fn admit_token_request(
                 continue;
             }
         };
-        match services.get(STORAGE_GROUP, "csidrivers", None, &driver).await? {
+        match services.objects.get_as::<CSIDriver>(STORAGE_GROUP, "csidrivers", None, &driver).await? {
             Some(d) if tokens::driver_has_audience(&d, &audience) => return Ok(()),
             Some(_) => {}
             None => errors.push(format!("csidriver.{STORAGE_GROUP} {driver:?} not found")),
@@ -381,7 +421,7 @@ async fn admit_token_request(
             is_resource_request: true,
             verb: tokens::AUDIENCE_VERB.into(),
             api_version: "v1".into(),
-            namespace: write.namespace.into(),
+            namespace: namespace.into(),
             resource: audience.clone(),
             name: sa_name.into(),
             ..Default::default()
@@ -396,19 +436,24 @@ async fn admit_token_request(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn typed<T: DeserializeOwned>(v: Value) -> T {
+        crate::admission::decode(&v).unwrap()
+    }
 
     fn node(name: &str) -> UserInfo {
         UserInfo::with_groups(&format!("system:node:{name}"), &["system:nodes", "system:authenticated"])
     }
 
-    fn named(name: &str) -> Value {
-        json!({"metadata": {"name": name}})
+    fn named<T: DeserializeOwned>(name: &str) -> T {
+        typed(json!({"metadata": {"name": name}}))
     }
 
     /// Run the cases: what, user, write, the refusal's message (None: admitted).
-    fn check(cases: &[(&str, &UserInfo, Write<'_>, Option<&str>)]) {
+    fn check<T: Restricted>(cases: &[(&str, &UserInfo, Write<'_, T>, Option<&str>)]) {
         for (what, user, write, want) in cases {
             match (admit(user, write, &pods::Lookups::default()), want) {
                 (Ok(()), None) => {}
@@ -427,14 +472,14 @@ mod tests {
         let empty = node("");
         let not_a_node = UserInfo::with_groups("system:node:n1", &["system:authenticated"]);
         let admin = UserInfo::with_groups("admin", &["system:masters"]);
-        let (o1, o2, o_) = (&named("n1"), &named("n2"), &named(""));
-        fn lease<'a>(op: Operation, namespace: &'a str, url_name: &'a str, new: Option<&'a Value>) -> Write<'a> {
+        let (o1, o2, o_): (&Lease, &Lease, &Lease) = (&named("n1"), &named("n2"), &named(""));
+        fn lease<'a>(op: Operation, namespace: &'a str, url_name: &'a str, new: Option<&'a Lease>) -> Write<'a, Lease> {
             Write { group: LEASE_GROUP, resource: LEASES, subresource: "", op, namespace, url_name, new, old: None }
         }
         let same_name = "can only access node lease with the same name as the requesting node";
         let elsewhere = "can only access leases in the \"kube-node-lease\" system namespace";
         use Operation::{Create, Delete, Update};
-        let cases: &[(&str, &UserInfo, Write<'_>, Option<&str>)] = &[
+        let cases: &[(&str, &UserInfo, Write<'_, Lease>, Option<&str>)] = &[
             ("create own", &n1, lease(Create, NODE_LEASE_NAMESPACE, "", Some(o1)), None),
             ("update own", &n1, lease(Update, NODE_LEASE_NAMESPACE, "n1", Some(o1)), None),
             ("delete own", &n1, lease(Delete, NODE_LEASE_NAMESPACE, "n1", None), None),
@@ -494,8 +539,12 @@ mod tests {
         check(cases);
     }
 
-    fn node_obj(name: &str, labels: Value, taints: Value) -> Value {
+    fn node_value(name: &str, labels: Value, taints: Value) -> Value {
         json!({"metadata": {"name": name, "labels": labels}, "spec": {"taints": taints}})
+    }
+
+    fn node_obj(name: &str, labels: Value, taints: Value) -> Node {
+        typed(node_value(name, labels, taints))
     }
 
     #[test]
@@ -508,7 +557,8 @@ mod tests {
                             "example.com/rack": "r1"});
         let no_taint = json!(null);
         let taint = json!([{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]);
-        let own = node_obj("n1", labels.clone(), no_taint.clone());
+        let own_value = node_value("n1", labels.clone(), no_taint.clone());
+        let own: Node = typed(own_value.clone());
         let other = node_obj("n2", labels.clone(), no_taint.clone());
         let tainted = node_obj("n1", labels.clone(), taint.clone());
         let empty_taints = node_obj("n1", labels.clone(), json!([]));
@@ -528,17 +578,23 @@ mod tests {
             m.remove("example.com/rack");
         }
         let own_unlabelled = node_obj("n1", unlabelled, no_taint.clone());
-        let mut with_source = own.clone();
+        let mut with_source = own_value.clone();
         with_source["spec"]["configSource"] = json!({"configMap": {"name": "c", "namespace": "kube-system",
                                                                      "kubeletConfigKey": "k"}});
         let mut other_source = with_source.clone();
         other_source["spec"]["configSource"]["configMap"]["name"] = json!("d");
-        fn nodes<'a>(op: Operation, url_name: &'a str, new: Option<&'a Value>, old: Option<&'a Value>) -> Write<'a> {
+        let (with_source, other_source): (Node, Node) = (typed(with_source), typed(other_source));
+        fn nodes<'a>(
+            op: Operation,
+            url_name: &'a str,
+            new: Option<&'a Node>,
+            old: Option<&'a Node>,
+        ) -> Write<'a, Node> {
             Write { group: "", resource: NODES, subresource: "", op, namespace: "", url_name, new, old }
         }
         let relabelled = node_obj("n1", relabelled, no_taint.clone());
         use Operation::{Create, Delete, Update};
-        let cases: &[(&str, &UserInfo, Write<'_>, Option<&str>)] = &[
+        let cases: &[(&str, &UserInfo, Write<'_, Node>, Option<&str>)] = &[
             ("register own", &n1, nodes(Create, "", Some(&own), None), None),
             ("register with kubelet labels", &n1, nodes(Create, "", Some(&kubelet_labels), None), None),
             ("register tainted", &n1, nodes(Create, "", Some(&tainted), None), None),
@@ -637,8 +693,8 @@ mod tests {
     #[test]
     fn nodes_write_only_their_own_csinode() {
         let n1 = node("n1");
-        let (o1, o2) = (named("n1"), named("n2"));
-        fn csinode<'a>(op: Operation, url_name: &'a str, new: Option<&'a Value>) -> Write<'a> {
+        let (o1, o2): (CSINode, CSINode) = (named("n1"), named("n2"));
+        fn csinode<'a>(op: Operation, url_name: &'a str, new: Option<&'a CSINode>) -> Write<'a, CSINode> {
             Write {
                 group: STORAGE_GROUP,
                 resource: CSINODES,
@@ -657,7 +713,7 @@ mod tests {
             )
         };
         use Operation::{Create, Delete, Update};
-        let cases: &[(&str, &UserInfo, Write<'_>, Option<&str>)] = &[
+        let cases: &[(&str, &UserInfo, Write<'_, CSINode>, Option<&str>)] = &[
             ("create own", &n1, csinode(Create, "", Some(&o1)), None),
             ("update own", &n1, csinode(Update, "n1", Some(&o1)), None),
             ("delete own", &n1, csinode(Delete, "n1", None), None),

@@ -16,7 +16,9 @@
 //!   status strategy checks it, after the status validation), a refusal is a 422 whose cause
 //!   is `spec.signerName: Forbidden`.
 
-use serde_json::Value;
+use k8s_openapi::api::certificates::v1::PodCertificateRequest;
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use serde::de::DeserializeOwned;
 
 use super::{authorized_for_signer, Attributes, Operation, Phase, Plugin, Services};
 use crate::authn::UserInfo;
@@ -32,28 +34,28 @@ fn forbidden(name: &str, why: &str) -> ApiError {
     ApiError::forbidden(GROUP, RESOURCE, name, format!("{RESOURCE}.{GROUP} {name:?} is forbidden: {why}"))
 }
 
-fn text<'a>(obj: &'a Value, pointer: &str) -> &'a str {
-    obj.pointer(pointer).and_then(Value::as_str).unwrap_or("")
+fn text(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or("")
 }
 
 /// Why `node` may not create `req` for `pod` (bound, named and UID'd as the request says),
 /// before the service account, the node object and the signer are looked at.
-pub fn pod_problem(node: &str, namespace: &str, req: &Value, pod: &Value) -> Option<String> {
-    let pod_ref = format!("{namespace}/{}", text(pod, "/metadata/name"));
-    if text(pod, "/spec/nodeName") != node {
+pub fn pod_problem(node: &str, namespace: &str, req: &PodCertificateRequest, pod: &Pod) -> Option<String> {
+    let pod_ref = format!("{namespace}/{}", text(&pod.metadata.name));
+    if pod.spec.as_ref().map_or("", |s| text(&s.node_name)) != node {
         return Some(format!("pod {pod_ref:?} is not running on node {node:?} named in the PodCertificateRequest"));
     }
-    let mirror = crate::admission::node_restriction::pods::MIRROR_ANNOTATION.replace('/', "~1");
-    if pod.pointer(&format!("/metadata/annotations/{mirror}")).is_some() {
+    let mirror = crate::admission::node_restriction::pods::MIRROR_ANNOTATION;
+    if pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(mirror)) {
         return Some(format!("pod {pod_ref:?} is a mirror pod"));
     }
-    let (want_sa, have_sa) = (text(req, "/spec/serviceAccountName"), pod_service_account(pod));
+    let (want_sa, have_sa) = (req.spec.service_account_name.as_str(), pod_service_account(pod));
     if want_sa != have_sa {
         return Some(format!(
             "PodCertificateRequest for pod {pod_ref:?} contains serviceAccountName ({want_sa:?}) that differs from running pod ({have_sa:?})"
         ));
     }
-    let (want_uid, have_uid) = (text(req, "/spec/podUID"), text(pod, "/metadata/uid"));
+    let (want_uid, have_uid) = (req.spec.pod_uid.as_str(), text(&pod.metadata.uid));
     if want_uid != have_uid {
         return Some(format!(
             "PodCertificateRequest for pod {pod_ref:?} contains pod UID ({want_uid:?}) which differs from running pod {have_uid:?}"
@@ -63,36 +65,32 @@ pub fn pod_problem(node: &str, namespace: &str, req: &Value, pod: &Value) -> Opt
 }
 
 /// The pod's service account (`default` when unset, as the pod strategy defaults it).
-fn pod_service_account(pod: &Value) -> &str {
-    match text(pod, "/spec/serviceAccountName") {
+fn pod_service_account(pod: &Pod) -> &str {
+    match pod.spec.as_ref().map_or("", |s| text(&s.service_account_name)) {
         "" => "default",
         sa => sa,
     }
 }
 
 /// The signers a pod mounts through `podCertificate` projected volume sources.
-pub fn mounted_signers(pod: &Value) -> Vec<&str> {
-    let volumes = pod.pointer("/spec/volumes").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+pub fn mounted_signers(pod: &Pod) -> Vec<&str> {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default();
     volumes
         .iter()
-        .filter_map(|v| v.pointer("/projected/sources").and_then(Value::as_array))
+        .filter_map(|v| v.projected.as_ref()?.sources.as_deref())
         .flatten()
-        .filter_map(|s| s.pointer("/podCertificate/signerName").and_then(Value::as_str))
+        .filter_map(|s| s.pod_certificate.as_ref().map(|p| p.signer_name.as_str()))
         .collect()
 }
 
-async fn read(services: &Services<'_>, resource: &str, namespace: Option<&str>, name: &str) -> Result<Value, ApiError> {
-    let Some(def) = services.registry.find("", "v1", resource) else {
-        return Err(ApiError::internal(format!("no {resource} are served")));
-    };
-    let key = def.key(namespace, name);
-    let kv = services
-        .storage
-        .get(&key)
-        .await
-        .map_err(|e| crate::registry::call::map_storage_error(def, name, e))?
-        .ok_or_else(|| ApiError::not_found("", resource, name))?;
-    crate::meta::from_stored(&kv)
+/// The stored core object `resource`/`name` (404 when there is none).
+async fn read<T: DeserializeOwned>(
+    services: &Services<'_>,
+    resource: &str,
+    namespace: Option<&str>,
+    name: &str,
+) -> Result<T, ApiError> {
+    services.objects.get_as("", resource, namespace, name).await?.ok_or_else(|| ApiError::not_found("", resource, name))
 }
 
 /// NodeRestriction for PodCertificateRequests (see the module documentation).
@@ -112,9 +110,11 @@ impl Plugin for PodCertificateRequestNodeRestriction {
             && crate::authz::rbac::node::node_name(a.user).is_some()
     }
     async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
-        let new = a.object;
+        let new = a.object_as::<PodCertificateRequest>()?;
+        let new = new.as_deref();
         let Some(node) = crate::authz::rbac::node::node_name(a.user) else { return Ok(()) };
-        let subject = new.map(crate::meta::name).filter(|n| !n.is_empty()).unwrap_or(a.info.name.as_str());
+        let subject =
+            new.and_then(|n| n.metadata.name.as_deref()).filter(|n| !n.is_empty()).unwrap_or(a.info.name.as_str());
         let subject = if subject.is_empty() { "Unknown" } else { subject };
         if node.is_empty() {
             return Err(forbidden(subject, &format!("could not determine node from user {:?}", a.user.name)));
@@ -126,7 +126,7 @@ impl Plugin for PodCertificateRequestNodeRestriction {
             return Err(forbidden(subject, &format!("unexpected subresource {}", a.info.subresource)));
         }
         let Some(req) = new else { return Ok(()) };
-        let named_node = text(req, "/spec/nodeName");
+        let named_node = req.spec.node_name.as_str();
         if named_node != node {
             return Err(forbidden(
                 subject,
@@ -136,28 +136,28 @@ impl Plugin for PodCertificateRequestNodeRestriction {
             ));
         }
         let namespace = a.info.namespace.as_str();
-        let pod = read(services, "pods", Some(namespace), text(req, "/spec/podName")).await?;
+        let pod: Pod = read(services, "pods", Some(namespace), &req.spec.pod_name).await?;
         if let Some(why) = pod_problem(node, namespace, req, &pod) {
             return Err(forbidden(subject, &why));
         }
-        let pod_ref = format!("{namespace}/{}", text(&pod, "/metadata/name"));
-        let sa = read(services, "serviceaccounts", Some(namespace), pod_service_account(&pod)).await?;
-        let (want, have) = (text(req, "/spec/serviceAccountUID"), text(&sa, "/metadata/uid"));
+        let pod_ref = format!("{namespace}/{}", text(&pod.metadata.name));
+        let sa: ServiceAccount = read(services, "serviceaccounts", Some(namespace), pod_service_account(&pod)).await?;
+        let (want, have) = (req.spec.service_account_uid.as_str(), text(&sa.metadata.uid));
         if want != have {
             return Err(forbidden(
                 subject,
                 &format!("PodCertificateRequest for pod {pod_ref:?} names service account UID {want:?}, which differs from the running service account ({have:?})"),
             ));
         }
-        let node_obj = read(services, "nodes", None, node).await?;
-        let (want, have) = (text(req, "/spec/nodeUID"), text(&node_obj, "/metadata/uid"));
+        let node_obj: Node = read(services, "nodes", None, node).await?;
+        let (want, have) = (req.spec.node_uid.as_str(), text(&node_obj.metadata.uid));
         if want != have {
             return Err(forbidden(
                 subject,
                 &format!("PodCertificateRequest for pod {pod_ref:?} names node UID {want:?}, inconsistent with the running node ({have:?})"),
             ));
         }
-        let signer = text(req, "/spec/signerName");
+        let signer = req.spec.signer_name.as_str();
         if mounted_signers(&pod).contains(&signer)
             || authorized_for_signer(services.authz, a.user, REQUEST_SIGNER_VERB, signer).await
         {
@@ -199,16 +199,16 @@ impl Plugin for PodCertificateRequestSigning {
         a.is(GROUP, RESOURCE) && a.op == Operation::Update && a.info.subresource == "status"
     }
     async fn admit(&self, services: &Services<'_>, a: &Attributes<'_>) -> Result<(), ApiError> {
-        let (new, old) = (a.object, a.old_object);
-        let status = |v: Option<&Value>| v.and_then(|v| v.get("status")).cloned().unwrap_or(Value::Null);
-        if status(new) == status(old) {
+        let (new, old) = (a.object_as::<PodCertificateRequest>()?, a.old_object_as::<PodCertificateRequest>()?);
+        let (new, old) = (new.as_deref(), old.as_deref());
+        if new.and_then(|v| v.status.as_ref()) == old.and_then(|v| v.status.as_ref()) {
             return Ok(());
         }
-        let signer = old.map(|o| text(o, "/spec/signerName")).unwrap_or("");
+        let signer = old.map_or("", |o| o.spec.signer_name.as_str());
         if authorized_for_signer(services.authz, a.user, "sign", signer).await {
             return Ok(());
         }
-        let name = new.map(crate::meta::name).unwrap_or("");
+        let name = new.map_or("", |n| text(&n.metadata.name));
         Err(ApiError::invalid(GROUP, KIND, name, vec![not_permitted_to_sign(&a.user.name, signer)]))
     }
 }
@@ -218,21 +218,35 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn pod(node: &str, sa: &str, uid: &str, volumes: Value) -> Value {
+    use serde_json::Value;
+
+    fn typed<T: DeserializeOwned>(v: Value) -> T {
+        match crate::admission::decode(&v) {
+            Ok(t) => t,
+            Err(e) => panic!("{v}: {e}"),
+        }
+    }
+
+    fn pod_value(node: &str, sa: &str, uid: &str, volumes: Value) -> Value {
         json!({"metadata": {"name": "p", "namespace": "ns", "uid": uid},
                "spec": {"nodeName": node, "serviceAccountName": sa, "volumes": volumes}})
     }
 
-    fn req(sa: &str, pod_uid: &str) -> Value {
-        json!({"spec": {"serviceAccountName": sa, "podUID": pod_uid, "podName": "p"}})
+    fn pod(node: &str, sa: &str, uid: &str, volumes: Value) -> Pod {
+        typed(pod_value(node, sa, uid, volumes))
+    }
+
+    fn req(sa: &str, pod_uid: &str) -> PodCertificateRequest {
+        typed(json!({"spec": {"serviceAccountName": sa, "podUID": pod_uid, "podName": "p"}}))
     }
 
     #[test]
     fn pod_rules() {
         let none = json!([]);
-        let mut mirror = pod("n1", "default", "u1", none.clone());
+        let mut mirror = pod_value("n1", "default", "u1", none.clone());
         mirror["metadata"]["annotations"] = json!({"kubernetes.io/config.mirror": "x"});
-        let cases: &[(&str, Value, Value, Option<&str>)] = &[
+        let mirror = typed(mirror);
+        let cases: &[(&str, Pod, PodCertificateRequest, Option<&str>)] = &[
             ("bound, same service account and UID", pod("n1", "sa", "u1", none.clone()), req("sa", "u1"), None),
             ("an unset service account is default", pod("n1", "", "u1", none.clone()), req("default", "u1"), None),
             (
@@ -271,6 +285,6 @@ mod tests {
             {"name": "c", "projected": {"sources": [{"podCertificate": {"signerName": "example.com/c"}}]}},
         ]);
         assert_eq!(mounted_signers(&pod("n", "sa", "u", volumes)), ["example.com/a", "example.com/c"]);
-        assert!(mounted_signers(&json!({"spec": {}})).is_empty());
+        assert!(mounted_signers(&typed(json!({"spec": {}}))).is_empty());
     }
 }

@@ -70,8 +70,8 @@ mod tests {
     use tower::ServiceExt as _;
 
     use super::*;
-    use crate::authn::serviceaccount::fixture::{env, strings};
     use crate::pki::service_account::{DEFAULT_ISSUER, JWKS_PATH};
+    use crate::testing::serviceaccount::{env, strings};
 
     #[test]
     fn discovery_needs_an_https_issuer() {

@@ -260,15 +260,7 @@ pub async fn create_token(
     })?;
     // Admission (NodeRestriction) sees the request before the service account is read, as
     // upstream's create handler runs mutating admission before the registry.
-    let attrs = Attributes {
-        op: Operation::Create,
-        def: c.def,
-        info: c.info,
-        user: c.user,
-        field_selector: None,
-        object: Some(&obj),
-        old_object: None,
-    };
+    let attrs = Attributes::new(Operation::Create, c.def, c.info, c.user, Some(&obj), None);
     let services = c.state.admission_services();
     admission::chain().admit_phase(&services, &attrs, Phase::Mutating).await?;
     let body_name = req.metadata.name.clone().unwrap_or_default();
@@ -395,11 +387,11 @@ mod tests {
     use kustos_ca::jwt;
 
     use super::*;
-    use crate::authn::serviceaccount::fixture::{authenticated, env, env_with, invalid};
     use crate::authn::serviceaccount::{
         Rejection, CREDENTIAL_ID_EXTRA, NODE_NAME_EXTRA, NODE_UID_EXTRA, POD_NAME_EXTRA, POD_UID_EXTRA,
     };
     use crate::pki::service_account::DEFAULT_ISSUER;
+    use crate::testing::serviceaccount::{authenticated, env, env_with, invalid};
 
     /// A subresource the registry calls create-only is served by a handler (else it would be
     /// taken for an ordinary subresource of the stored object).

@@ -18,8 +18,6 @@
 //! `api::serviceaccount_token`, OIDC discovery in `api::oidc`, the
 //! legacy token tracking ConfigMap in [`legacy_tracking`].
 
-#[cfg(test)]
-pub(crate) mod fixture;
 pub mod legacy_tracking;
 
 use std::collections::BTreeMap;
@@ -473,4 +471,4 @@ impl TokenAuthenticator for ServiceAccountAuthenticator {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

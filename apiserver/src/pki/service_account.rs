@@ -35,6 +35,20 @@ pub const DEFAULT_MAX_EXPIRATION: std::time::Duration = std::time::Duration::fro
 /// signer (default [`SETUP_TIMEOUT`], as kube-apiserver); a test hook.
 const SETUP_TIMEOUT_ENV: &str = "KUSTOS_EXTERNALJWT_SETUP_TIMEOUT_SECONDS";
 
+/// The server settings the token keys are started from (`--service-account-*`,
+/// `--api-audiences`), given by the server.
+pub struct KeySettings<'a> {
+    pub issuers: &'a [String],
+    pub api_audiences: &'a [String],
+    pub max_token_expiration: Option<std::time::Duration>,
+    /// `--service-account-key-file`s: more keys that verify tokens.
+    pub key_files: &'a [PathBuf],
+    /// `--service-account-signing-endpoint`: an external signer instead of the PKI's key.
+    pub signing_endpoint: Option<&'a str>,
+    /// How often the key files under `DIR/pki` are looked at again.
+    pub reload_interval: std::time::Duration,
+}
+
 /// Everything tokens are issued and checked with.
 pub struct ServiceAccountTokens {
     issuers: Vec<String>,
@@ -319,14 +333,12 @@ impl ServiceAccountTokens {
     /// the retired keys and the key files named in `cfg`, following `DIR/pki`.
     /// The loop that follows the keys runs under `tasks`.
     pub async fn start(
-        cfg: &crate::Config,
+        cfg: &KeySettings<'_>,
         pki: &crate::pki::Pki,
         external_address: &str,
         tasks: &crate::tasks::Tasks,
     ) -> anyhow::Result<Self> {
-        let endpoint =
-            signing_endpoint(cfg.service_account_signing_endpoint.as_deref(), &cfg.service_account_key_files)
-                .map_err(anyhow::Error::msg)?;
+        let endpoint = signing_endpoint(cfg.signing_endpoint, cfg.key_files).map_err(anyhow::Error::msg)?;
         let Some(endpoint) = endpoint else {
             let tokens = Self::load(cfg, pki, external_address)?;
             if let Some(local) = &tokens.local {
@@ -335,12 +347,12 @@ impl ServiceAccountTokens {
                     Arc::downgrade(local),
                     tokens.max_token_seconds(),
                     pki.dir.clone(),
-                    cfg.client_ca_reload_interval,
+                    cfg.reload_interval,
                 );
             }
             return Ok(tokens);
         };
-        validate_options(&cfg.service_account_issuers, cfg.service_account_max_token_expiration)?;
+        validate_options(cfg.issuers, cfg.max_token_expiration)?;
         let timeout = std::env::var(SETUP_TIMEOUT_ENV)
             .ok()
             .and_then(|v| v.parse().ok())
@@ -349,11 +361,11 @@ impl ServiceAccountTokens {
         let signer = ExternalSigner::connect(&endpoint, timeout).await.map_err(setup)?;
         let signer_max = signer.max_token_expiration_seconds().await.map_err(setup)?;
         let tokens = Self::external(
-            cfg.service_account_issuers.clone(),
+            cfg.issuers.to_vec(),
             signer.clone(),
             signer_max,
-            cfg.api_audiences.clone(),
-            cfg.service_account_max_token_expiration,
+            cfg.api_audiences.to_vec(),
+            cfg.max_token_expiration,
             external_address,
         )?;
         ExternalSigner::spawn_refresh(&signer, tasks);
@@ -362,20 +374,20 @@ impl ServiceAccountTokens {
     }
 
     /// From the server settings: the PKI's `sa.key`/`sa.pub` and the key files named in `cfg`.
-    pub fn load(cfg: &crate::Config, pki: &crate::pki::Pki, external_address: &str) -> anyhow::Result<Self> {
+    pub fn load(cfg: &KeySettings<'_>, pki: &crate::pki::Pki, external_address: &str) -> anyhow::Result<Self> {
         let mut extra = Vec::new();
-        for path in &cfg.service_account_key_files {
+        for path in cfg.key_files {
             let pem = std::fs::read_to_string(path)
                 .with_context(|| format!("reading --service-account-key-file {}", path.display()))?;
             extra.push((path.display().to_string(), pem));
         }
         let tokens = Self::new(
-            cfg.service_account_issuers.clone(),
+            cfg.issuers.to_vec(),
             &pki.sa_key_pem,
             &pki.sa_pub_pem,
             &extra,
-            cfg.api_audiences.clone(),
-            cfg.service_account_max_token_expiration,
+            cfg.api_audiences.to_vec(),
+            cfg.max_token_expiration,
             external_address,
         )?;
         // The keys a `kustos sa-key rotate` retired keep verifying until their end.

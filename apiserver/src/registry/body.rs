@@ -128,12 +128,15 @@ fn unknown_fields(input: &Value, pruned: &Value, path: &mut FieldPath, out: &mut
 /// `obj` decoded into the kind's typed form and encoded back (within the typed decoding
 /// budget), or the 400 `<Kind> in version "<v>" cannot be handled as a <Kind>: ...`.
 pub fn typed_roundtrip(def: &ResourceDef, obj: &Value) -> Result<Value> {
-    def.strategy.roundtrip(obj).map_err(|e| {
-        ApiError::BadRequest(format!(
-            "{} in version \"{}\" cannot be handled as a {}: {e}",
-            def.kind, def.version, def.kind
-        ))
-    })
+    def.strategy.roundtrip(obj).map_err(|e| undecodable(def, e))
+}
+
+/// The 400 for an object of `def`'s kind that its typed form does not decode.
+pub fn undecodable(def: &ResourceDef, e: impl std::fmt::Display) -> ApiError {
+    ApiError::BadRequest(format!(
+        "{} in version \"{}\" cannot be handled as a {}: {e}",
+        def.kind, def.version, def.kind
+    ))
 }
 
 /// Decode through the typed model: type errors → 400; unknown fields pruned and reported,

@@ -45,7 +45,7 @@ pub fn resources() -> Vec<ResourceDef> {
             categories: &[],
             subresources: &["status"],
             create_only: false,
-            strategy: Arc::new(FlowSchemaStrategy),
+            strategy: Arc::new(FlowSchemaStrategy::new()),
             schema: |g| g.subschema_for::<fcv1::FlowSchema>(),
         },
         ResourceDef {
@@ -59,7 +59,7 @@ pub fn resources() -> Vec<ResourceDef> {
             categories: &[],
             subresources: &["status"],
             create_only: false,
-            strategy: Arc::new(PriorityLevelConfigurationStrategy),
+            strategy: Arc::new(PriorityLevelConfigurationStrategy::new()),
             schema: |g| g.subschema_for::<fcv1::PriorityLevelConfiguration>(),
         },
     ]

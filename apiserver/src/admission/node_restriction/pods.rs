@@ -19,7 +19,7 @@
 //! In: the write and what the plugin read for it ([`Lookups`]: the node's own Node for a
 //! create, the pod for an eviction). Out: why the write is refused ([`Refusal`]), if it is.
 
-use serde_json::Value;
+use k8s_openapi::api::core::v1::{EnvFromSource, EnvVar, Node, Pod, PodSpec, Volume, VolumeProjection};
 
 use super::Write;
 use crate::admission::Operation;
@@ -31,8 +31,8 @@ pub const MIRROR_ANNOTATION: &str = "kubernetes.io/config.mirror";
 /// stored pod an eviction names. `None`: not found (or not needed).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Lookups<'a> {
-    pub node: Option<&'a Value>,
-    pub pod: Option<&'a Value>,
+    pub node: Option<&'a Node>,
+    pub pod: Option<&'a Pod>,
 }
 
 /// Why a node's pod write is refused.
@@ -60,12 +60,12 @@ fn op_name(op: Operation) -> &'static str {
     }
 }
 
-fn node_name(pod: Option<&Value>) -> &str {
-    pod.and_then(|p| p.pointer("/spec/nodeName")).and_then(Value::as_str).unwrap_or_default()
+fn node_name(pod: Option<&Pod>) -> &str {
+    pod.and_then(|p| p.spec.as_ref()).and_then(|s| s.node_name.as_deref()).unwrap_or_default()
 }
 
 /// Why `node` may not make this write to a pod (or one of its subresources), if it may not.
-pub fn problem(node: &str, write: &Write<'_>, found: &Lookups<'_>) -> Option<Refusal> {
+pub fn problem(node: &str, write: &Write<'_, Pod>, found: &Lookups<'_>) -> Option<Refusal> {
     match write.subresource {
         "" => match write.op {
             Operation::Create => create_problem(node, write.new, found.node),
@@ -90,16 +90,16 @@ pub fn problem(node: &str, write: &Write<'_>, found: &Lookups<'_>) -> Option<Ref
     }
 }
 
-fn status_problem(node: &str, new: Option<&Value>, old: Option<&Value>) -> Option<Refusal> {
+fn status_problem(node: &str, new: Option<&Pod>, old: Option<&Pod>) -> Option<Refusal> {
     if node_name(old) != node {
         return forbidden(format!(
             "node {node:?} can only update pod status for pods with spec.nodeName set to itself"
         ));
     }
     // Absent, null and empty labels are all "no labels" (`labels.Equals`).
-    let labels = |p: Option<&Value>| {
-        p.and_then(|p| p.pointer("/metadata/labels")).and_then(Value::as_object).filter(|m| !m.is_empty()).cloned()
-    };
+    fn labels(p: Option<&Pod>) -> Option<&std::collections::BTreeMap<String, String>> {
+        p.and_then(|p| p.metadata.labels.as_ref()).filter(|m| !m.is_empty())
+    }
     if labels(new) != labels(old) {
         return forbidden(format!("node {node:?} cannot update labels through pod status"));
     }
@@ -110,21 +110,13 @@ fn status_problem(node: &str, new: Option<&Value>, old: Option<&Value>) -> Optio
 }
 
 /// `status.resourceClaimStatuses` as upstream compares them: in order, by name and claim name.
-fn claim_statuses(pod: Option<&Value>) -> Vec<(Option<&str>, Option<&str>)> {
-    pod.and_then(|p| p.pointer("/status/resourceClaimStatuses"))
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .map(|s| {
-                    let field = |k: &str| s.get(k).and_then(Value::as_str);
-                    (field("name"), field("resourceClaimName"))
-                })
-                .collect()
-        })
-        .unwrap_or_default()
+fn claim_statuses(pod: Option<&Pod>) -> Vec<(&str, Option<&str>)> {
+    let statuses = pod.and_then(|p| p.status.as_ref()).and_then(|s| s.resource_claim_statuses.as_deref());
+    statuses.unwrap_or_default().iter().map(|s| (s.name.as_str(), s.resource_claim_name.as_deref())).collect()
 }
 
-fn eviction_problem(node: &str, write: &Write<'_>, pod: Option<&Value>) -> Option<Refusal> {
+/// An eviction: `write.new` is the Eviction, read as far as the metadata it shares with a Pod.
+fn eviction_problem(node: &str, write: &Write<'_, Pod>, pod: Option<&Pod>) -> Option<Refusal> {
     // The pod named in the URL, else the one the Eviction names.
     let name = if write.url_name.is_empty() { write.object_name() } else { write.url_name };
     if name.is_empty() {
@@ -135,9 +127,9 @@ fn eviction_problem(node: &str, write: &Write<'_>, pod: Option<&Value>) -> Optio
         .then(|| Refusal::Forbidden(format!("node {node} can only evict pods with spec.nodeName set to itself")))
 }
 
-fn create_problem(node: &str, pod: Option<&Value>, node_obj: Option<&Value>) -> Option<Refusal> {
+fn create_problem(node: &str, pod: Option<&Pod>, node_obj: Option<&Node>) -> Option<Refusal> {
     let Some(pod) = pod else { return forbidden("unexpected type <nil>".into()) };
-    if pod.pointer(&format!("/metadata/annotations/{}", MIRROR_ANNOTATION.replace('/', "~1"))).is_none() {
+    if !pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(MIRROR_ANNOTATION)) {
         return forbidden(format!(
             "pod does not have {MIRROR_ANNOTATION:?} annotation, node {node:?} can only create mirror pods"
         ));
@@ -145,7 +137,7 @@ fn create_problem(node: &str, pod: Option<&Value>, node_obj: Option<&Value>) -> 
     if node_name(Some(pod)) != node {
         return forbidden(format!("node {node:?} can only create pods with spec.nodeName set to itself"));
     }
-    let owners = pod.pointer("/metadata/ownerReferences").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+    let owners = pod.metadata.owner_references.as_deref().unwrap_or_default();
     let [owner] = owners else {
         return forbidden(if owners.is_empty() {
             format!("node {node:?} can only create pods with an owner reference set to itself")
@@ -153,25 +145,25 @@ fn create_problem(node: &str, pod: Option<&Value>, node_obj: Option<&Value>) -> 
             format!("node {node:?} can only create pods with a single owner reference set to itself")
         });
     };
-    let field = |k: &str| owner.get(k).and_then(Value::as_str).unwrap_or_default();
-    if field("apiVersion") != "v1" || field("kind") != "Node" || field("name") != node {
+    if owner.api_version != "v1" || owner.kind != "Node" || owner.name != node {
         return forbidden(format!("node {node:?} can only create pods with an owner reference set to itself"));
     }
-    if owner.get("controller").and_then(Value::as_bool) != Some(true) {
+    if owner.controller != Some(true) {
         return forbidden(format!(
             "node {node:?} can only create pods with a controller owner reference set to itself"
         ));
     }
-    if owner.get("blockOwnerDeletion").and_then(Value::as_bool) == Some(true) {
+    if owner.block_owner_deletion == Some(true) {
         return forbidden(format!("node {node:?} must not set blockOwnerDeletion on an owner reference"));
     }
     let Some(node_obj) = node_obj else { return Some(Refusal::NodeNotFound) };
-    let uid = crate::meta::uid(node_obj);
-    if field("uid") != uid {
-        return forbidden(format!("node {node} UID mismatch: expected {} got {uid}", field("uid")));
+    let uid = node_obj.metadata.uid.as_deref().unwrap_or_default();
+    if owner.uid != uid {
+        return forbidden(format!("node {node} UID mismatch: expected {} got {uid}", owner.uid));
     }
-    let spec = pod.get("spec").unwrap_or(&Value::Null);
-    if spec.get("serviceAccountName").and_then(Value::as_str).is_some_and(|s| !s.is_empty()) {
+    let default = PodSpec::default();
+    let spec = pod.spec.as_ref().unwrap_or(&default);
+    if spec.service_account_name.as_deref().is_some_and(|s| !s.is_empty()) {
         return forbidden(format!("node {node:?} can not create pods that reference a service account"));
     }
     if references(spec, &SECRET_REFS) {
@@ -180,78 +172,87 @@ fn create_problem(node: &str, pod: Option<&Value>, node_obj: Option<&Value>) -> 
     if references(spec, &CONFIGMAP_REFS) {
         return forbidden(format!("node {node:?} can not create pods that reference configmaps"));
     }
-    let volumes = spec.get("volumes").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-    let sources = || volumes.iter().flat_map(|v| list(v, &["projected", "sources"]));
-    if sources().any(|s| present(s.get("clusterTrustBundle"))) {
+    let volumes = spec.volumes.as_deref().unwrap_or_default();
+    if volumes.iter().flat_map(sources).any(|s| s.cluster_trust_bundle.is_some()) {
         return forbidden(format!("node {node:?} can not create pods that reference clustertrustbundles"));
     }
-    if volumes.iter().any(|v| present(v.get("persistentVolumeClaim")) || present(v.get("ephemeral"))) {
+    if volumes.iter().any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some()) {
         return forbidden(format!("node {node:?} can not create pods that reference persistentvolumeclaims"));
     }
     None
 }
 
-fn present(v: Option<&Value>) -> bool {
-    v.is_some_and(|v| !v.is_null())
+/// A volume's projected sources.
+fn sources(v: &Volume) -> &[VolumeProjection] {
+    v.projected.as_ref().and_then(|p| p.sources.as_deref()).unwrap_or_default()
 }
 
-fn list<'a>(v: &'a Value, path: &[&str]) -> &'a [Value] {
-    path.iter().try_fold(v, |v, k| v.get(*k)).and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[])
-}
-
-fn non_empty_at(v: &Value, path: &[&str]) -> bool {
-    path.iter().try_fold(v, |v, k| v.get(*k)).and_then(Value::as_str).is_some_and(|s| !s.is_empty())
+/// A name that names something (an empty one names nothing).
+fn named(name: Option<&str>) -> bool {
+    name.is_some_and(|n| !n.is_empty())
 }
 
 /// Where a pod names objects of one kind (upstream's `VisitPodSecretNames`,
-/// `VisitPodConfigmapNames`): `spec.imagePullSecrets` (Secrets only), paths of names in the
+/// `VisitPodConfigmapNames`): `spec.imagePullSecrets` (Secrets only), the names in the
 /// `envFrom` and `env` items of every kind of container, in each volume and in each projected
 /// source. An empty name references nothing.
 struct Refs {
     image_pull_secrets: bool,
-    env: &'static [&'static [&'static str]],
-    volume: &'static [&'static [&'static str]],
-    projection: &'static [&'static [&'static str]],
+    env_from: fn(&EnvFromSource) -> Option<&str>,
+    env: fn(&EnvVar) -> Option<&str>,
+    /// Whether a volume names one.
+    volume: fn(&Volume) -> bool,
+    projection: fn(&VolumeProjection) -> Option<&str>,
 }
 
 const SECRET_REFS: Refs = Refs {
     image_pull_secrets: true,
-    env: &[&["secretRef", "name"], &["valueFrom", "secretKeyRef", "name"]],
-    volume: &[
-        &["azureFile", "secretName"],
-        &["cephfs", "secretRef", "name"],
-        &["cinder", "secretRef", "name"],
-        &["flexVolume", "secretRef", "name"],
-        &["rbd", "secretRef", "name"],
-        &["secret", "secretName"],
-        &["scaleIO", "secretRef", "name"],
-        &["iscsi", "secretRef", "name"],
-        &["storageos", "secretRef", "name"],
-        &["csi", "nodePublishSecretRef", "name"],
-    ],
-    projection: &[&["secret", "name"]],
+    env_from: |e| e.secret_ref.as_ref().map(|r| r.name.as_str()),
+    env: |e| e.value_from.as_ref()?.secret_key_ref.as_ref().map(|r| r.name.as_str()),
+    volume: |v| {
+        let names = [
+            v.azure_file.as_ref().map(|s| s.secret_name.as_str()),
+            v.cephfs.as_ref().and_then(|s| s.secret_ref.as_ref()).map(|r| r.name.as_str()),
+            v.cinder.as_ref().and_then(|s| s.secret_ref.as_ref()).map(|r| r.name.as_str()),
+            v.flex_volume.as_ref().and_then(|s| s.secret_ref.as_ref()).map(|r| r.name.as_str()),
+            v.rbd.as_ref().and_then(|s| s.secret_ref.as_ref()).map(|r| r.name.as_str()),
+            v.secret.as_ref().and_then(|s| s.secret_name.as_deref()),
+            v.scale_io.as_ref().map(|s| s.secret_ref.name.as_str()),
+            v.iscsi.as_ref().and_then(|s| s.secret_ref.as_ref()).map(|r| r.name.as_str()),
+            v.storageos.as_ref().and_then(|s| s.secret_ref.as_ref()).map(|r| r.name.as_str()),
+            v.csi.as_ref().and_then(|s| s.node_publish_secret_ref.as_ref()).map(|r| r.name.as_str()),
+        ];
+        names.into_iter().any(named)
+    },
+    projection: |p| p.secret.as_ref().map(|s| s.name.as_str()),
 };
 
 const CONFIGMAP_REFS: Refs = Refs {
     image_pull_secrets: false,
-    env: &[&["configMapRef", "name"], &["valueFrom", "configMapKeyRef", "name"]],
-    volume: &[&["configMap", "name"]],
-    projection: &[&["configMap", "name"]],
+    env_from: |e| e.config_map_ref.as_ref().map(|r| r.name.as_str()),
+    env: |e| e.value_from.as_ref()?.config_map_key_ref.as_ref().map(|r| r.name.as_str()),
+    volume: |v| named(v.config_map.as_ref().map(|c| c.name.as_str())),
+    projection: |p| p.config_map.as_ref().map(|c| c.name.as_str()),
 };
 
 /// Whether `spec` names an object through any of `refs`.
-fn references(spec: &Value, refs: &Refs) -> bool {
-    let any = |v: &Value, paths: &[&[&str]]| paths.iter().any(|p| non_empty_at(v, p));
-    let pull_secrets =
-        refs.image_pull_secrets && list(spec, &["imagePullSecrets"]).iter().any(|r| non_empty_at(r, &["name"]));
-    let env = ["initContainers", "containers", "ephemeralContainers"]
+fn references(spec: &PodSpec, refs: &Refs) -> bool {
+    let pull_secrets = refs.image_pull_secrets
+        && spec.image_pull_secrets.as_deref().unwrap_or_default().iter().any(|r| named(Some(&r.name)));
+    let init = spec.init_containers.as_deref().unwrap_or_default();
+    let containers = init.iter().chain(&spec.containers).map(|c| (c.env.as_deref(), c.env_from.as_deref()));
+    let ephemeral = spec.ephemeral_containers.as_deref().unwrap_or_default();
+    let ephemeral = ephemeral.iter().map(|c| (c.env.as_deref(), c.env_from.as_deref()));
+    let env = containers.chain(ephemeral).any(|(env, env_from)| {
+        env_from.unwrap_or_default().iter().any(|e| named((refs.env_from)(e)))
+            || env.unwrap_or_default().iter().any(|e| named((refs.env)(e)))
+    });
+    let volumes = spec
+        .volumes
+        .as_deref()
+        .unwrap_or_default()
         .iter()
-        .flat_map(|k| list(spec, &[k]))
-        .flat_map(|c| list(c, &["envFrom"]).iter().chain(list(c, &["env"])))
-        .any(|e| any(e, refs.env));
-    let volumes = list(spec, &["volumes"])
-        .iter()
-        .any(|v| any(v, refs.volume) || list(v, &["projected", "sources"]).iter().any(|s| any(s, refs.projection)));
+        .any(|v| (refs.volume)(v) || sources(v).iter().any(|s| named((refs.projection)(s))));
     pull_secrets || env || volumes
 }
 
@@ -259,7 +260,11 @@ fn references(spec: &Value, refs: &Refs) -> bool {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    fn typed<T: serde::de::DeserializeOwned>(v: Value) -> T {
+        crate::admission::decode(&v).unwrap()
+    }
 
     fn mirror() -> Value {
         json!({"metadata": {"name": "etcd-n1", "namespace": "kube-system",
@@ -268,22 +273,22 @@ mod tests {
                "spec": {"nodeName": "n1", "containers": [{"name": "etcd", "image": "etcd"}]}})
     }
 
-    fn write<'a>(subresource: &'a str, op: Operation, new: Option<&'a Value>, old: Option<&'a Value>) -> Write<'a> {
+    fn write<'a>(subresource: &'a str, op: Operation, new: Option<&'a Pod>, old: Option<&'a Pod>) -> Write<'a, Pod> {
         Write { group: "", resource: "pods", subresource, op, namespace: "kube-system", url_name: "p", new, old }
     }
 
     /// `mirror()` changed by `f`.
-    fn with(f: impl Fn(&mut Value)) -> Value {
+    fn with(f: impl Fn(&mut Value)) -> Pod {
         let mut p = mirror();
         f(&mut p);
-        p
+        typed(p)
     }
 
     #[test]
     fn pods_a_node_may_write() {
-        let node_obj = json!({"metadata": {"name": "n1", "uid": "u1"}});
+        let node_obj: Node = typed(json!({"metadata": {"name": "n1", "uid": "u1"}}));
         let found = Lookups { node: Some(&node_obj), pod: None };
-        let ok = mirror();
+        let ok: Pod = typed(mirror());
         let not_mirror = with(|p| p["metadata"]["annotations"] = json!({}));
         let elsewhere = with(|p| p["spec"]["nodeName"] = json!("n2"));
         let owned_by_other = with(|p| p["metadata"]["ownerReferences"][0]["name"] = json!("n2"));
@@ -321,21 +326,24 @@ mod tests {
         let env_from_cm = container(json!({"envFrom": [{"configMapRef": {"name": "x"}}]}));
         let pull_secret = with(|p| p["spec"]["imagePullSecrets"] = json!([{"name": "x"}]));
         let empty_pull_secret = with(|p| p["spec"]["imagePullSecrets"] = json!([{"name": ""}]));
-        let n1_pod = json!({"spec": {"nodeName": "n1"}});
-        let n2_pod = json!({"spec": {"nodeName": "n2"}});
-        let mut relabelled = n1_pod.clone();
+        let n1_value = json!({"spec": {"nodeName": "n1"}});
+        let n2_pod: Pod = typed(json!({"spec": {"nodeName": "n2"}}));
+        let mut relabelled = n1_value.clone();
         relabelled["metadata"] = json!({"labels": {"app": "x"}});
-        let empty_labels = json!({"metadata": {"labels": {}}, "spec": {"nodeName": "n1"}});
-        let mut claimed = n1_pod.clone();
+        let relabelled: Pod = typed(relabelled);
+        let empty_labels: Pod = typed(json!({"metadata": {"labels": {}}, "spec": {"nodeName": "n1"}}));
+        let mut claimed = n1_value.clone();
         claimed["status"] = json!({"resourceClaimStatuses": [{"name": "c", "resourceClaimName": "claim"}]});
-        let eviction = json!({"metadata": {"name": "p"}});
-        let unnamed_eviction = json!({"metadata": {}});
+        let claimed: Pod = typed(claimed);
+        let n1_pod: Pod = typed(n1_value);
+        let eviction: Pod = typed(json!({"metadata": {"name": "p"}}));
+        let unnamed_eviction: Pod = typed(json!({"metadata": {}}));
         let own = Lookups { node: None, pod: Some(&n1_pod) };
         let others = Lookups { node: None, pod: Some(&n2_pod) };
         let none = Lookups::default();
         use Operation::{Create, Delete, Update};
         let f = |s: &str| Some(Refusal::Forbidden(s.to_string()));
-        let cases: Vec<(&str, Write<'_>, Lookups<'_>, Option<Refusal>)> = vec![
+        let cases: Vec<(&str, Write<'_, Pod>, Lookups<'_>, Option<Refusal>)> = vec![
             ("its own mirror pod", write("", Create, Some(&ok), None), found, None),
             (
                 "not a mirror pod",

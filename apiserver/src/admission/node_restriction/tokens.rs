@@ -20,7 +20,10 @@
 //! volumes lead to ([`audience_sources`], read by the plugin). Out: why the request is
 //! refused ([`Refusal`]), if it is.
 
-use serde_json::Value;
+use k8s_openapi::api::authentication::v1::TokenRequestSpec;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::storage::v1::CSIDriver;
+use serde::Deserialize;
 
 use super::pods::Refusal;
 
@@ -31,19 +34,28 @@ fn forbidden(why: &str) -> Refusal {
     Refusal::Forbidden(why.to_string())
 }
 
-fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
-    v.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+fn text(s: &Option<String>) -> &str {
+    s.as_deref().unwrap_or_default()
+}
+
+/// What this rule reads of a TokenRequest: its spec. (Its status is the server's to fill; a
+/// protobuf body carries an empty one, which the typed TokenRequest refuses.)
+#[derive(Debug, Default, Deserialize)]
+pub struct Request {
+    #[serde(default)]
+    pub spec: TokenRequestSpec,
 }
 
 /// The pod a node's TokenRequest must be bound to: its name and uid.
-pub fn pod_binding(request: &Value) -> Result<(&str, &str), Refusal> {
-    let r = request.pointer("/spec/boundObjectRef").filter(|r| !r.is_null());
-    let Some(r) = r else { return Err(forbidden("node requested token not bound to a pod")) };
-    let (api_version, kind, name) = (str_at(r, "/apiVersion"), str_at(r, "/kind"), str_at(r, "/name"));
+pub fn pod_binding(request: &Request) -> Result<(&str, &str), Refusal> {
+    let Some(r) = &request.spec.bound_object_ref else {
+        return Err(forbidden("node requested token not bound to a pod"));
+    };
+    let (api_version, kind, name) = (text(&r.api_version), text(&r.kind), text(&r.name));
     if api_version != "v1" || kind != "Pod" || name.is_empty() {
         return Err(forbidden("node requested token not bound to a pod"));
     }
-    let uid = str_at(r, "/uid");
+    let uid = text(&r.uid);
     if uid.is_empty() {
         return Err(forbidden("node requested token with a pod binding without a uid"));
     }
@@ -52,26 +64,21 @@ pub fn pod_binding(request: &Value) -> Result<(&str, &str), Refusal> {
 
 /// Why `node` may not have a token bound to `pod` (the stored one, `None`: not found) whose
 /// uid the request names as `uid`.
-pub fn pod_problem(node: &str, name: &str, uid: &str, pod: Option<&Value>) -> Option<Refusal> {
+pub fn pod_problem(node: &str, name: &str, uid: &str, pod: Option<&Pod>) -> Option<Refusal> {
     let Some(pod) = pod else { return Some(Refusal::PodNotFound(name.to_string())) };
-    if crate::meta::uid(pod) != uid {
+    if text(&pod.metadata.uid) != uid {
         return Some(Refusal::Forbidden(format!(
             "the UID in the bound object reference ({uid}) does not match the UID in record. The object might have \
              been deleted and then recreated"
         )));
     }
-    (str_at(pod, "/spec/nodeName") != node)
+    (pod.spec.as_ref().map_or("", |s| text(&s.node_name)) != node)
         .then(|| forbidden("node requested token bound to a pod scheduled on a different node"))
 }
 
 /// The one audience a node may ask for (empty: none, the API's).
-pub fn requested_audience(request: &Value) -> Result<String, Refusal> {
-    let audiences: Vec<&str> = request
-        .pointer("/spec/audiences")
-        .and_then(Value::as_array)
-        .map(|a| a.iter().map(|v| v.as_str().unwrap_or_default()).collect())
-        .unwrap_or_default();
-    match audiences.as_slice() {
+pub fn requested_audience(request: &Request) -> Result<String, Refusal> {
+    match request.spec.audiences.as_deref().unwrap_or_default() {
         [] => Ok(String::new()),
         [one] => Ok(one.to_string()),
         _ => Err(forbidden("node may only request 0 or 1 audiences")),
@@ -92,25 +99,24 @@ pub enum AudienceSource {
 
 /// What each volume of `pod` may say about `audience`, in volume order (upstream's
 /// `podReferencesAudience` walks them in this order and stops at the first match).
-pub fn audience_sources(pod: &Value, audience: &str) -> Vec<AudienceSource> {
-    let pod_name = str_at(pod, "/metadata/name");
-    let volumes = pod.pointer("/spec/volumes").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
+pub fn audience_sources(pod: &Pod, audience: &str) -> Vec<AudienceSource> {
+    let pod_name = text(&pod.metadata.name);
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_deref()).unwrap_or_default();
     let mut out = Vec::new();
     for v in volumes {
-        let projected = v.pointer("/projected/sources").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-        let names_it = projected.iter().any(|src| {
-            src.get("serviceAccountToken").filter(|t| t.is_object()).is_some_and(|t| str_at(t, "/audience") == audience)
-        });
+        let projected = v.projected.as_ref().and_then(|p| p.sources.as_deref()).unwrap_or_default();
+        let names_it = projected
+            .iter()
+            .any(|src| src.service_account_token.as_ref().is_some_and(|t| text(&t.audience) == audience));
         if names_it {
             out.push(AudienceSource::Projected);
             continue;
         }
-        let claim_template = v.pointer("/ephemeral/volumeClaimTemplate").filter(|t| !t.is_null());
-        if claim_template.is_some() {
-            out.push(AudienceSource::Claim(format!("{pod_name}-{}", str_at(v, "/name"))));
-        } else if let Some(claim) = v.pointer("/persistentVolumeClaim/claimName").and_then(Value::as_str) {
-            out.push(AudienceSource::Claim(claim.to_string()));
-        } else if let Some(driver) = v.pointer("/csi/driver").and_then(Value::as_str).filter(|d| !d.is_empty()) {
+        if v.ephemeral.as_ref().is_some_and(|e| e.volume_claim_template.is_some()) {
+            out.push(AudienceSource::Claim(format!("{pod_name}-{}", v.name)));
+        } else if let Some(claim) = &v.persistent_volume_claim {
+            out.push(AudienceSource::Claim(claim.claim_name.clone()));
+        } else if let Some(driver) = v.csi.as_ref().map(|c| c.driver.as_str()).filter(|d| !d.is_empty()) {
             out.push(AudienceSource::Driver(driver.to_string()));
         }
     }
@@ -118,9 +124,8 @@ pub fn audience_sources(pod: &Value, audience: &str) -> Vec<AudienceSource> {
 }
 
 /// Whether a CSIDriver asks for tokens of `audience` (`spec.tokenRequests[].audience`).
-pub fn driver_has_audience(driver: &Value, audience: &str) -> bool {
-    let requests = driver.pointer("/spec/tokenRequests").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-    requests.iter().any(|r| str_at(r, "/audience") == audience)
+pub fn driver_has_audience(driver: &CSIDriver, audience: &str) -> bool {
+    driver.spec.token_requests.as_deref().unwrap_or_default().iter().any(|r| r.audience == audience)
 }
 
 /// Upstream's aggregate of errors: one is itself, several are `[a, b]`.
@@ -148,12 +153,17 @@ pub fn audience_problem(audience: &str, errors: &[String], authorized: bool, use
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::type_complexity)]
-    use serde_json::json;
+    use serde::de::DeserializeOwned;
+    use serde_json::{json, Value};
 
     use super::*;
 
-    fn request(bound: Value, audiences: Value) -> Value {
-        json!({"spec": {"boundObjectRef": bound, "audiences": audiences}})
+    fn typed<T: DeserializeOwned>(v: Value) -> T {
+        crate::admission::decode(&v).unwrap()
+    }
+
+    fn request(bound: Value, audiences: Value) -> Request {
+        typed(json!({"spec": {"boundObjectRef": bound, "audiences": audiences}}))
     }
 
     #[test]
@@ -161,8 +171,8 @@ mod tests {
         let ok = request(json!({"apiVersion": "v1", "kind": "Pod", "name": "p", "uid": "u"}), json!([]));
         assert_eq!(pod_binding(&ok).unwrap(), ("p", "u"));
         let not_bound = "node requested token not bound to a pod";
-        let cases: Vec<(&str, Value, &str)> = vec![
-            ("no binding", json!({"spec": {}}), not_bound),
+        let cases: Vec<(&str, Request, &str)> = vec![
+            ("no binding", typed(json!({"spec": {}})), not_bound),
             ("null binding", request(json!(null), json!([])), not_bound),
             (
                 "secret",
@@ -193,8 +203,8 @@ mod tests {
 
     #[test]
     fn pods_of_the_node_only() {
-        let pod = json!({"metadata": {"name": "p", "uid": "u1"}, "spec": {"nodeName": "n1"}});
-        let cases: Vec<(&str, &str, &str, Option<&Value>, Option<Refusal>)> = vec![
+        let pod: Pod = typed(json!({"metadata": {"name": "p", "uid": "u1"}, "spec": {"nodeName": "n1"}}));
+        let cases: Vec<(&str, &str, &str, Option<&Pod>, Option<Refusal>)> = vec![
             ("own pod", "n1", "u1", Some(&pod), None),
             ("missing pod", "n1", "u1", None, Some(Refusal::PodNotFound("p".into()))),
             (
@@ -219,7 +229,7 @@ mod tests {
 
     #[test]
     fn one_audience_at_most() {
-        assert_eq!(requested_audience(&json!({"spec": {}})).unwrap(), "");
+        assert_eq!(requested_audience(&typed(json!({"spec": {}}))).unwrap(), "");
         assert_eq!(requested_audience(&request(json!(null), json!(["vault"]))).unwrap(), "vault");
         assert_eq!(
             requested_audience(&request(json!(null), json!(["a", "b"]))).err(),
@@ -229,14 +239,14 @@ mod tests {
 
     #[test]
     fn where_pod_volumes_name_audiences() {
-        let pod = json!({"metadata": {"name": "web"}, "spec": {"volumes": [
+        let pod: Pod = typed(json!({"metadata": {"name": "web"}, "spec": {"volumes": [
             {"name": "api", "projected": {"sources": [{"serviceAccountToken": {"path": "token"}}, {"configMap": {"name": "c"}}]}},
             {"name": "vault", "projected": {"sources": [{"serviceAccountToken": {"path": "t", "audience": "vault"}}]}},
             {"name": "inline", "csi": {"driver": "csi.example.com"}},
             {"name": "disk", "persistentVolumeClaim": {"claimName": "data"}},
             {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
             {"name": "plain", "emptyDir": {}},
-        ]}});
+        ]}}));
         let common = || {
             vec![
                 AudienceSource::Driver("csi.example.com".into()),
@@ -252,16 +262,16 @@ mod tests {
         for (audience, want) in cases {
             assert_eq!(audience_sources(&pod, audience), want, "{audience:?}");
         }
-        assert!(audience_sources(&json!({"spec": {}}), "").is_empty());
+        assert!(audience_sources(&typed(json!({"spec": {}})), "").is_empty());
     }
 
     #[test]
     fn drivers_and_refusals() {
-        let driver = json!({"spec": {"tokenRequests": [{"audience": "vault"}, {"audience": ""}]}});
+        let driver: CSIDriver = typed(json!({"spec": {"tokenRequests": [{"audience": "vault"}, {"audience": ""}]}}));
         assert!(driver_has_audience(&driver, "vault"));
         assert!(driver_has_audience(&driver, ""));
         assert!(!driver_has_audience(&driver, "other"));
-        assert!(!driver_has_audience(&json!({"spec": {}}), ""));
+        assert!(!driver_has_audience(&typed(json!({"spec": {}})), ""));
 
         let user = "system:node:n1";
         let cases: Vec<(&str, Vec<String>, bool, Option<&str>)> = vec![

@@ -102,8 +102,7 @@ impl Call<'_> {
 
 /// Run the admission chain for a delete through `c`.
 async fn admit(c: &Call<'_>, op: Operation, new: Option<&Value>, old: Option<&Value>) -> Result<()> {
-    let a =
-        Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None, object: new, old_object: old };
+    let a = Attributes::new(op, c.def, c.info, c.user, new, old);
     admission::chain().admit(&c.state.admission_services(), &a).await
 }
 
@@ -115,8 +114,7 @@ async fn admit_phase(
     new: Option<&Value>,
     old: Option<&Value>,
 ) -> Result<()> {
-    let a =
-        Attributes { op, def: c.def, info: c.info, user: c.user, field_selector: None, object: new, old_object: old };
+    let a = Attributes::new(op, c.def, c.info, c.user, new, old);
     admission::chain().admit_phase(&c.state.admission_services(), &a, phase).await
 }
 
@@ -128,8 +126,7 @@ impl AppState {
     /// What admission plugins may use of this state.
     pub fn admission_services(&self) -> admission::Services<'_> {
         admission::Services {
-            registry: &self.registry,
-            storage: &self.storage,
+            objects: admission::Objects::new(&self.registry, self.storage.as_ref()),
             authz: self.security.authz.as_ref(),
             rbac: &self.security.rbac,
         }

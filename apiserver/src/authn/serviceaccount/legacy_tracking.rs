@@ -42,26 +42,3 @@ pub async fn ensure_legacy_token_tracking(state: &dyn Loopback, now: DateTime<Ut
         Err(e) => anyhow::bail!("creating the legacy token tracking ConfigMap: {e}"),
     }
 }
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use chrono::{Duration, TimeZone as _};
-    use serde_json::Value;
-
-    use super::*;
-    use crate::authn::serviceaccount::fixture::env;
-
-    #[tokio::test]
-    async fn tracking_configmap_created_once() {
-        let e = env().await;
-        let now = Utc.with_ymd_and_hms(2024, 5, 1, 12, 0, 0).unwrap();
-        ensure_legacy_token_tracking(&*e.state, now).await.unwrap();
-        let kv = e.stored("configmaps", "kube-system", LEGACY_TOKEN_TRACKING_CONFIGMAP).await.unwrap();
-        let cm: Value = serde_json::from_slice(&kv.value).unwrap();
-        assert_eq!(cm["data"], json!({"since": "2024-05-01"}));
-        ensure_legacy_token_tracking(&*e.state, now + Duration::days(3)).await.unwrap();
-        let again = e.stored("configmaps", "kube-system", LEGACY_TOKEN_TRACKING_CONFIGMAP).await.unwrap();
-        assert_eq!(again.mod_rev, kv.mod_rev);
-    }
-}

@@ -1,6 +1,8 @@
-//! The strategies of `flowschemas` and `prioritylevelconfigurations`: defaults and
-//! validation from the parent module, the `status` subresource, and the Tables of
-//! upstream's printers.
+//! The strategies of `flowschemas` and `prioritylevelconfigurations`: one generic strategy
+//! ([`FlowStrategy`]) with the defaults and validation of each kind ([`FlowKind`], from the
+//! parent module), the `status` subresource, and the Tables of upstream's printers.
+
+use std::marker::PhantomData;
 
 use k8s_openapi::api::flowcontrol::v1 as fcv1;
 use serde_json::{json, Value};
@@ -26,12 +28,66 @@ fn keep(new: &mut Value, old: &Value, key: &str) {
     }
 }
 
-/// `flowschemas` (and `flowschemas/status`).
-pub struct FlowSchemaStrategy;
+/// What tells the two kinds apart: their typed form, their defaults and their validation.
+/// Everything else of their strategies is one ([`FlowStrategy`]), but the Tables.
+pub trait FlowKind: Send + Sync + 'static {
+    type Typed: serde::de::DeserializeOwned + serde::Serialize;
+    fn default(obj: &mut Value);
+    fn validate(obj: &Value) -> Vec<FieldError>;
+}
 
-impl Strategy for FlowSchemaStrategy {
+/// FlowSchemas.
+pub struct FlowSchemas;
+
+impl FlowKind for FlowSchemas {
+    type Typed = fcv1::FlowSchema;
+    fn default(obj: &mut Value) {
+        default_flow_schema(obj);
+    }
+    fn validate(obj: &Value) -> Vec<FieldError> {
+        validate_flow_schema(obj)
+    }
+}
+
+/// PriorityLevelConfigurations.
+pub struct PriorityLevels;
+
+impl FlowKind for PriorityLevels {
+    type Typed = fcv1::PriorityLevelConfiguration;
+    fn default(obj: &mut Value) {
+        default_priority_level(obj);
+    }
+    fn validate(obj: &Value) -> Vec<FieldError> {
+        validate_priority_level(obj)
+    }
+}
+
+/// The strategy of a flow-control kind `K` and its `status` subresource.
+pub struct FlowStrategy<K>(PhantomData<K>);
+
+impl<K> FlowStrategy<K> {
+    pub const fn new() -> Self {
+        FlowStrategy(PhantomData)
+    }
+}
+
+impl<K> Default for FlowStrategy<K> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// `flowschemas` (and `flowschemas/status`).
+pub type FlowSchemaStrategy = FlowStrategy<FlowSchemas>;
+/// `prioritylevelconfigurations` (and `prioritylevelconfigurations/status`).
+pub type PriorityLevelConfigurationStrategy = FlowStrategy<PriorityLevels>;
+
+impl<K: FlowKind> Strategy for FlowStrategy<K>
+where
+    Self: TableStrategy,
+{
     fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
-        typed_roundtrip::<fcv1::FlowSchema>(obj)
+        typed_roundtrip::<K::Typed>(obj)
     }
 
     fn write(&self) -> Option<&dyn WriteStrategy> {
@@ -47,19 +103,19 @@ impl Strategy for FlowSchemaStrategy {
     }
 }
 
-impl WriteStrategy for FlowSchemaStrategy {
+impl<K: FlowKind> WriteStrategy for FlowStrategy<K> {
     fn prepare_for_create(&self, obj: &mut Value) {
-        default_flow_schema(obj);
+        K::default(obj);
         reset_status(obj);
     }
 
     fn prepare_for_update(&self, new: &mut Value, old: &Value) {
-        default_flow_schema(new);
+        K::default(new);
         keep(new, old, "status");
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        validate_flow_schema(obj)
+        K::validate(obj)
     }
 
     fn tracks_generation(&self) -> bool {
@@ -67,7 +123,7 @@ impl WriteStrategy for FlowSchemaStrategy {
     }
 }
 
-impl StatusStrategy for FlowSchemaStrategy {
+impl<K: FlowKind> StatusStrategy for FlowStrategy<K> {
     fn prepare_for_subresource(&self, _sub: &str, new: &mut Value, old: &Value) {
         keep(new, old, "spec");
     }
@@ -117,60 +173,6 @@ impl TableStrategy for FlowSchemaStrategy {
             .and_then(|cs| cs.iter().find(|c| c.get("type").and_then(Value::as_str) == Some("Dangling")))
             .map_or("?", |c| c.get("status").and_then(Value::as_str).unwrap_or(""));
         vec![json!(pl), json!(precedence), json!(dm), creation_age(obj, now), json!(missing)]
-    }
-}
-
-/// `prioritylevelconfigurations` (and `prioritylevelconfigurations/status`).
-pub struct PriorityLevelConfigurationStrategy;
-
-impl Strategy for PriorityLevelConfigurationStrategy {
-    fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
-        typed_roundtrip::<fcv1::PriorityLevelConfiguration>(obj)
-    }
-
-    fn write(&self) -> Option<&dyn WriteStrategy> {
-        Some(self)
-    }
-
-    fn status(&self) -> Option<&dyn StatusStrategy> {
-        Some(self)
-    }
-
-    fn table(&self) -> Option<&dyn TableStrategy> {
-        Some(self)
-    }
-}
-
-impl WriteStrategy for PriorityLevelConfigurationStrategy {
-    fn prepare_for_create(&self, obj: &mut Value) {
-        default_priority_level(obj);
-        reset_status(obj);
-    }
-
-    fn prepare_for_update(&self, new: &mut Value, old: &Value) {
-        default_priority_level(new);
-        keep(new, old, "status");
-    }
-
-    fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        validate_priority_level(obj)
-    }
-
-    fn tracks_generation(&self) -> bool {
-        true
-    }
-}
-
-impl StatusStrategy for PriorityLevelConfigurationStrategy {
-    fn prepare_for_subresource(&self, _sub: &str, new: &mut Value, old: &Value) {
-        keep(new, old, "spec");
-    }
-
-    fn reset_fields(&self, sub: &str) -> crate::registry::ResetFields {
-        match sub {
-            "status" => &[&["metadata"], &["spec"]],
-            _ => crate::registry::status_reset_fields(sub),
-        }
     }
 }
 

@@ -288,9 +288,9 @@ fn semantic_form_ignores_nil_versus_empty() {
 #[test]
 fn tables() {
     let now = chrono::DateTime::parse_from_rfc3339("2024-05-01T12:00:00Z").unwrap().with_timezone(&chrono::Utc);
-    let names: Vec<&str> = FlowSchemaStrategy.columns().iter().map(|c| c.name).collect();
+    let names: Vec<&str> = FlowSchemaStrategy::new().columns().iter().map(|c| c.name).collect();
     assert_eq!(names, ["PriorityLevel", "MatchingPrecedence", "DistinguisherMethod", "Age", "MissingPL"], "fs columns");
-    let names: Vec<&str> = PriorityLevelConfigurationStrategy.columns().iter().map(|c| c.name).collect();
+    let names: Vec<&str> = PriorityLevelConfigurationStrategy::new().columns().iter().map(|c| c.name).collect();
     assert_eq!(
         names,
         ["Type", "NominalConcurrencyShares", "Queues", "HandSize", "QueueLengthLimit", "Age"],
@@ -299,33 +299,33 @@ fn tables() {
 
     let mut fs = fs_base();
     assert_eq!(
-        FlowSchemaStrategy.cells(&fs, now),
+        FlowSchemaStrategy::new().cells(&fs, now),
         vec![json!("workload-low"), json!(500), json!("ByUser"), json!("60m"), json!("?")],
         "fs without status"
     );
     fs["spec"].as_object_mut().unwrap().remove("distinguisherMethod");
     fs["status"] = json!({"conditions": [{"type": "Dangling", "status": "True"}]});
     assert_eq!(
-        FlowSchemaStrategy.cells(&fs, now),
+        FlowSchemaStrategy::new().cells(&fs, now),
         vec![json!("workload-low"), json!(500), json!("<none>"), json!("60m"), json!("True")],
         "fs dangling"
     );
 
     let mut pl = pl_base();
     assert_eq!(
-        PriorityLevelConfigurationStrategy.cells(&pl, now),
+        PriorityLevelConfigurationStrategy::new().cells(&pl, now),
         vec![json!("Limited"), json!(10), json!(64), json!(6), json!(50), json!("60m")],
         "queuing level"
     );
     pl["spec"]["limited"]["limitResponse"] = json!({"type": "Reject"});
     assert_eq!(
-        PriorityLevelConfigurationStrategy.cells(&pl, now),
+        PriorityLevelConfigurationStrategy::new().cells(&pl, now),
         vec![json!("Limited"), json!(10), json!("<none>"), json!("<none>"), json!("<none>"), json!("60m")],
         "reject level"
     );
     pl["spec"] = json!({"type": "Exempt"});
     assert_eq!(
-        PriorityLevelConfigurationStrategy.cells(&pl, now),
+        PriorityLevelConfigurationStrategy::new().cells(&pl, now),
         vec![json!("Exempt"), json!("<none>"), json!("<none>"), json!("<none>"), json!("<none>"), json!("60m")],
         "exempt level"
     );
@@ -335,21 +335,21 @@ fn tables() {
 fn write_paths_keep_what_they_do_not_own() {
     let mut fs = fs_base();
     fs["status"] = json!({"conditions": [{"type": "Dangling", "status": "True"}]});
-    FlowSchemaStrategy.prepare_for_create(&mut fs);
+    FlowSchemaStrategy::new().prepare_for_create(&mut fs);
     assert_eq!(fs["status"], json!({}), "create clears status");
 
     let mut old = fs_base();
     old["status"] = json!({"conditions": [{"type": "Dangling", "status": "False"}]});
     let mut new = fs_base();
     new["spec"]["matchingPrecedence"] = json!(0);
-    FlowSchemaStrategy.prepare_for_update(&mut new, &old);
+    FlowSchemaStrategy::new().prepare_for_update(&mut new, &old);
     assert_eq!(new["status"], old["status"], "update keeps status");
     assert_eq!(new["spec"]["matchingPrecedence"], 1000, "update defaults");
 
     let mut sub = fs_base();
     sub["spec"]["matchingPrecedence"] = json!(7);
     sub["status"] = json!({"conditions": []});
-    PriorityLevelConfigurationStrategy.prepare_for_subresource("status", &mut sub, &old);
+    PriorityLevelConfigurationStrategy::new().prepare_for_subresource("status", &mut sub, &old);
     assert_eq!(sub["spec"], old["spec"], "status keeps spec");
     assert_eq!(sub["status"], json!({"conditions": []}), "status writes status");
 }

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use crate::api::rest::{self, Call, Params, Reply};
 use crate::api::serviceaccount_token::token_request;
+pub(crate) use crate::authn::serviceaccount::tests::strings;
 use crate::authn::serviceaccount::ServiceAccountAuthenticator;
 use crate::authn::{AuthnChain, TokenAuthenticator as _, TokenResult, UserInfo};
 use crate::authz::{Attributes, Authorizer, Verdict};
@@ -21,10 +22,6 @@ use crate::pki::service_account::{ServiceAccountTokens, DEFAULT_ISSUER};
 use crate::storage::sqlite::SqliteStorage;
 use crate::storage::KeyValue;
 use crate::{AppState, Security};
-
-pub(crate) fn strings(v: &[&str]) -> Vec<String> {
-    v.iter().map(|s| s.to_string()).collect()
-}
 
 struct AllowAll;
 
