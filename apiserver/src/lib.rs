@@ -519,6 +519,13 @@ pub struct Config {
     /// `--runtime-config`: group versions and resources turned off
     /// ([`registry::runtime_config`]).
     pub runtime_config: Vec<String>,
+    /// `--authentication-config`: JWT authenticators and anonymous access
+    /// ([`authn::authentication_config`]), polled for changes every
+    /// `authentication_config_reload_interval`.
+    pub authentication_config: Option<PathBuf>,
+    pub authentication_config_reload_interval: std::time::Duration,
+    /// `--anonymous-auth` was given explicitly (then the file may not have `anonymous`).
+    pub anonymous_auth_flag_set: bool,
 }
 
 /// `--storage`: the embedded SQLite store in the data dir, or etcd.
@@ -554,6 +561,9 @@ impl Config {
             storage: StorageConfig::Sqlite,
             verbosity: 0,
             runtime_config: Vec::new(),
+            authentication_config: None,
+            authentication_config_reload_interval: authn::authentication_config::DEFAULT_RELOAD_INTERVAL,
+            anonymous_auth_flag_set: false,
         }
     }
 }
@@ -709,6 +719,23 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             &tasks,
         )?));
     }
+    let authn_config = match &cfg.authentication_config {
+        Some(path) => {
+            let hostname = gethostname::gethostname().to_string_lossy().trim().to_ascii_lowercase();
+            let instance = std::fs::canonicalize(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
+            let id = identity::Identity::new(&hostname, &instance.to_string_lossy());
+            let loaded = authn::authentication_config::AuthenticationConfig::load(
+                path,
+                cfg.service_account_issuers.clone(),
+                chain.api_audiences().to_vec(),
+                cfg.anonymous_auth_flag_set,
+                &id.name,
+            )?;
+            chain = chain.with_authentication_config(loaded.clone());
+            Some(loaded)
+        }
+        None => None,
+    };
     let authn = Arc::new(chain);
     let authz = default_authorizer(rbac_cache.clone());
     let state = AppState::with_registry(
@@ -751,6 +778,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         pki::cluster_info::follower(state.loopback(), state.tasks.clone(), format!("https://{server_address}")),
     );
     state.tasks.spawn("client-ca-files", client_ca_files);
+    if let Some(c) = authn_config {
+        let interval = cfg.authentication_config_reload_interval;
+        state.tasks.spawn("authentication-config", async move {
+            c.follow(interval).await;
+            Ok(())
+        });
+    }
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(http::serve::serve_dynamic(listener, tls_rx, app, async move {
         let _ = rx.await;
