@@ -23,6 +23,10 @@ pub const MAX_EXPRESSION_LEN: usize = 10 * 1024;
 pub const MAX_NODES: usize = 2_000;
 /// Macros within macros are refused: each iterates over a list of the token's claims.
 pub const MAX_COMPREHENSION_DEPTH: usize = 1;
+/// Deepest expression tree accepted (evaluation recurses along it).
+pub const MAX_DEPTH: usize = 64;
+/// The parser recurses along the source's nesting; it runs on a thread with this stack.
+const COMPILE_STACK_BYTES: usize = 256 << 20;
 /// Deepest nesting of claim values turned into CEL values (deeper parts are dropped).
 const MAX_VALUE_DEPTH: usize = 32;
 
@@ -64,15 +68,23 @@ fn env() -> Arc<Env> {
 #[derive(Default)]
 struct Measure {
     nodes: usize,
+    /// Deepest node seen.
+    height: usize,
     depth: usize,
     bound: Vec<String>,
 }
 
 fn measure(e: &IdedExpr, depth: usize, m: &mut Measure) {
+    measure_at(e, depth, 1, m)
+}
+
+fn measure_at(e: &IdedExpr, depth: usize, level: usize, m: &mut Measure) {
     m.nodes += 1;
-    if m.nodes > MAX_NODES {
+    m.height = m.height.max(level);
+    if m.nodes > MAX_NODES || level > MAX_DEPTH {
         return;
     }
+    let measure = |x: &IdedExpr, d: usize, m: &mut Measure| measure_at(x, d, level + 1, m);
     match &e.expr {
         Expr::Call(c) => {
             if let Some(t) = &c.target {
@@ -112,6 +124,30 @@ pub fn compile(source: &str, variable: Variable) -> Result<Compiled, String> {
     if source.len() > MAX_EXPRESSION_LEN {
         return Err(format!("compilation failed: the expression is longer than {MAX_EXPRESSION_LEN} bytes"));
     }
+    // Brackets nest the parser's recursion: refuse deep ones before parsing (brackets within
+    // string literals count too, which only errs on the safe side).
+    let mut open = 0usize;
+    for c in source.chars() {
+        match c {
+            '(' | '[' | '{' => open += 1,
+            ')' | ']' | '}' => open = open.saturating_sub(1),
+            _ => {}
+        }
+        if open > MAX_DEPTH {
+            return Err(format!("compilation failed: the expression nests deeper than {MAX_DEPTH}"));
+        }
+    }
+    let owned = source.to_string();
+    std::thread::Builder::new()
+        .name("cel-compile".into())
+        .stack_size(COMPILE_STACK_BYTES)
+        .spawn(move || compile_here(&owned, variable))
+        .map_err(|e| format!("compilation failed: {e}"))?
+        .join()
+        .map_err(|_| "compilation failed: the expression is too complex".to_string())?
+}
+
+fn compile_here(source: &str, variable: Variable) -> Result<Compiled, String> {
     let program = env().compile(source).map_err(|e| format!("compilation failed: {}", one_line(&e.to_string())))?;
     let mut m = Measure::default();
     measure(program.expression(), 0, &mut m);
@@ -120,6 +156,9 @@ pub fn compile(source: &str, variable: Variable) -> Result<Compiled, String> {
         if v != variable.name() && !m.bound.iter().any(|b| b == v) {
             return Err(format!("compilation failed: undeclared reference to '{v}'"));
         }
+    }
+    if m.height > MAX_DEPTH {
+        return Err(format!("compilation failed: the expression nests deeper than {MAX_DEPTH}"));
     }
     if m.nodes > MAX_NODES {
         return Err(format!("compilation failed: the expression has more than {MAX_NODES} nodes"));
@@ -220,8 +259,14 @@ mod tests {
         }
         let long = format!("claims.sub == '{}'", "a".repeat(MAX_EXPRESSION_LEN));
         assert!(compile(&long, Variable::Claims).unwrap_err().contains("longer than"));
-        let wide = vec!["1"; MAX_NODES].join(" + ");
-        assert!(compile(&format!("claims.n + {wide}"), Variable::Claims).unwrap_err().contains("nodes"));
+        let deep = vec!["1"; MAX_NODES].join(" + ");
+        assert!(compile(&format!("claims.n + {deep}"), Variable::Claims).unwrap_err().contains("nests deeper"));
+        let wide = format!("[{}]", vec!["[1]"; MAX_NODES].join(", "));
+        assert!(compile(&format!("claims.n in {wide}"), Variable::Claims).unwrap_err().contains("nodes"));
+        let parens = format!("{}claims.n{}", "(".repeat(4000), ")".repeat(4000));
+        assert!(compile(&parens, Variable::Claims).is_err(), "deep nesting is refused, not a crash");
+        let longest = format!("claims.n{}", "+1".repeat((MAX_EXPRESSION_LEN - 8) / 2));
+        assert!(compile(&longest, Variable::Claims).unwrap_err().contains("nests deeper"), "the longest chain parses");
     }
 
     #[test]
