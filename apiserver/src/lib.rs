@@ -721,9 +721,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     }
     let authn_config = match &cfg.authentication_config {
         Some(path) => {
-            let hostname = gethostname::gethostname().to_string_lossy().trim().to_ascii_lowercase();
-            let instance = std::fs::canonicalize(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
-            let id = identity::Identity::new(&hostname, &instance.to_string_lossy());
+            let id = identity::Identity::for_data_dir(&cfg.data_dir);
             let loaded = authn::authentication_config::AuthenticationConfig::load(
                 path,
                 cfg.service_account_issuers.clone(),
@@ -792,9 +790,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     if let Some(sync) = pki_sync {
         // On etcd, as kube-apiserver: an identity Lease per apiserver, here also saying which
         // shared PKI it follows.
-        let hostname = gethostname::gethostname().to_string_lossy().trim().to_ascii_lowercase();
-        let instance = std::fs::canonicalize(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
-        let id = identity::Identity::new(&hostname, &instance.to_string_lossy());
+        let id = identity::Identity::for_data_dir(&cfg.data_dir);
         identity::spawn(&state.tasks, state.loopback(), id, sync.followed());
         sync.spawn(&state.tasks, Arc::downgrade(&state), cfg.client_ca_reload_interval);
     }
