@@ -60,3 +60,11 @@ fn table() {
     let many = format!("jwt:\n{}", (0..65).map(|i| format!("- issuer: {{url: https://idp{i}.example, audiences: [a]}}\n  claimMappings: {{username: {{claim: sub, prefix: ''}}}}\n")).collect::<String>());
     assert_eq!(check(&many).unwrap_err(), "jwt: Too many: 65: must have at most 64 items");
 }
+
+#[test]
+fn the_example_file_is_valid() {
+    let text = include_str!("../../../../manifests/examples/authentication-config/authentication-config.yaml");
+    let cfg = decode(text.as_bytes()).unwrap();
+    assert_eq!(validate(&cfg, &[]).map_err(|e| join(&e)).unwrap().len(), 2);
+    assert!(cfg.anonymous.is_some_and(|a| a.enabled && a.conditions.len() == 3));
+}
