@@ -19,7 +19,9 @@
 //! its headers; what leaves is the request with a `UserInfo` in its extensions, or a 401.
 //! Authenticators in order: x509 client certificates (here), bootstrap tokens
 //! ([`bootstrap_token`]), service-account JWTs ([`serviceaccount`], which also serves
-//! TokenRequest and the OIDC discovery documents), anonymous. A client certificate with the
+//! TokenRequest and the OIDC discovery documents), the JWT authenticators of
+//! `--authentication-config` ([`authentication_config`], whose `anonymous` section, when
+//! present, decides anonymous access by path), anonymous. A client certificate with the
 //! PodIdentity extension is the pod's service account ([`pod_certificate`]). [`impersonation`] then swaps
 //! the user for an `Impersonate-*` one when the real user may impersonate. [`client_ca`]
 //! follows the client CA file while serving: the x509 authenticator's trust set and the CA
