@@ -73,9 +73,18 @@ struct ServerArgs {
     /// Extra subject alternative names for the serving certificate (repeatable).
     #[arg(long = "tls-san", value_delimiter = ',')]
     tls_san: Vec<String>,
-    /// Serve requests without credentials as system:anonymous.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
-    anonymous_auth: bool,
+    /// Serve requests without credentials as system:anonymous (default true; not together
+    /// with an `anonymous` section in --authentication-config).
+    #[arg(long, action = clap::ArgAction::Set)]
+    anonymous_auth: Option<bool>,
+    /// An `AuthenticationConfiguration` (apiserver.config.k8s.io/v1) file: JWT authenticators
+    /// for outside issuers and anonymous access by path. Reloaded when it changes; a bad new
+    /// file keeps the last good one.
+    #[arg(long = "authentication-config")]
+    authentication_config: Option<PathBuf>,
+    /// How often --authentication-config is read for changes.
+    #[arg(long, hide = true, default_value = "60s", value_parser = parse_duration)]
+    authentication_config_reload_interval: std::time::Duration,
     /// Revisions of history kept for watches and list continuation; older ones answer 410.
     #[arg(long, default_value_t = 100_000)]
     history_revisions: u64,
@@ -383,7 +392,10 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.runtime_config = args.runtime_config.clone();
     cfg.secure_port = args.secure_port;
     cfg.tls_sans = args.tls_san.clone();
-    cfg.anonymous_auth = args.anonymous_auth;
+    cfg.anonymous_auth = args.anonymous_auth.unwrap_or(true);
+    cfg.anonymous_auth_flag_set = args.anonymous_auth.is_some();
+    cfg.authentication_config = args.authentication_config.clone();
+    cfg.authentication_config_reload_interval = args.authentication_config_reload_interval;
     cfg.enable_priority_and_fairness = args.enable_priority_and_fairness;
     cfg.max_requests_inflight = args.max_requests_inflight;
     cfg.max_mutating_requests_inflight = args.max_mutating_requests_inflight;

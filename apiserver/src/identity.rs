@@ -46,6 +46,13 @@ impl Identity {
         let holder = format!("{name}_{}", uuid::Uuid::new_v4());
         Identity { name, holder, hostname: hostname.to_string() }
     }
+
+    /// This host's identity for the apiserver on `data_dir`.
+    pub fn for_data_dir(data_dir: &std::path::Path) -> Identity {
+        let hostname = gethostname::gethostname().to_string_lossy().trim().to_ascii_lowercase();
+        let instance = std::fs::canonicalize(data_dir).unwrap_or_else(|_| data_dir.to_path_buf());
+        Identity::new(&hostname, &instance.to_string_lossy())
+    }
 }
 
 fn timestamp(t: DateTime<Utc>) -> String {

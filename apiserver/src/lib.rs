@@ -534,6 +534,13 @@ pub struct Config {
     pub token_webhook: Option<authn::webhook::Settings>,
     /// The `--audit-*` flags.
     pub audit: audit::Config,
+    /// `--authentication-config`: JWT authenticators and anonymous access
+    /// ([`authn::authentication_config`]), polled for changes every
+    /// `authentication_config_reload_interval`.
+    pub authentication_config: Option<PathBuf>,
+    pub authentication_config_reload_interval: std::time::Duration,
+    /// `--anonymous-auth` was given explicitly (then the file may not have `anonymous`).
+    pub anonymous_auth_flag_set: bool,
 }
 
 /// `--storage`: the embedded SQLite store in the data dir, or etcd.
@@ -571,6 +578,9 @@ impl Config {
             runtime_config: Vec::new(),
             token_webhook: None,
             audit: audit::Config::default(),
+            authentication_config: None,
+            authentication_config_reload_interval: authn::authentication_config::DEFAULT_RELOAD_INTERVAL,
+            anonymous_auth_flag_set: false,
         }
     }
 }
@@ -738,6 +748,21 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
             &tasks,
         )?));
     }
+    let authn_config = match &cfg.authentication_config {
+        Some(path) => {
+            let id = identity::Identity::for_data_dir(&cfg.data_dir);
+            let loaded = authn::authentication_config::AuthenticationConfig::load(
+                path,
+                cfg.service_account_issuers.clone(),
+                chain.api_audiences().to_vec(),
+                cfg.anonymous_auth_flag_set,
+                &id.name,
+            )?;
+            chain = chain.with_authentication_config(loaded.clone());
+            Some(loaded)
+        }
+        None => None,
+    };
     // Last, as upstream: the remote one after every local token authenticator.
     if let Some(webhook) = token_webhook {
         chain = chain.with(Arc::new(webhook.with_implicit_audiences(api_audiences)));
@@ -787,6 +812,13 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         pki::cluster_info::follower(state.loopback(), state.tasks.clone(), format!("https://{server_address}")),
     );
     state.tasks.spawn("client-ca-files", client_ca_files);
+    if let Some(c) = authn_config {
+        let interval = cfg.authentication_config_reload_interval;
+        state.tasks.spawn("authentication-config", async move {
+            c.follow(interval).await;
+            Ok(())
+        });
+    }
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(http::serve::serve_dynamic(listener, tls_rx, app, async move {
         let _ = rx.await;
@@ -794,9 +826,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     if let Some(sync) = pki_sync {
         // On etcd, as kube-apiserver: an identity Lease per apiserver, here also saying which
         // shared PKI it follows.
-        let hostname = gethostname::gethostname().to_string_lossy().trim().to_ascii_lowercase();
-        let instance = std::fs::canonicalize(&cfg.data_dir).unwrap_or_else(|_| cfg.data_dir.clone());
-        let id = identity::Identity::new(&hostname, &instance.to_string_lossy());
+        let id = identity::Identity::for_data_dir(&cfg.data_dir);
         identity::spawn(&state.tasks, state.loopback(), id, sync.followed());
         sync.spawn(&state.tasks, Arc::downgrade(&state), cfg.client_ca_reload_interval);
     }

@@ -178,6 +178,9 @@ pub async fn encode(state: &AppState) -> String {
         let more = signer.metrics.encode();
         text.push_str(more.trim_end().strip_suffix("# EOF").unwrap_or(&more));
     }
+    if let Some(cfg) = state.security.authn.authentication_config() {
+        text.push_str(&cfg.metrics.encode());
+    }
     if let Some(extra) = state.observe.extra.get() {
         let more = extra();
         text.push_str(more.trim_end().strip_suffix("# EOF").unwrap_or(&more));

@@ -19,13 +19,16 @@
 //! its headers; what leaves is the request with a `UserInfo` in its extensions, or a 401.
 //! Authenticators in order: x509 client certificates (here), bootstrap tokens
 //! ([`bootstrap_token`]), service-account JWTs ([`serviceaccount`], which also serves
-//! TokenRequest and the OIDC discovery documents), a TokenReview webhook last when configured
+//! TokenRequest and the OIDC discovery documents), the JWT authenticators of
+//! `--authentication-config` ([`authentication_config`], whose `anonymous` section, when
+//! present, decides anonymous access by path), a TokenReview webhook last when configured
 //! ([`webhook`], its answers cached by [`token_cache`]), anonymous. A client certificate with the
 //! PodIdentity extension is the pod's service account ([`pod_certificate`]). [`impersonation`] then swaps
 //! the user for an `Impersonate-*` one when the real user may impersonate. [`client_ca`]
 //! follows the client CA file while serving: the x509 authenticator's trust set and the CA
 //! subjects the TLS handshake hints.
 
+pub mod authentication_config;
 pub mod bootstrap_token;
 pub mod client_ca;
 pub mod impersonation;
@@ -362,6 +365,10 @@ pub struct AuthnChain {
     /// The apiserver's own audiences (`--api-audiences`): tokens used on requests must be
     /// meant for one of them.
     api_audiences: Vec<String>,
+    /// `--authentication-config`: its JWT authenticators are among `tokens`; its
+    /// `anonymous` section, when present, decides over `anonymous`.
+    structured: Option<Arc<authentication_config::AuthenticationConfig>>,
+    anonymous_config: Option<authentication_config::types::AnonymousAuthConfig>,
 }
 
 impl std::fmt::Debug for AuthnChain {
@@ -387,7 +394,15 @@ impl AuthnChain {
         tokens: Vec<Arc<dyn TokenAuthenticator>>,
         anonymous: bool,
     ) -> Self {
-        AuthnChain { x509, pod_bindings: None, tokens, anonymous, api_audiences: Vec::new() }
+        AuthnChain {
+            x509,
+            pod_bindings: None,
+            tokens,
+            anonymous,
+            api_audiences: Vec::new(),
+            structured: None,
+            anonymous_config: None,
+        }
     }
 
     /// Check pod certificates' bindings with `bindings`.
@@ -406,6 +421,20 @@ impl AuthnChain {
     pub fn with_api_audiences(mut self, audiences: Vec<String>) -> Self {
         self.api_audiences = audiences;
         self
+    }
+
+    /// Append the JWT authenticators of an authentication configuration (after the token
+    /// authenticators already present) and follow its `anonymous` section.
+    pub fn with_authentication_config(mut self, cfg: Arc<authentication_config::AuthenticationConfig>) -> Self {
+        self.anonymous_config = cfg.anonymous();
+        self.tokens.push(cfg.clone());
+        self.structured = Some(cfg);
+        self
+    }
+
+    /// The authentication configuration, if any (for its metrics).
+    pub fn authentication_config(&self) -> Option<&Arc<authentication_config::AuthenticationConfig>> {
+        self.structured.as_ref()
     }
 
     pub fn api_audiences(&self) -> &[String] {
@@ -471,6 +500,12 @@ impl AuthnChain {
         }
         if !errors.is_empty() {
             return Err(errors);
+        }
+        if let Some(anon) = &self.anonymous_config {
+            return match authentication_config::anonymous_allows(anon, req.uri.path()) {
+                true => Ok(UserInfo::anonymous()),
+                false => Err(vec!["no credentials and anonymous access is not allowed for this path".into()]),
+            };
         }
         if self.anonymous {
             Ok(UserInfo::anonymous())
