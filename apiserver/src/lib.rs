@@ -657,6 +657,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
                 chain.api_audiences().to_vec(),
                 cfg.anonymous_auth_flag_set,
                 &id.name,
+                &tasks,
             )?;
             chain = chain.with_authentication_config(loaded.clone());
             Some(loaded)
@@ -714,8 +715,9 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
     state.tasks.spawn("client-ca-files", client_ca_files);
     if let Some(c) = authn_config {
         let interval = cfg.authentication_config_reload_interval;
+        let config = Arc::downgrade(&c);
         state.tasks.spawn("authentication-config", async move {
-            c.follow(interval).await;
+            authn::authentication_config::AuthenticationConfig::follow(config, interval).await;
             Ok(())
         });
     }

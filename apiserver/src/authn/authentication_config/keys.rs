@@ -172,14 +172,15 @@ impl KeySource {
         }
     }
 
-    /// Keep the keys fresh while the source lives: retry the first fetch with a growing
-    /// pause (1 s up to 30 s), then fetch every [`PERIOD`].
-    pub fn spawn(self: &Arc<Self>) {
+    /// Keep the keys fresh while the source lives, as a job of `tasks` (it ends when a reload
+    /// replaces the source, and at shutdown): retry the first fetch with a growing pause (1 s
+    /// up to 30 s), then fetch every [`PERIOD`].
+    pub fn spawn(self: &Arc<Self>, tasks: &crate::tasks::Tasks) {
         let weak: Weak<Self> = Arc::downgrade(self);
-        tokio::spawn(async move {
+        tasks.spawn_job("jwt-issuer-keys", async move {
             let mut pause = Duration::from_secs(1);
             loop {
-                let Some(source) = weak.upgrade() else { return };
+                let Some(source) = weak.upgrade() else { return Ok(()) };
                 let ok = source.keys().is_some();
                 let result = source.fetch().await;
                 let url = source.issuer.url.clone();

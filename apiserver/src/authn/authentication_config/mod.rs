@@ -64,6 +64,8 @@ pub struct AuthenticationConfig {
     /// the JWT authenticators audience-agnostic).
     api_audiences: Vec<String>,
     pub metrics: Arc<Metrics>,
+    /// Where the key-refresh jobs of the issuers run.
+    tasks: crate::tasks::Tasks,
 }
 
 impl std::fmt::Debug for AuthenticationConfig {
@@ -91,6 +93,7 @@ impl AuthenticationConfig {
         api_audiences: Vec<String>,
         anonymous_flag_set: bool,
         apiserver_id: &str,
+        tasks: &crate::tasks::Tasks,
     ) -> anyhow::Result<Arc<Self>> {
         let metrics = Arc::new(Metrics::new(apiserver_id));
         let bad = |e: String| anyhow::anyhow!("invalid authentication config: {e}");
@@ -99,7 +102,7 @@ impl AuthenticationConfig {
         if loaded.anonymous.is_some() && anonymous_flag_set {
             return Err(bad("anonymous: Forbidden: --anonymous-auth flag cannot be set when anonymous field is configured in authentication configuration file".into()));
         }
-        loaded.jwt.iter().for_each(|a| a.keys.spawn());
+        loaded.jwt.iter().for_each(|a| a.keys.spawn(tasks));
         metrics.config_applied(&data);
         Ok(Arc::new(AuthenticationConfig {
             path: path.to_path_buf(),
@@ -107,6 +110,7 @@ impl AuthenticationConfig {
             current: RwLock::new(Arc::new(loaded)),
             api_audiences,
             metrics,
+            tasks: tasks.clone(),
         }))
     }
 
@@ -139,7 +143,7 @@ impl AuthenticationConfig {
                 Some(Err(e))
             }
             Ok(loaded) => {
-                loaded.jwt.iter().for_each(|a| a.keys.spawn());
+                loaded.jwt.iter().for_each(|a| a.keys.spawn(&self.tasks));
                 self.metrics.reloaded(Some(&loaded.data));
                 *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(loaded);
                 Some(Ok(()))
@@ -147,17 +151,19 @@ impl AuthenticationConfig {
         }
     }
 
-    /// Poll the file every `interval` for as long as the server runs.
-    pub async fn follow(self: Arc<Self>, interval: Duration) {
+    /// Poll the file every `interval` for as long as the configuration is in use (a weak
+    /// hold: the loop ends when the server is dropped).
+    pub async fn follow(config: std::sync::Weak<Self>, interval: Duration) {
         loop {
             tokio::time::sleep(interval).await;
-            match self.reload() {
+            let Some(this) = config.upgrade() else { return };
+            match this.reload() {
                 None => {}
                 Some(Ok(())) => {
-                    tracing::info!(path = %self.path.display(), "loaded a new authentication configuration")
+                    tracing::info!(path = %this.path.display(), "loaded a new authentication configuration")
                 }
                 Some(Err(e)) => tracing::error!(
-                    path = %self.path.display(),
+                    path = %this.path.display(),
                     error = %e,
                     "the new authentication configuration is not valid; the last good one stays in force"
                 ),
