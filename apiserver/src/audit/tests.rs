@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use http::Request;
@@ -13,8 +13,6 @@ use tower::ServiceExt as _;
 
 use super::{Auditor, Config};
 use crate::testing::{Caller, TestServer};
-
-const SHIPPED_POLICY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../manifests/audit/audit-policy.yaml");
 
 fn auditor(dir: &std::path::Path, policy: &str) -> Arc<Auditor> {
     let policy_file = dir.join("policy.yaml");
@@ -76,45 +74,5 @@ async fn a_watch_has_response_started_then_complete_when_it_ends() {
     assert!(resp.headers().contains_key("audit-id"));
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(events(&log, 3).await.len(), 3);
-    ts.stop().await;
-}
-
-/// Not a check: what the filter costs per request, printed. Run with
-/// `cargo test -p kustos-apiserver --lib audit::tests::filter_cost -- --ignored --nocapture`
-/// (add `--release` for an optimized build).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore]
-async fn filter_cost() {
-    const N: usize = 5_000;
-    let dir = tempfile::tempdir().unwrap();
-    let ts = TestServer::new().await.unwrap();
-    let plain = crate::router(ts.state.clone());
-    let cm =
-        serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bench"}, "data": {"a": "b"}});
-    let resp =
-        plain.clone().oneshot(request("POST", "/api/v1/namespaces/default/configmaps", Some(&cm))).await.unwrap();
-    assert_eq!(resp.status(), 201);
-    ts.state.audit.set(auditor(dir.path(), &std::fs::read_to_string(SHIPPED_POLICY).unwrap())).unwrap();
-    let audited = crate::router(ts.state.clone());
-    let time = |app: axum::Router, path: &'static str| async move {
-        let start = Instant::now();
-        for _ in 0..N {
-            let resp = app.clone().oneshot(request("GET", path, None)).await.unwrap();
-            let _ = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap();
-        }
-        start.elapsed() / N as u32
-    };
-    for round in 0..3 {
-        for (what, path) in [
-            ("GET configmap (Metadata)", "/api/v1/namespaces/default/configmaps/bench"),
-            ("GET /livez (None)", "/livez"),
-        ] {
-            let off = time(plain.clone(), path).await;
-            let on = time(audited.clone(), path).await;
-            println!("round {round}: {what}: audit off {off:?}/request, on {on:?}/request");
-        }
-    }
-    let dropped = ts.state.audit.get().unwrap().sink.metrics.dropped();
-    println!("events dropped: {dropped}");
     ts.stop().await;
 }
