@@ -5,8 +5,8 @@
 //! What enters: a bearer token, the keys of a JWKS document, the time and the configured
 //! audiences. What leaves: the verified claims, or why not. Pure: no I/O.
 //!
-//! Algorithms: RS256/384/512, PS256/384/512, ES256, ES384 (upstream also takes ES512, which
-//! `ring` cannot verify); `none` and the HMAC ones are refused.
+//! Algorithms, as upstream: RS256/384/512, PS256/384/512, ES256, ES384 (ring), ES512
+//! (`p521`, which ring lacks); `none` and the HMAC ones are refused.
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -21,7 +21,7 @@ pub const MAX_KEYS: usize = 100;
 /// How far in the future `nbf` may be (go-oidc's leeway).
 pub const NBF_LEEWAY_SECONDS: i64 = 60;
 /// The algorithms upstream accepts that this build verifies.
-pub const ALGORITHMS: &[&str] = &["RS256", "RS384", "RS512", "ES256", "ES384", "PS256", "PS384", "PS512"];
+pub const ALGORITHMS: &[&str] = &["RS256", "RS384", "RS512", "ES256", "ES384", "ES512", "PS256", "PS384", "PS512"];
 
 /// A JSON Web Key that verifies signatures.
 #[derive(Clone, PartialEq, Eq)]
@@ -44,7 +44,7 @@ enum KeyMaterial {
         n: Vec<u8>,
         e: Vec<u8>,
     },
-    /// Uncompressed point; `ES256` or `ES384`.
+    /// Uncompressed point; `ES256`, `ES384` or `ES512`.
     Ec {
         alg: &'static str,
         point: Vec<u8>,
@@ -75,6 +75,7 @@ pub fn parse_jwks(doc: &[u8]) -> Result<Vec<Jwk>, String> {
                 let (alg, len) = match k.get("crv").and_then(Value::as_str) {
                     Some("P-256") => ("ES256", 32),
                     Some("P-384") => ("ES384", 48),
+                    Some("P-521") => ("ES512", 66),
                     _ => continue,
                 };
                 match (b64(k.get("x"), "x"), b64(k.get("y"), "y")) {
@@ -160,6 +161,13 @@ fn verifies(key: &KeyMaterial, alg: &str, msg: &[u8], sig: &[u8]) -> bool {
     };
     match (key, rsa) {
         (KeyMaterial::Rsa { n, e }, Some(params)) => RsaPublicKeyComponents { n, e }.verify(params, msg, sig).is_ok(),
+        (KeyMaterial::Ec { alg: key_alg, point }, None) if *key_alg == alg && alg == "ES512" => {
+            use p521::ecdsa::signature::Verifier as _;
+            match (p521::ecdsa::VerifyingKey::from_sec1_bytes(point), p521::ecdsa::Signature::from_slice(sig)) {
+                (Ok(key), Ok(sig)) => key.verify(msg, &sig).is_ok(),
+                _ => false,
+            }
+        }
         (KeyMaterial::Ec { alg: key_alg, point }, None) if *key_alg == alg => {
             let params =
                 if alg == "ES256" { &signature::ECDSA_P256_SHA256_FIXED } else { &signature::ECDSA_P384_SHA384_FIXED };

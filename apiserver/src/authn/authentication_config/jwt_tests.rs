@@ -155,3 +155,38 @@ fn times_and_audiences() {
         assert_eq!(check_audience(&obj(claims.clone()), &configured).is_ok(), ok, "{claims}");
     }
 }
+
+/// ES512 (P-521, SHA-512; ring has no P-521): a token verifies with its key, not with a
+/// tampered payload, another P-521 key or a key of another curve under the same kid.
+#[test]
+fn es512() {
+    use p521::ecdsa::signature::Signer as _;
+    let key = |byte: u8| {
+        let mut scalar = [0x5a_u8; 66];
+        scalar[0] = 0;
+        scalar[65] = byte;
+        p521::ecdsa::SigningKey::from_slice(&scalar).unwrap()
+    };
+    let jwk = |k: &p521::ecdsa::SigningKey| {
+        let point = p521::ecdsa::VerifyingKey::from(k).to_encoded_point(false);
+        json!({"kty": "EC", "crv": "P-521", "kid": "p", "use": "sig",
+               "x": URL_SAFE_NO_PAD.encode(point.x().unwrap()), "y": URL_SAFE_NO_PAD.encode(point.y().unwrap())})
+    };
+    let sign = |k: &p521::ecdsa::SigningKey, claims: &Value| {
+        let input = format!("{}.{}", b64j(&json!({"alg": "ES512", "kid": "p"})), b64j(claims));
+        let sig: p521::ecdsa::Signature = k.sign(input.as_bytes());
+        format!("{input}.{}", URL_SAFE_NO_PAD.encode(sig.to_bytes()))
+    };
+    let (a, b) = (key(1), key(2));
+    let claims = json!({"iss": "https://idp", "sub": "x"});
+    let token = sign(&a, &claims);
+    assert_eq!(check(&token, &keys(&[jwk(&a)])), Ok(()));
+    assert!(matches!(check(&token, &keys(&[jwk(&b)])), Err(SignatureError::Invalid(_))));
+    let other = sign(&a, &json!({"iss": "https://idp", "sub": "y"}));
+    let (head, _) = token.rsplit_once('.').unwrap();
+    let (_, other_sig) = other.rsplit_once('.').unwrap();
+    assert!(matches!(check(&format!("{head}.{other_sig}"), &keys(&[jwk(&a)])), Err(SignatureError::Invalid(_))));
+    let mut p256 = Ec::new("p").jwk();
+    p256["kid"] = json!("p");
+    assert!(matches!(check(&token, &keys(&[p256])), Err(SignatureError::Invalid(_))));
+}
