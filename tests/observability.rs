@@ -188,3 +188,71 @@ async fn client_strings_reach_the_log_only_escaped() {
     let warning = log.lines().find(|l| l.contains("WARN") && l.contains("evil.example.com"));
     assert!(warning.is_some_and(|l| l.contains(escaped_agent)), "the 404 warning, escaped:\n{log}");
 }
+
+/// The work counters (apiserver/src/work.rs) count what a client's requests cause: each
+/// watch event sent, each storage write, the request bodies decoded, the objects encoded
+/// for storage and for the watcher, the handshake and client-chain signature checks.
+#[tokio::test]
+async fn work_counters_count_what_requests_cause() {
+    // No controllers: nothing but this test writes config maps (after start-up) or watches them.
+    let s = Server::start_apiserver();
+    let admin = s.http();
+    let ns = s.create_namespace("work").await;
+    let url = format!("{}/api/v1/namespaces/{ns}/configmaps", s.url);
+    let scrape = |c: reqwest::Client| {
+        let url = format!("{}/metrics", s.url);
+        async move {
+            let m = send(c.get(url)).await;
+            m.expect_code(200, "/metrics");
+            m.text
+        }
+    };
+    let value = |text: &str, line: &str| sample(text, line).unwrap_or(0.0);
+    let before = scrape(admin.clone()).await;
+
+    let listed = send(admin.get(&url)).await;
+    listed.expect_code(200, "list");
+    let rv = listed.body["metadata"]["resourceVersion"].as_str().expect("a list resourceVersion").to_string();
+    let mut watch = WatchLines::open(admin.get(format!("{url}?watch=true&resourceVersion={rv}"))).await;
+    assert_eq!(watch.code, 200, "watch");
+    let created = send(admin.post(&url).json(&configmap("t", serde_json::json!({"k": "v"})))).await;
+    created.expect_code(201, "create");
+    let mut updated = created.body.clone();
+    updated["metadata"]["labels"] = serde_json::json!({"x": "y"});
+    send(admin.put(format!("{url}/t")).json(&updated)).await.expect_code(200, "update");
+    for want in ["ADDED", "MODIFIED"] {
+        let ev = watch.next(Duration::from_secs(30)).await.expect("an event");
+        assert_eq!(ev["type"], want, "{ev}");
+    }
+    // A user never seen before, on a connection of its own: one handshake signature and one
+    // chain verification at least.
+    let user = issue_user(&s, "work-counter", &[]);
+    send(s.http_with_identity(&user.identity).get(format!("{}/version", s.url))).await.expect_code(200, "version");
+    let after = scrape(admin.clone()).await;
+
+    let delta = |line: &str| value(&after, line) - value(&before, line);
+    let exact: &[(&str, f64)] = &[
+        ("apiserver_watch_events_total{group=\"\",version=\"v1\",resource=\"configmaps\"}", 2.0),
+        ("kustos_storage_writes_total{operation=\"create\",resource=\"configmaps\"}", 1.0),
+        ("kustos_storage_writes_total{operation=\"update\",resource=\"configmaps\"}", 1.0),
+        ("kustos_storage_writes_total{operation=\"delete\",resource=\"configmaps\"}", 0.0),
+        ("kustos_object_encodes_total{format=\"json\",site=\"watch\"}", 2.0),
+    ];
+    for (line, want) in exact {
+        assert_eq!(delta(line), *want, "{line}:\nbefore\n{before}\nafter\n{after}");
+    }
+    let at_least: &[(&str, f64)] = &[
+        ("kustos_object_decodes_total{format=\"json\",site=\"request\"}", 2.0),
+        ("kustos_object_encodes_total{format=\"json\",site=\"storage\"}", 2.0),
+        ("kustos_object_decodes_total{format=\"json\",site=\"watch\"}", 2.0),
+        ("kustos_object_encodes_total{format=\"json\",site=\"response\"}", 2.0),
+        ("kustos_object_decodes_total{format=\"typed\",site=\"roundtrip\"}", 2.0),
+        ("kustos_storage_reads_total{operation=\"list\"}", 1.0),
+        ("kustos_storage_reads_total{operation=\"watch\"}", 1.0),
+        ("kustos_signature_checks_total{what=\"tls_certificate_verify\"}", 1.0),
+        ("kustos_signature_checks_total{what=\"client_certificate_chain\"}", 1.0),
+    ];
+    for (line, want) in at_least {
+        assert!(delta(line) >= *want, "{line}: {} (want at least {want}):\n{after}", delta(line));
+    }
+}

@@ -278,6 +278,7 @@ pub fn group_resource(group: &str, resource: &str) -> String {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        crate::work::encoded(crate::work::Format::Json, crate::work::Site::Response);
         let body = serde_json::to_vec(&self.status()).unwrap_or_default();
         let mut resp = (self.code(), body).into_response();
         let headers = resp.headers_mut();

@@ -49,6 +49,7 @@ pub mod tasks;
 pub mod testing;
 pub mod validation;
 pub mod wire;
+pub mod work;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;

@@ -7,6 +7,7 @@ use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 use crate::storage::{KeyValue, Rev};
+use crate::work::{self, Format, Site};
 
 /// Decode a stored value and set its resourceVersion.
 pub fn from_stored(kv: &KeyValue) -> Result<Value, ApiError> {
@@ -15,6 +16,16 @@ pub fn from_stored(kv: &KeyValue) -> Result<Value, ApiError> {
 
 /// Decode stored bytes and set `metadata.resourceVersion` to `rev`.
 pub fn decode_at(bytes: &[u8], rev: Rev) -> Result<Value, ApiError> {
+    decode_counted(bytes, rev, Site::Storage)
+}
+
+/// [`decode_at`] for a watcher: a storage event's value (counted at the `watch` site).
+pub fn decode_event(bytes: &[u8], rev: Rev) -> Result<Value, ApiError> {
+    decode_counted(bytes, rev, Site::Watch)
+}
+
+fn decode_counted(bytes: &[u8], rev: Rev, site: Site) -> Result<Value, ApiError> {
+    work::decoded(Format::Json, site);
     let mut v: Value =
         serde_json::from_slice(bytes).map_err(|e| ApiError::internal(format!("corrupt stored object: {e}")))?;
     set_rv(&mut v, rev);
@@ -23,9 +34,12 @@ pub fn decode_at(bytes: &[u8], rev: Rev) -> Result<Value, ApiError> {
 
 /// Write a stored object to `out` with `metadata.resourceVersion` set, without decoding
 /// the rest of it: top-level fields are copied as raw JSON, only `metadata` is rebuilt.
-/// The output equals `serde_json::to_vec(&decode_at(bytes, rev))`.
+/// The output equals `serde_json::to_vec(&decode_at(bytes, rev))`. Counted as one decode
+/// (`storage`) and one encode (`response`): it writes a list response's item.
 pub fn write_with_rv(out: &mut Vec<u8>, bytes: &[u8], rev: Rev) -> Result<(), ApiError> {
     use serde_json::value::RawValue;
+    work::decoded(Format::Json, Site::Storage);
+    work::encoded(Format::Json, Site::Response);
     let corrupt = |e: serde_json::Error| ApiError::internal(format!("corrupt stored object: {e}"));
     let top: std::collections::BTreeMap<String, &RawValue> = serde_json::from_slice(bytes).map_err(corrupt)?;
     let mut metadata: Map<String, Value> = match top.get("metadata") {
@@ -72,6 +86,7 @@ fn to_stored_within(obj: &Value, limit: usize) -> Result<Vec<u8>, ApiError> {
     if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         m.remove("resourceVersion");
     }
+    work::encoded(Format::Json, Site::Storage);
     let bytes = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
     check_object_size(bytes.len(), limit)?;
     Ok(bytes)

@@ -55,11 +55,24 @@ impl CertInfo {
 
 /// Whether `cert_der` names the CA certificate `ca_der`'s subject as issuer and carries a
 /// valid signature by its key (no key needed; validity dates and usages are not checked).
+/// Each signature verified is counted ([`signed_by_checks`]).
 pub fn signed_by(cert_der: &[u8], ca_der: &[u8]) -> bool {
     let (Ok(cert), Ok(ca)) = (parse_x509(cert_der), parse_x509(ca_der)) else {
         return false;
     };
-    cert.issuer().as_raw() == ca.subject().as_raw() && cert.verify_signature(Some(ca.public_key())).is_ok()
+    cert.issuer().as_raw() == ca.subject().as_raw() && {
+        SIGNED_BY_CHECKS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        cert.verify_signature(Some(ca.public_key())).is_ok()
+    }
+}
+
+static SIGNED_BY_CHECKS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many signatures [`signed_by`] (and so [`crate::Ca::signed`], the CA's check of each
+/// certificate it issues) has verified in this process: the apiserver's `/metrics` reports
+/// them as `kustos_signature_checks_total{what="issued_certificate"}`.
+pub fn signed_by_checks() -> u64 {
+    SIGNED_BY_CHECKS.load(std::sync::atomic::Ordering::Relaxed)
 }
 
 /// SHA-256 of `der`, lower-case hex (a certificate's fingerprint, as `openssl x509

@@ -79,6 +79,15 @@ fn issues_a_server_certificate() {
 }
 
 #[test]
+fn the_check_of_an_issued_certificate_is_counted() {
+    let ca = ca();
+    // Other tests of this crate issue certificates at the same time: at least one more.
+    let before = signed_by_checks();
+    ca.issue(IssueParams::client("counted", vec![], Duration::hours(1)), t0()).unwrap();
+    assert!(signed_by_checks() > before, "the CA's check of what it issued is counted");
+}
+
+#[test]
 fn issues_a_client_certificate_with_several_organizations() {
     let ca = ca();
     let now = t0();

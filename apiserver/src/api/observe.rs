@@ -171,6 +171,7 @@ pub async fn encode(state: &AppState) -> String {
         }
     }
     text.push_str(&metrics::encode_storage_objects(&counts));
+    text.push_str(&crate::work::encode(kustos_ca::signed_by_checks()));
     if let Some(stats) = metrics::process_stats() {
         text.push_str(&metrics::encode_process(&stats));
     }

@@ -34,6 +34,7 @@ use crate::registry::ResourceDef;
 use crate::storage::{self, EventKind, ListOptions, Rev, Storage};
 use crate::wire::negotiate::Output;
 use crate::wire::protobuf;
+use crate::work::{self, Format, Site, WatchEvents};
 
 /// How often a watch with `allowWatchBookmarks` gets a progress BOOKMARK.
 pub const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
@@ -167,6 +168,8 @@ struct Encoder {
     form: Form,
     /// Protobuf frames instead of JSON lines.
     protobuf: bool,
+    /// `apiserver_watch_events_total` of this kind.
+    sent: WatchEvents,
 }
 
 impl Encoder {
@@ -198,7 +201,11 @@ impl Encoder {
         }
     }
 
+    /// One event for the response, counted as sent (`apiserver_watch_events_total`) and
+    /// as one encode at the `watch` site.
     fn event(&mut self, kind: &str, obj: Value) -> Bytes {
+        self.sent.sent();
+        work::encoded(if self.protobuf { Format::Protobuf } else { Format::Json }, Site::Watch);
         let object = self.object(kind, obj);
         if let Form::Table { columns_sent, .. } = &mut self.form {
             // Upstream stops sending headers after the first event, whatever it was.
@@ -252,6 +259,7 @@ pub async fn watch(c: &Call<'_>) -> Result<Response> {
         def: c.def.clone(),
         form: Form::from_output(&c.out, IncludeObject::parse(c.params.get("includeObject"))),
         protobuf: c.out.protobuf,
+        sent: WatchEvents::of(c.def.group, c.def.version, c.def.resource),
     };
     let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(BUFFER);
     let planned = plan(c, &filter).await?;
@@ -352,7 +360,7 @@ async fn run(
 
 /// One storage event → zero or one watch line, applying selector transitions.
 fn translate(def: &ResourceDef, filter: &Filter, enc: &mut Encoder, ev: &storage::Event) -> Option<Bytes> {
-    let obj = meta::decode_at(&ev.value, ev.rev).ok()?;
+    let obj = meta::decode_event(&ev.value, ev.rev).ok()?;
     match ev.kind {
         EventKind::Created => filter.matches(def, &obj).then(|| enc.event("ADDED", obj)),
         EventKind::Deleted => filter.matches(def, &obj).then(|| enc.event("DELETED", obj)),
@@ -360,7 +368,7 @@ fn translate(def: &ResourceDef, filter: &Filter, enc: &mut Encoder, ev: &storage
             let now = filter.matches(def, &obj);
             let before = match (&ev.prev_value, filter.is_empty()) {
                 (_, true) => true,
-                (Some(p), false) => meta::decode_at(p, ev.rev).map(|o| filter.matches(def, &o)).unwrap_or(false),
+                (Some(p), false) => meta::decode_event(p, ev.rev).map(|o| filter.matches(def, &o)).unwrap_or(false),
                 (None, false) => now,
             };
             match (before, now) {
@@ -378,6 +386,10 @@ mod tests {
     use super::*;
     use crate::registry::Registry;
     use crate::wire::negotiate::{negotiate, MetaVersion};
+
+    fn test_counter() -> WatchEvents {
+        WatchEvents::of("watch.test.kustos.dev", "v1", "encoders")
+    }
 
     fn configmaps() -> ResourceDef {
         Registry::builtin().find("", "v1", "configmaps").cloned().expect("configmaps are built in")
@@ -430,8 +442,12 @@ mod tests {
 
     #[test]
     fn metadata_events_carry_metadata_only_and_errors_stay_status() {
-        let mut enc =
-            Encoder { def: configmaps(), form: Form::Metadata { api_version: "meta.k8s.io/v1" }, protobuf: false };
+        let mut enc = Encoder {
+            def: configmaps(),
+            form: Form::Metadata { api_version: "meta.k8s.io/v1" },
+            protobuf: false,
+            sent: test_counter(),
+        };
         for kind in ["ADDED", "MODIFIED", "DELETED"] {
             let e = decode(&enc.event(kind, cm()));
             assert_eq!(e["type"], kind);
@@ -462,8 +478,12 @@ mod tests {
 
     #[test]
     fn metadata_events_in_v1beta1() {
-        let mut enc =
-            Encoder { def: configmaps(), form: Form::Metadata { api_version: "meta.k8s.io/v1beta1" }, protobuf: false };
+        let mut enc = Encoder {
+            def: configmaps(),
+            form: Form::Metadata { api_version: "meta.k8s.io/v1beta1" },
+            protobuf: false,
+            sent: test_counter(),
+        };
         let e = decode(&enc.event("ADDED", cm()));
         assert_eq!(e["object"]["apiVersion"], "meta.k8s.io/v1beta1", "{e}");
         let b = decode(&enc.bookmark(3, false));
@@ -473,7 +493,7 @@ mod tests {
 
     #[test]
     fn full_events_are_the_objects() {
-        let mut enc = Encoder { def: configmaps(), form: Form::Full, protobuf: false };
+        let mut enc = Encoder { def: configmaps(), form: Form::Full, protobuf: false, sent: test_counter() };
         assert_eq!(decode(&enc.event("ADDED", cm())), json!({"type": "ADDED", "object": cm()}));
         let b = decode(&enc.bookmark(4, false));
         assert_eq!(b["object"], json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": "4"}}));
@@ -486,7 +506,7 @@ mod tests {
             assert_eq!(b.len(), 4 + len, "one frame per event");
             protobuf::decode_watch_event(&b[4..]).expect("a protobuf WatchEvent")
         };
-        let mut enc = Encoder { def: configmaps(), form: Form::Full, protobuf: true };
+        let mut enc = Encoder { def: configmaps(), form: Form::Full, protobuf: true, sent: test_counter() };
         assert_eq!(frame(&enc.event("MODIFIED", cm())), ("MODIFIED".to_string(), cm()));
         let (ty, b) = frame(&enc.bookmark(12, true));
         assert_eq!(ty, "BOOKMARK");
@@ -499,8 +519,12 @@ mod tests {
         assert_eq!(ty, "ERROR");
         assert_eq!((err["kind"].as_str(), err["code"].as_i64()), (Some("Status"), Some(410)), "{err}");
         assert_eq!(err["reason"], "Expired", "{err}");
-        let mut meta =
-            Encoder { def: configmaps(), form: Form::Metadata { api_version: "meta.k8s.io/v1" }, protobuf: true };
+        let mut meta = Encoder {
+            def: configmaps(),
+            form: Form::Metadata { api_version: "meta.k8s.io/v1" },
+            protobuf: true,
+            sent: test_counter(),
+        };
         let (_, m) = frame(&meta.event("ADDED", cm()));
         assert_eq!(m["kind"], "PartialObjectMetadata", "{m}");
         assert_eq!(m["metadata"]["labels"], json!({"x": "y"}), "{m}");
@@ -508,10 +532,24 @@ mod tests {
     }
 
     #[test]
+    fn every_event_written_is_counted_once() {
+        // A kind no other test watches: its count is this test's alone.
+        let sent = WatchEvents::of("watch.test.kustos.dev", "v1", "counted");
+        for protobuf in [false, true] {
+            let mut enc = Encoder { def: configmaps(), form: Form::Full, protobuf, sent: sent.clone() };
+            enc.event("ADDED", cm());
+            enc.event("MODIFIED", cm());
+            enc.bookmark(5, false);
+            enc.error(&ApiError::Expired { message: "gone".into(), continue_token: None });
+        }
+        assert_eq!(sent.count(), 8, "four events each in JSON and in protobuf");
+    }
+
+    #[test]
     fn table_events_send_columns_once() {
         let form =
             Form::Table { include: IncludeObject::Metadata, api_version: "meta.k8s.io/v1beta1", columns_sent: false };
-        let mut enc = Encoder { def: configmaps(), form, protobuf: false };
+        let mut enc = Encoder { def: configmaps(), form, protobuf: false, sent: test_counter() };
         let first = decode(&enc.event("ADDED", cm()));
         let t = &first["object"];
         assert_eq!(t["kind"], "Table", "{t}");

@@ -241,6 +241,7 @@ impl X509Authenticator {
             return invalid("x509: certificate signed by unknown authority".into());
         };
         let unix = UnixTime::since_unix_epoch(StdDuration::from_secs(u64::try_from(now.timestamp()).unwrap_or(0)));
+        crate::work::signature_checked(crate::work::Signature::ClientCertificateChain);
         if let Err(e) = verifier.verify_client_cert(leaf, intermediates, unix) {
             return invalid(describe(&e));
         }

@@ -143,6 +143,7 @@ impl ClientCertVerifier for RequestAnyClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        crate::work::signature_checked(crate::work::Signature::TlsCertificateVerify);
         rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
@@ -152,6 +153,7 @@ impl ClientCertVerifier for RequestAnyClientCert {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        crate::work::signature_checked(crate::work::Signature::TlsCertificateVerify);
         rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 

@@ -13,6 +13,7 @@ use super::call::FieldValidation;
 use super::ResourceDef;
 use crate::error::{ApiError, Result};
 use crate::wire::dupcheck::{FieldPath, StrictErrors};
+use crate::work::{self, Format, Site};
 
 /// Decode a JSON, YAML or protobuf request body into an object, with the duplicate fields
 /// `fieldValidation` is told of (none under Ignore), as problems [`typed_check`] reports:
@@ -31,6 +32,7 @@ pub fn decode_body(
     let mut duplicates = Vec::new();
     let v: Value = match content_type {
         ct if reads_as_json(ct) => {
+            work::decoded(Format::Json, Site::Request);
             let v = serde_json::from_slice(body)
                 .map_err(|e| ApiError::BadRequest(format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml: {e}")))?;
             if mode != FieldValidation::Ignore {
@@ -39,6 +41,7 @@ pub fn decode_body(
             v
         }
         "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            work::decoded(Format::Yaml, Site::Request);
             let decoded = crate::wire::yaml::from_slice(body)
                 .map_err(|e| ApiError::BadRequest(format!("error converting YAML to JSON: {e}")))?;
             if mode != FieldValidation::Ignore {
@@ -54,9 +57,12 @@ pub fn decode_body(
                 "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml".into(),
             ))
         }
-        crate::wire::protobuf::MEDIA_TYPE => crate::wire::protobuf::decode(body).map_err(|e| {
-            ApiError::BadRequest(format!("{} in version \"{}\" cannot be handled as a {}: {e}", def.kind, def.version, def.kind))
-        })?,
+        crate::wire::protobuf::MEDIA_TYPE => {
+            work::decoded(Format::Protobuf, Site::Request);
+            crate::wire::protobuf::decode(body).map_err(|e| {
+                ApiError::BadRequest(format!("{} in version \"{}\" cannot be handled as a {}: {e}", def.kind, def.version, def.kind))
+            })?
+        }
         other => {
             return Err(ApiError::UnsupportedMediaType(format!(
                 "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {other:?})"

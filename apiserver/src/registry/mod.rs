@@ -546,6 +546,7 @@ impl Registry {
 /// decode (which `roundtrip` normally refused with 400 already) is not valid, and the error
 /// says why (→ 422).
 pub fn decode<T: serde::de::DeserializeOwned>(obj: &Value) -> Result<T, Vec<FieldError>> {
+    crate::work::decoded(crate::work::Format::Typed, crate::work::Site::Validation);
     T::deserialize(obj)
         .map_err(|e| vec![FieldError::invalid("", &Value::Null, format!("the object does not decode: {e}"))])
 }
@@ -555,6 +556,7 @@ pub fn decode<T: serde::de::DeserializeOwned>(obj: &Value) -> Result<T, Vec<Fiel
 /// answer with 500 (see [`FieldError::internal`]).
 pub fn decode_update<T: serde::de::DeserializeOwned>(new: &Value, old: &Value) -> Result<(T, T), Vec<FieldError>> {
     let new = decode(new)?;
+    crate::work::decoded(crate::work::Format::Typed, crate::work::Site::Validation);
     let old = T::deserialize(old)
         .map_err(|e| vec![FieldError::internal("", format!("the stored object does not decode: {e}"))])?;
     Ok((new, old))
@@ -593,7 +595,10 @@ pub fn typed_roundtrip_within<T>(obj: &Value, per_byte: usize) -> Result<Value, 
 where
     T: serde::de::DeserializeOwned + serde::Serialize,
 {
+    use crate::work::{decoded, encoded, Format::Typed, Site::Roundtrip};
+    decoded(Typed, Roundtrip);
     let typed: T = budget::from_value(obj, budget::budget_for(budget::json_len(obj), per_byte))?;
+    encoded(Typed, Roundtrip);
     Ok(serde_json::to_value(&typed)?)
 }
 

@@ -13,6 +13,7 @@ use super::*;
 use crate::error::ApiError;
 use crate::wire::negotiate::Output;
 use crate::wire::protobuf;
+use crate::work::{self, Format, Site};
 
 /// The largest error body re-encoded as protobuf (a Status is a few KiB at most).
 const MAX_STATUS_BODY: usize = 1 << 20;
@@ -29,7 +30,10 @@ pub fn render(
 ) -> Response {
     let pb = if out.protobuf {
         match protobuf::encode::encode(body) {
-            Ok(b) => Some(b),
+            Ok(b) => {
+                work::encoded(Format::Protobuf, Site::Response);
+                Some(b)
+            }
             Err(protobuf::encode::EncodeError::UnknownKind { .. }) => None,
             Err(e) => return ApiError::internal(e).into_response(),
         }
@@ -39,11 +43,13 @@ pub fn render(
     let (bytes, ctype) = if let Some(b) = pb {
         (b, protobuf::MEDIA_TYPE)
     } else if out.yaml {
+        work::encoded(Format::Yaml, Site::Response);
         match serde_yaml::to_string(body) {
             Ok(s) => (s.into_bytes(), "application/yaml"),
             Err(e) => return ApiError::internal(e).into_response(),
         }
     } else {
+        work::encoded(Format::Json, Site::Response);
         let r = if pretty { serde_json::to_vec_pretty(body) } else { serde_json::to_vec(body) };
         match r {
             Ok(b) => (b, "application/json"),
@@ -105,10 +111,14 @@ pub async fn status_errors_negotiated(req: Request, next: Next) -> Response {
     let Ok(bytes) = axum::body::to_bytes(body, MAX_STATUS_BODY).await else {
         return ApiError::internal("error body too large").into_response();
     };
+    work::decoded(Format::Json, Site::Response);
     let encoded = serde_json::from_slice::<Value>(&bytes)
         .ok()
         .filter(|v| v.get("kind").and_then(Value::as_str) == Some("Status"))
         .and_then(|v| protobuf::encode::encode(&v).ok());
+    if encoded.is_some() {
+        work::encoded(Format::Protobuf, Site::Response);
+    }
     match encoded {
         Some(pb) => {
             parts.headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(protobuf::MEDIA_TYPE));

@@ -45,6 +45,7 @@ use watch::{etcd_range, run_feed, watch_step, KeyGuard, Source, WatchState};
 use super::compactor::{self, Compact};
 use super::fanout::{next_live, Live, Scope};
 use super::{Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
+use crate::work;
 
 /// The prefix every trait key starts with.
 const TRAIT_ROOT: &str = "/registry";
@@ -591,13 +592,38 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+impl EtcdStorage {
+    /// [`Storage::get_at`], uncounted (for [`Storage::get`] and [`Storage::get_recent`] too).
+    async fn read_at(&self, key: &str, at_rev: Option<Rev>) -> Result<(Option<KeyValue>, Rev)> {
+        if let Some(at) = at_rev {
+            let compacted = self.compacted_rev();
+            if at < compacted {
+                return Err(Error::Compacted { requested: at, compacted });
+            }
+        }
+        let read = match at_rev {
+            Some(at) => Some(Read::Exact(at)),
+            None => self.inner.fresh().await?.map(Read::AtLeast),
+        };
+        if let Some(got) = read.and_then(|r| self.inner.cache.get(key, r)) {
+            return Ok(got);
+        }
+        let k = self.inner.keys.etcd_key(key)?;
+        let resp = self.inner.range(k, GetOptions::new(), at_rev).await?;
+        let read_at = at_rev.unwrap_or_else(|| rev_of(resp.header().map(|h| h.revision()).unwrap_or(0)));
+        Ok((resp.kvs().first().and_then(|kv| self.inner.key_value(kv)), read_at))
+    }
+}
+
 #[async_trait]
 impl Storage for EtcdStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        Ok(self.get_at(key, None).await?.0)
+        work::storage_read(work::Read::Get);
+        Ok(self.read_at(key, None).await?.0)
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
+        work::storage_read(work::Read::List);
         let read = match opts.at_rev {
             Some(at) => {
                 let compacted = self.compacted_rev();
@@ -618,6 +644,7 @@ impl Storage for EtcdStorage {
     }
 
     async fn count(&self, prefix: &str) -> Result<u64> {
+        work::storage_read(work::Read::Count);
         if let Some(r) = self.inner.fresh().await? {
             if let Some(n) = self.inner.cache.count(prefix, Read::AtLeast(r)) {
                 return Ok(n);
@@ -630,6 +657,7 @@ impl Storage for EtcdStorage {
     }
 
     async fn create(&self, key: &str, value: Vec<u8>) -> Result<Rev> {
+        work::storage_write(work::Write::Create, key);
         let k = self.inner.keys.etcd_key(key)?;
         let when = vec![Compare::create_revision(k.clone(), CompareOp::Equal, 0)];
         match self.inner.txn(&k, when, TxnOp::put(k.clone(), value, None)).await? {
@@ -639,6 +667,7 @@ impl Storage for EtcdStorage {
     }
 
     async fn update(&self, key: &str, value: Vec<u8>, expected_rev: Rev) -> Result<Rev> {
+        work::storage_write(work::Write::Update, key);
         let k = self.inner.keys.etcd_key(key)?;
         let when = vec![
             Compare::create_revision(k.clone(), CompareOp::Greater, 0),
@@ -652,6 +681,7 @@ impl Storage for EtcdStorage {
     }
 
     async fn delete(&self, key: &str, expected_rev: Rev) -> Result<Rev> {
+        work::storage_write(work::Write::Delete, key);
         let k = self.inner.keys.etcd_key(key)?;
         let when = vec![
             Compare::create_revision(k.clone(), CompareOp::Greater, 0),
@@ -665,23 +695,8 @@ impl Storage for EtcdStorage {
     }
 
     async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> Result<(Option<KeyValue>, Rev)> {
-        if let Some(at) = at_rev {
-            let compacted = self.compacted_rev();
-            if at < compacted {
-                return Err(Error::Compacted { requested: at, compacted });
-            }
-        }
-        let read = match at_rev {
-            Some(at) => Some(Read::Exact(at)),
-            None => self.inner.fresh().await?.map(Read::AtLeast),
-        };
-        if let Some(got) = read.and_then(|r| self.inner.cache.get(key, r)) {
-            return Ok(got);
-        }
-        let k = self.inner.keys.etcd_key(key)?;
-        let resp = self.inner.range(k, GetOptions::new(), at_rev).await?;
-        let read_at = at_rev.unwrap_or_else(|| rev_of(resp.header().map(|h| h.revision()).unwrap_or(0)));
-        Ok((resp.kvs().first().and_then(|kv| self.inner.key_value(kv)), read_at))
+        work::storage_read(work::Read::GetAt);
+        self.read_at(key, at_rev).await
     }
 
     /// From the watch cache once it has seen every revision this process knows of (its own
@@ -690,20 +705,23 @@ impl Storage for EtcdStorage {
     /// (the NamespaceLifecycle check, then the write). Falls back to a consistent read when
     /// the cache is not ready or does not get there in [`CACHE_WAIT`].
     async fn get_recent(&self, key: &str) -> Result<Option<KeyValue>> {
+        work::storage_read(work::Read::GetRecent);
         let known = self.inner.rev.load(Ordering::SeqCst);
         if self.inner.cache.rev() > 0 && self.inner.cache.wait_for(known, CACHE_WAIT).await {
             if let Some((kv, _)) = self.inner.cache.get(key, Read::AtLeast(known)) {
                 return Ok(kv);
             }
         }
-        self.get(key).await
+        Ok(self.read_at(key, None).await?.0)
     }
 
     async fn watch(&self, prefix: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
+        work::storage_read(work::Read::Watch);
         self.watch_scope(Scope::Prefix(prefix.to_string()), after_rev).await
     }
 
     async fn watch_key(&self, key: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
+        work::storage_read(work::Read::WatchKey);
         self.watch_scope(Scope::Key(key.to_string()), after_rev).await
     }
 

@@ -64,6 +64,7 @@ use tokio::sync::{broadcast, oneshot, Semaphore};
 use super::compactor::{self, Compact, COMPACT_INTERVAL};
 use super::fanout::Scope;
 use super::{Error, Event, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
+use crate::work::{self, Read as Counted, Write as Written};
 use file::{create_private, TempDir};
 use read::{
     get_current, history_after, key_filter, list_at, open_reader, read_meta_value, stable_plans, Keys, ReadPool, SqlRev,
@@ -273,16 +274,19 @@ impl Drop for SqliteStorage {
 #[async_trait]
 impl Storage for SqliteStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        work::storage_read(Counted::Get);
         let key = key.to_owned();
         self.reads.run_small(move |conn| get_current(conn, &key)).await
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
+        work::storage_read(Counted::List);
         let keys = Keys::Prefix(prefix.to_owned());
         self.reads.run(move |conn| list_at(conn, &keys, &opts)).await
     }
 
     async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> Result<(Option<KeyValue>, Rev)> {
+        work::storage_read(Counted::GetAt);
         let keys = Keys::Exact(key.to_owned());
         let opts = ListOptions { at_rev, ..Default::default() };
         let page = self.reads.run_small(move |conn| list_at(conn, &keys, &opts)).await?;
@@ -290,6 +294,7 @@ impl Storage for SqliteStorage {
     }
 
     async fn count(&self, prefix: &str) -> Result<u64> {
+        work::storage_read(Counted::Count);
         let prefix = prefix.to_owned();
         self.reads
             .run(move |conn| {
@@ -303,18 +308,22 @@ impl Storage for SqliteStorage {
     }
 
     async fn create(&self, key: &str, value: Vec<u8>) -> Result<Rev> {
+        work::storage_write(Written::Create, key);
         self.write(WriteOp::Create { key: key.to_owned(), value }).await
     }
 
     async fn update(&self, key: &str, value: Vec<u8>, expected_rev: Rev) -> Result<Rev> {
+        work::storage_write(Written::Update, key);
         self.write(WriteOp::Update { key: key.to_owned(), value, expected_rev }).await
     }
 
     async fn delete(&self, key: &str, expected_rev: Rev) -> Result<Rev> {
+        work::storage_write(Written::Delete, key);
         self.write(WriteOp::Delete { key: key.to_owned(), expected_rev }).await
     }
 
     async fn watch(&self, prefix: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
+        work::storage_read(Counted::Watch);
         // Subscribe first: every event committed after the history read below is then
         // guaranteed to arrive on the channel (events are published after their commit).
         let rx = self.shared.events.subscribe();
@@ -335,6 +344,7 @@ impl Storage for SqliteStorage {
     }
 
     async fn watch_key(&self, key: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
+        work::storage_read(Counted::WatchKey);
         // Register first: a change committed after the first history read then wakes it.
         let reg = KeyRegistration::new(&self.shared, key);
         let state = KeyWatchState { reads: self.reads.clone(), reg, pos: after_rev, buf: VecDeque::new(), done: false };
