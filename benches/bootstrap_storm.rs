@@ -19,7 +19,8 @@
 //!
 //! Run: `cargo bench --bench bootstrap_storm` (env: BENCH_NODES, default 10000;
 //! BENCH_CONCURRENCY, default all at once; BENCH_TIMEOUT_SECS, default 300; BENCH_TOKENS,
-//! bootstrap tokens shared out over the nodes, a flow each, default 1). Figures are
+//! bootstrap tokens shared out over the nodes, a flow each, default 1; BENCH_PERF_EVENTS,
+//! `perf stat` events counted during the storm, e.g. uprobes on the allocator). Figures are
 //! printed as a Markdown table; see docs/BENCHMARKS.md. The run itself is in
 //! benches/common/storm.rs ([`common::storm::bench`]), shared with `storage_backends`.
 
@@ -35,6 +36,12 @@ async fn main() -> Result<()> {
     println!("| measurement | result |\n| --- | --- |");
     for (k, v) in figures.rows() {
         println!("| {k} | {v} |");
+    }
+    if !figures.work.is_empty() {
+        println!("\n| work per certified node (/metrics, after less before) | per node |\n| --- | --- |");
+        for (k, v) in &figures.work {
+            println!("| {k} | {v} |");
+        }
     }
     let error_count = figures.summary.error_count();
     if error_count > 0 {

@@ -10,6 +10,7 @@ pub mod lease;
 pub mod load;
 pub mod scrape;
 pub mod storm;
+pub mod work;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

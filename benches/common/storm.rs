@@ -25,7 +25,7 @@ use base64::Engine as _;
 use futures::StreamExt as _;
 use serde_json::{json, Value};
 
-use super::{admin_client, ca_pem, cpu_time, env_u64, ms, pct, peak_rss_kib, rss_kib, scrape, start};
+use super::{admin_client, ca_pem, cpu_time, env_u64, ms, pct, peak_rss_kib, rss_kib, scrape, start, work};
 
 const SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
 
@@ -438,6 +438,9 @@ pub struct StormConfig {
     pub timeout: Duration,
     /// Bootstrap tokens the nodes share out (node i uses token i mod `tokens`), 1 to 10.
     pub tokens: usize,
+    /// `perf stat` events counted on the whole machine during the storm (BENCH_PERF_EVENTS,
+    /// comma-separated: uprobes on the server's allocator, docs/BENCHMARKS.md).
+    pub perf_events: Option<String>,
 }
 
 impl StormConfig {
@@ -450,6 +453,7 @@ impl StormConfig {
             concurrency: env_u64("BENCH_CONCURRENCY", nodes).max(1) as usize,
             tokens: env_u64("BENCH_TOKENS", 1).clamp(1, 10) as usize,
             timeout: Duration::from_secs(env_u64("BENCH_TIMEOUT_SECS", 300)),
+            perf_events: std::env::var("BENCH_PERF_EVENTS").ok().filter(|e| !e.is_empty()),
         }
     }
 }
@@ -475,6 +479,8 @@ pub struct StormFigures {
     /// Requests flow control rejected (`apiserver_flowcontrol_rejected_requests_total`) by
     /// priority level and reason, largest first.
     pub rejected: Vec<(String, f64)>,
+    /// The work per node ([`work::rows`]): empty when `/metrics` could not be read.
+    pub work: Vec<(String, String)>,
 }
 
 impl StormFigures {
@@ -553,14 +559,19 @@ pub async fn bench(config: StormConfig, dir: &Path, extra: &[&str], store_pid: O
     let metrics_before = scrape_metrics(&admin, &server.url).await;
     let cpu_before = cpu_time(pid).context("reading the server's CPU time")?;
     let store_before = store_pid.and_then(cpu_time);
+    let perf = config.perf_events.as_deref().map(|e| work::PerfStat::start(e, dir)).transpose()?;
     let (results, wall) = run(url, ca, tokens, nodes, config.concurrency, config.timeout).await?;
+    let allocations = match perf {
+        Some(p) => p.stop()?,
+        None => Vec::new(),
+    };
     let server_cpu = cpu_time(pid).unwrap_or_default().saturating_sub(cpu_before);
     let store_cpu = store_pid.and_then(|p| Some(cpu_time(p)?.saturating_sub(store_before?)));
     let store_rss_kib = store_pid.and_then(rss_kib);
     let rss = rss_kib(pid).unwrap_or(0);
     let peak = peak_rss_kib(pid).unwrap_or(0);
     let metrics_after = scrape_metrics(&admin, &server.url).await;
-    let (metrics_cpu, metrics_signed, requests, rejected) = match (&metrics_before, &metrics_after) {
+    let (metrics_cpu, metrics_signed, requests, rejected, work) = match (&metrics_before, &metrics_after) {
         (Some(b), Some(a)) => {
             let delta = |name: &str| scrape::sum(a, name, &[]) - scrape::sum(b, name, &[]);
             (
@@ -568,9 +579,10 @@ pub async fn bench(config: StormConfig, dir: &Path, extra: &[&str], store_pid: O
                 Some(delta("kustos_csr_signed_total")),
                 scrape::request_deltas(b, a),
                 scrape::rejection_deltas(b, a),
+                work::rows(b, a, n, &allocations),
             )
         }
-        _ => (None, None, Vec::new(), Vec::new()),
+        _ => (None, None, Vec::new(), Vec::new(), Vec::new()),
     };
     drop(server);
     Ok(StormFigures {
@@ -585,6 +597,7 @@ pub async fn bench(config: StormConfig, dir: &Path, extra: &[&str], store_pid: O
         metrics_signed,
         requests,
         rejected,
+        work,
     })
 }
 
