@@ -129,10 +129,17 @@ pub fn router(metrics: Metrics) -> axum::Router {
         .route(
             "/metrics",
             get(move || {
-                let text = metrics.encode();
+                let text = with_csr_reads(metrics.encode());
                 async move { ([(http::header::CONTENT_TYPE, kustos_controllers::metrics::CONTENT_TYPE)], text) }
             }),
         )
+}
+
+/// The controllers' metrics with the counters of certificate signing request reads (the
+/// process-wide memo of kustos-ca) before OpenMetrics' closing `# EOF`.
+fn with_csr_reads(text: String) -> String {
+    let body = text.trim_end().strip_suffix("# EOF").unwrap_or(&text);
+    format!("{body}{}# EOF\n", kustos_ca::csr::memo::metrics_text())
 }
 
 /// A self-signed serving certificate chain and key, as upstream makes one: a CA
