@@ -384,6 +384,19 @@ mod tests {
     }
 
     #[test]
+    fn the_metrics_carry_the_csr_reads_before_the_end() {
+        let text = with_csr_reads(Metrics::new().encode());
+        for name in ["kustos_csr_parses", "kustos_csr_signature_checks", "kustos_csr_parse_cache_hits"] {
+            assert!(text.contains(&format!("\n# TYPE {name} counter\n{name}_total ")), "{name} in {text}");
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.last(), Some(&"# EOF"), "{text}");
+        assert!(lines[lines.len() - 2].starts_with("kustos_csr_parse_cache_hits_total "), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        assert!(text.contains("\nkustos_bootstrap_tokens_cleaned_total "), "the controllers' metrics stay: {text}");
+    }
+
+    #[test]
     fn defaults_are_kube_controller_managers() {
         let a = parse(&[]).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(SocketAddr::new(a.bind_address, a.secure_port).to_string(), "0.0.0.0:10257");

@@ -14,6 +14,11 @@
 //!   (kube-apiserver's x509 authenticator, `kubectl describe csr`) sees in the request and in
 //!   the certificate issued for it.
 //!
+//! Every read goes through [`memo`]: a process-wide memo keyed by the SHA-256 of the bytes
+//! read, so the readers of one request (admission, validation, the approvers, the signer)
+//! share one parse and one self-signature check. A memoised answer is the answer a fresh
+//! read gives.
+//!
 //! [`sign`] builds the issued certificate's subject from those CN and O values alone (the
 //! request's other subject attributes are not copied).
 //!
