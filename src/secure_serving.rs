@@ -129,10 +129,17 @@ pub fn router(metrics: Metrics) -> axum::Router {
         .route(
             "/metrics",
             get(move || {
-                let text = metrics.encode();
+                let text = with_csr_reads(metrics.encode());
                 async move { ([(http::header::CONTENT_TYPE, kustos_controllers::metrics::CONTENT_TYPE)], text) }
             }),
         )
+}
+
+/// The controllers' metrics with the counters of certificate signing request reads (the
+/// process-wide memo of kustos-ca) before OpenMetrics' closing `# EOF`.
+fn with_csr_reads(text: String) -> String {
+    let body = text.trim_end().strip_suffix("# EOF").unwrap_or(&text);
+    format!("{body}{}# EOF\n", kustos_ca::csr::memo::metrics_text())
 }
 
 /// A self-signed serving certificate chain and key, as upstream makes one: a CA
@@ -374,6 +381,19 @@ mod tests {
         let mut argv = vec!["x"];
         argv.extend_from_slice(args);
         Cli::try_parse_from(argv).map(|c| c.serving).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_metrics_carry_the_csr_reads_before_the_end() {
+        let text = with_csr_reads(Metrics::new().encode());
+        for name in ["kustos_csr_parses", "kustos_csr_signature_checks", "kustos_csr_parse_cache_hits"] {
+            assert!(text.contains(&format!("\n# TYPE {name} counter\n{name}_total ")), "{name} in {text}");
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.last(), Some(&"# EOF"), "{text}");
+        assert!(lines[lines.len() - 2].starts_with("kustos_csr_parse_cache_hits_total "), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1, "{text}");
+        assert!(text.contains("\nkustos_bootstrap_tokens_cleaned_total "), "the controllers' metrics stay: {text}");
     }
 
     #[test]

@@ -104,3 +104,46 @@ async fn a_kubelet_with_a_bootstrap_token_gets_a_certificate_and_renews_it_with_
     let (user, _) = whoami(&client_from_yaml(&node_kubeconfig(&bootstrap, &cert2, &key_pem2)).await).await;
     assert_eq!(user, format!("system:node:{node}"), "the renewed certificate authenticates");
 }
+
+/// `kustos_csr_parses_total`, `kustos_csr_signature_checks_total` and
+/// `kustos_csr_parse_cache_hits_total` from the server's `/metrics`.
+async fn csr_reads(s: &common::Server) -> [u64; 3] {
+    let r = common::send(s.http().get(format!("{}/metrics", s.url))).await;
+    r.expect_code(200, "GET /metrics");
+    ["kustos_csr_parses_total ", "kustos_csr_signature_checks_total ", "kustos_csr_parse_cache_hits_total "].map(|p| {
+        let line = r.text.lines().find_map(|l| l.strip_prefix(p)).unwrap_or_else(|| panic!("/metrics lacks {p}"));
+        line.trim().parse().unwrap_or_else(|_| panic!("{p}{line}"))
+    })
+}
+
+/// Every reader of a request in `kustos server` (admission, validation, the approvers, the
+/// signer) shares one read of it: one parse and one self-signature check per request, for a
+/// bootstrap (validation first) and for a renewal (NodeRestriction's unverified read first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_request_is_parsed_and_its_signature_checked_once_on_its_way() {
+    let s = common::Server::start();
+    let kubeconfig = s.kubeconfig.to_string_lossy().into_owned();
+    let node = common::unique("node");
+    let token = common::kustos_ok(&["token", "create", "--kubeconfig", &kubeconfig]).trim().to_string();
+    let bootstrap = common::kustos_ok(&["kubeconfig", "bootstrap", "--kubeconfig", &kubeconfig, "--token", &token]);
+    let boot = client_from_yaml(&bootstrap).await;
+
+    let before = csr_reads(&s).await;
+    let (csr_pem, key_pem) = node_csr(&node);
+    let csr = request_certificate(&boot, &format!("node-csr-{node}-1"), &csr_pem).await;
+    let cert_pem = csr.status.and_then(|st| st.certificate).expect("certificate").0;
+    let after = csr_reads(&s).await;
+    let delta = |a: [u64; 3], b: [u64; 3]| [a[0] - b[0], a[1] - b[1], a[2] - b[2]];
+    let bootstrap_reads = delta(after, before);
+    eprintln!("bootstrap: parses, signature checks, hits = {bootstrap_reads:?}");
+    assert_eq!(bootstrap_reads[..2], [1, 1], "one parse and one signature check for a bootstrap: {bootstrap_reads:?}");
+    assert!(bootstrap_reads[2] >= 2, "the approver and the signer read the kept request: {bootstrap_reads:?}");
+
+    let as_node = client_from_yaml(&node_kubeconfig(&bootstrap, &cert_pem, &key_pem)).await;
+    let (csr_pem2, _) = node_csr(&node);
+    request_certificate(&as_node, &format!("node-csr-{node}-2"), &csr_pem2).await;
+    let renewal_reads = delta(csr_reads(&s).await, after);
+    eprintln!("renewal: parses, signature checks, hits = {renewal_reads:?}");
+    assert_eq!(renewal_reads[..2], [1, 1], "one parse and one signature check for a renewal: {renewal_reads:?}");
+    assert!(renewal_reads[2] >= 3, "validation, the approver and the signer read the kept request: {renewal_reads:?}");
+}

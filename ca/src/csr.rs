@@ -14,6 +14,11 @@
 //!   (kube-apiserver's x509 authenticator, `kubectl describe csr`) sees in the request and in
 //!   the certificate issued for it.
 //!
+//! Every read goes through [`memo`]: a process-wide memo keyed by the SHA-256 of the bytes
+//! read, so the readers of one request (admission, validation, the approvers, the signer)
+//! share one parse and one self-signature check. A memoised answer is the answer a fresh
+//! read gives.
+//!
 //! [`sign`] builds the issued certificate's subject from those CN and O values alone (the
 //! request's other subject attributes are not copied).
 //!
@@ -33,6 +38,9 @@ use x509_parser::prelude::FromDer as _;
 use crate::der;
 use crate::name::{StringType, OID_COMMON_NAME, OID_ORGANIZATION, OID_ORGANIZATIONAL_UNIT};
 use crate::{Ca, Error, IssueParams, Issued, Result, SubjectKey, Usage, BACKDATE};
+
+pub mod memo;
+pub use memo::{counters, Counts};
 
 /// The smallest certificate lifetime a signer issues.
 pub const MIN_DURATION: Duration = Duration::minutes(10);
@@ -113,14 +121,14 @@ pub struct CertificateRequest {
 /// Read a request (`spec.request`): one `CERTIFICATE REQUEST` PEM block, its self-signature
 /// checked, its subject following the subject rule.
 pub fn parse_pem(pem: &[u8]) -> Result<CertificateRequest, CsrError> {
-    parse(&request_der(pem)?, true)
+    memo::read(memo::Form::Pem, pem, true)
 }
 
 /// Like [`parse_pem`] without checking the self-signature, for readers of requests whose
 /// signature was checked when they were accepted (a stored CSR's `spec.request` is
 /// validated at create and immutable), as upstream's `ParseCSR`. Every other rule applies.
 pub fn parse_pem_unverified(pem: &[u8]) -> Result<CertificateRequest, CsrError> {
-    parse(&request_der(pem)?, false)
+    memo::read(memo::Form::Pem, pem, false)
 }
 
 fn request_der(pem: &[u8]) -> Result<Vec<u8>, CsrError> {
@@ -136,7 +144,7 @@ fn request_der(pem: &[u8]) -> Result<Vec<u8>, CsrError> {
 
 /// Parse a DER PKCS#10 request and check its self-signature.
 pub fn parse_der(der: &[u8]) -> Result<CertificateRequest, CsrError> {
-    parse(der, true)
+    memo::read(memo::Form::Der, der, true)
 }
 
 /// The subject rule, on a subject read as Go reads it: at most one CN; CN, O and OU only as
@@ -161,15 +169,94 @@ pub fn check_subject(subject: &crate::name::Name) -> Result<(), SubjectError> {
     Ok(())
 }
 
-fn parse(der: &[u8], verify: bool) -> Result<CertificateRequest, CsrError> {
-    let (rest, csr) = X509CertificationRequest::from_der(der)
-        .map_err(|_| CsrError::Malformed("x509: malformed certificate request".into()))?;
+/// What one read of a request found: the request under every rule but the self-signature,
+/// and the self-signature's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Read {
+    /// The answer of an unverified read.
+    request: Result<CertificateRequest, CsrError>,
+    /// `Some(Err)` when the self-signature does not verify; `Some(Ok)` when it does, or when
+    /// the request was refused before the signature is looked at (PEM, DER, subject syntax);
+    /// `None` when it was not checked.
+    signature: Option<Result<(), CsrError>>,
+}
+
+impl Read {
+    /// The answer of a read with (`verify`) or without the self-signature check: the first
+    /// rule the request breaks, in the order PEM, DER, subject syntax, signature, subject
+    /// rule, requested extensions. `None` when `verify` asks for a check this read did not do.
+    fn answer(&self, verify: bool) -> Option<Result<CertificateRequest, CsrError>> {
+        if verify {
+            if let Err(e) = self.signature.as_ref()? {
+                return Some(Err(e.clone()));
+            }
+        }
+        Some(self.request.clone())
+    }
+
+    /// Heap bytes this read holds, roughly: what a memo charges for keeping it.
+    fn weight(&self) -> usize {
+        const ITEM: usize = 32;
+        let error = |e: &CsrError| match e {
+            CsrError::Subject(SubjectError::CommonNames { values }) => {
+                values.iter().map(|v| v.len() + ITEM).sum::<usize>() + ITEM
+            }
+            CsrError::Subject(SubjectError::StringType { attribute, value, .. }) => {
+                attribute.len() + value.len() + ITEM
+            }
+            CsrError::Subject(SubjectError::Name(n)) => n.to_string().len() + ITEM,
+            CsrError::Pem(m) | CsrError::Malformed(m) | CsrError::Signature(m) => m.len() + ITEM,
+        };
+        let request = match &self.request {
+            Ok(r) => {
+                let strings = [&r.organizations, &r.dns_names, &r.email_addresses, &r.uris];
+                r.common_name.len()
+                    + r.public_key_der.len()
+                    + strings.iter().flat_map(|v| v.iter()).map(|s| s.len() + ITEM).sum::<usize>()
+                    + r.ip_addresses.len() * ITEM
+            }
+            Err(e) => error(e),
+        };
+        let signature = match &self.signature {
+            Some(Err(e)) => error(e),
+            _ => 0,
+        };
+        std::mem::size_of::<Self>() + request + signature
+    }
+}
+
+/// Read `input` (`form`): every rule, the self-signature checked when `verify`.
+fn read(form: memo::Form, input: &[u8], verify: bool, counters: &memo::Counters) -> Read {
+    let der;
+    let der = match form {
+        memo::Form::Der => input,
+        memo::Form::Pem => match request_der(input) {
+            Ok(d) => {
+                der = d;
+                &der
+            }
+            Err(e) => return Read { request: Err(e), signature: Some(Ok(())) },
+        },
+    };
+    read_der(der, verify, counters)
+}
+
+fn read_der(der: &[u8], verify: bool, counters: &memo::Counters) -> Read {
+    counters.parses.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let refused = |e: CsrError| Read { request: Err(e), signature: Some(Ok(())) };
+    let Ok((rest, csr)) = X509CertificationRequest::from_der(der) else {
+        return refused(CsrError::Malformed("x509: malformed certificate request".into()));
+    };
     if !rest.is_empty() {
-        return Err(CsrError::Malformed("asn1: syntax error: trailing data".into()));
+        return refused(CsrError::Malformed("asn1: syntax error: trailing data".into()));
     }
     let info = &csr.certification_request_info;
-    let subject = crate::name::parse(info.subject.as_raw()).map_err(SubjectError::from)?;
-    if verify {
+    let subject = match crate::name::parse(info.subject.as_raw()) {
+        Ok(s) => s,
+        Err(e) => return refused(SubjectError::from(e).into()),
+    };
+    let signature = verify.then(|| {
+        counters.signature_checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         csr.verify_signature().map_err(|_| {
             // Go's CheckSignature wording per key algorithm.
             CsrError::Signature(
@@ -181,9 +268,15 @@ fn parse(der: &[u8], verify: bool) -> Result<CertificateRequest, CsrError> {
                 }
                 .into(),
             )
-        })?;
-    }
-    check_subject(&subject)?;
+        })
+    });
+    Read { request: request(&csr, &subject), signature }
+}
+
+/// The rules after the signature, and the request they leave.
+fn request(csr: &X509CertificationRequest<'_>, subject: &crate::name::Name) -> Result<CertificateRequest, CsrError> {
+    let info = &csr.certification_request_info;
+    check_subject(subject)?;
     check_extension_requests(info.raw)?;
     let mut req = CertificateRequest {
         common_name: subject.common_name().to_string(),

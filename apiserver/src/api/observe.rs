@@ -175,6 +175,8 @@ pub async fn encode(state: &AppState) -> String {
     if let Some(stats) = metrics::process_stats() {
         text.push_str(&metrics::encode_process(&stats));
     }
+    // Reads of certificate signing requests (the process-wide memo of kustos-ca).
+    text.push_str(&kustos_ca::csr::memo::metrics_text());
     if let Some(signer) = state.security.service_accounts.as_ref().and_then(|t| t.external_signer()) {
         let more = signer.metrics.encode();
         text.push_str(more.trim_end().strip_suffix("# EOF").unwrap_or(&more));
