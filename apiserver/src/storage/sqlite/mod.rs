@@ -337,7 +337,14 @@ impl Storage for SqliteStorage {
     async fn watch_key(&self, key: &str, after_rev: Rev) -> Result<BoxStream<'static, Result<Event>>> {
         // Register first: a change committed after the first history read then wakes it.
         let reg = KeyRegistration::new(&self.shared, key);
-        let state = KeyWatchState { reads: self.reads.clone(), reg, pos: after_rev, buf: VecDeque::new(), done: false };
+        let state = KeyWatchState {
+            reads: self.reads.clone(),
+            reg,
+            pos: after_rev,
+            buf: VecDeque::new(),
+            catching_up: true,
+            done: false,
+        };
         Ok(stream::unfold(state, key_watch_step).boxed())
     }
 
