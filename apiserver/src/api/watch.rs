@@ -15,6 +15,13 @@
 //! `resourceVersionMatch=NotOlderThan`) → ADDED per object, then a BOOKMARK annotated
 //! `k8s.io/initial-events-end`. Under a selector, an object leaving it is DELETED and one
 //! entering it ADDED. A start revision older than the kept history → an ERROR event (410).
+//!
+//! Rendered once per change: a change's frame depends only on the event type sent, the
+//! wire format and the object form (full, or PartialObjectMetadata of one version), so the
+//! first watcher to send it keeps the frame in the change's [`storage::memo::Memo`] and
+//! every other watcher with the same three sends those bytes (a Table, built per watcher
+//! with its own options and column state, is never shared). A watch whose selector asks only
+//! for the name (and namespace) of the one key it watches filters without decoding.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -172,6 +179,30 @@ struct Encoder {
     sent: WatchEvents,
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Frames encoded on this thread (tests count them).
+    static ENCODED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The memo slot of a change's frame for an event type, wire format and object form, or
+/// None when the frame is not shared (a Table; a type no change has).
+fn slot(kind: &str, protobuf: bool, form: &Form) -> Option<usize> {
+    let kind = match kind {
+        "ADDED" => 0,
+        "MODIFIED" => 1,
+        "DELETED" => 2,
+        _ => return None,
+    };
+    let form = match form {
+        Form::Full => 0,
+        Form::Metadata { api_version: "meta.k8s.io/v1" } => 1,
+        Form::Metadata { api_version: "meta.k8s.io/v1beta1" } => 2,
+        Form::Metadata { .. } | Form::Table { .. } => return None,
+    };
+    Some(kind * 6 + usize::from(protobuf) * 3 + form)
+}
+
 impl Encoder {
     /// The object an event of `kind` carries for `obj`.
     fn object(&mut self, kind: &str, obj: Value) -> Value {
@@ -180,11 +211,7 @@ impl Encoder {
         }
         match &mut self.form {
             Form::Full => obj,
-            Form::Metadata { api_version } => {
-                let mut p = table::partial_object_metadata(&obj);
-                p["apiVersion"] = json!(*api_version);
-                p
-            }
+            Form::Metadata { api_version } => metadata_object(&obj, api_version),
             Form::Table { include, api_version, columns_sent } => {
                 let list_meta = json!({"resourceVersion": meta::rv(&obj)});
                 let mut t = table::table(&self.def, std::slice::from_ref(&obj), *include, list_meta, !*columns_sent);
@@ -211,19 +238,39 @@ impl Encoder {
             // Upstream stops sending headers after the first event, whatever it was.
             *columns_sent = true;
         }
-        if self.protobuf {
-            return match protobuf::encode::watch_frame(kind, &object) {
-                Ok(frame) => Bytes::from(frame),
-                // Every served kind has a protobuf form; should one not encode, the watcher
-                // is told so in an ERROR event (a Status always encodes).
-                Err(e) => protobuf::encode::watch_frame("ERROR", &ApiError::internal(e).status())
-                    .map(Bytes::from)
-                    .unwrap_or_default(),
-            };
+        frame(self.protobuf, kind, &object)
+    }
+
+    /// The frame of a stored change sent as `kind`: from the change's memo when another
+    /// watcher rendered it alike, else rendered (from `decoded`, the change's object if the
+    /// caller has it) and kept there. None for an object that does not decode.
+    fn change(&mut self, kind: &str, ev: &storage::Event, decoded: Option<Value>) -> Option<Bytes> {
+        let decode = |decoded: Option<Value>| match decoded {
+            Some(o) => Some(o),
+            None => meta::decode_event(&ev.value, ev.rev).ok(),
+        };
+        let Some(slot) = slot(kind, self.protobuf, &self.form) else {
+            return Some(self.event(kind, decode(decoded)?));
+        };
+        let (protobuf, form) = (self.protobuf, self.form);
+        // An object that does not decode is kept as no frame (every watcher skips it).
+        let line = ev.memo.get_or_render(slot, || match decode(decoded) {
+            Some(obj) => {
+                // Encoded once per change and slot, whatever the number of watchers.
+                work::encoded(if protobuf { Format::Protobuf } else { Format::Json }, Site::Watch);
+                match form {
+                    Form::Metadata { api_version } => frame(protobuf, kind, &metadata_object(&obj, api_version)),
+                    _ => frame(protobuf, kind, &obj),
+                }
+            }
+            None => Bytes::new(),
+        });
+        if line.is_empty() {
+            return None;
         }
-        let mut line = serde_json::to_vec(&json!({"type": kind, "object": object})).unwrap_or_default();
-        line.push(b'\n');
-        Bytes::from(line)
+        // Sent to this watcher, whether rendered here or by another.
+        self.sent.sent();
+        Some(line)
     }
 
     fn bookmark(&mut self, rev: Rev, initial_end: bool) -> Bytes {
@@ -234,6 +281,42 @@ impl Encoder {
     fn error(&mut self, e: &ApiError) -> Bytes {
         self.event("ERROR", e.status())
     }
+}
+
+/// `obj` as a PartialObjectMetadata of `api_version`.
+fn metadata_object(obj: &Value, api_version: &str) -> Value {
+    let mut p = table::partial_object_metadata(obj);
+    p["apiVersion"] = json!(api_version);
+    p
+}
+
+/// One event on the wire: a protobuf frame or a JSON line.
+fn frame(protobuf: bool, kind: &str, object: &Value) -> Bytes {
+    #[cfg(test)]
+    ENCODED.with(|n| n.set(n.get() + 1));
+    if protobuf {
+        return match protobuf::encode::watch_frame(kind, object) {
+            Ok(frame) => Bytes::from(frame),
+            // Every served kind has a protobuf form; should one not encode, the watcher
+            // is told so in an ERROR event (a Status always encodes).
+            Err(e) => protobuf::encode::watch_frame("ERROR", &ApiError::internal(e).status())
+                .map(Bytes::from)
+                .unwrap_or_default(),
+        };
+    }
+    let mut line = serde_json::to_vec(&Line { object, kind }).unwrap_or_default();
+    line.push(b'\n');
+    Bytes::from(line)
+}
+
+/// A JSON watch event, written straight from the borrowed object: the bytes of
+/// `json!({"type": kind, "object": object})` (keys in the map's sorted order) without the
+/// deep copy `json!` makes of the object.
+#[derive(serde::Serialize)]
+struct Line<'a> {
+    object: &'a Value,
+    #[serde(rename = "type")]
+    kind: &'a str,
 }
 
 /// The object of a BOOKMARK: the kind with only `metadata.resourceVersion` (and the
@@ -268,10 +351,11 @@ pub async fn watch(c: &Call<'_>) -> Result<Response> {
         Some(key) => Scope::Key(key),
         None => Scope::Prefix(c.def.ns_prefix(ns(c))),
     };
+    let filter_by_key = matches!(scope, Scope::Key(_)) && holds_for_pinned_key(c.def, &filter, ns(c));
     let def = c.def.clone();
     // A job of the supervisor: it ends with the client, its timeout, or the server.
     c.state.tasks.spawn_job("watch", async move {
-        let work = run(store, scope, def, filter, planned, enc, bookmarks, tx.clone());
+        let work = run(store, scope, def, (filter, filter_by_key), planned, enc, bookmarks, tx.clone());
         let _ = tokio::time::timeout(timeout, work).await;
         Ok(())
     });
@@ -296,7 +380,7 @@ async fn run(
     store: Arc<dyn Storage>,
     scope: Scope,
     def: ResourceDef,
-    filter: Filter,
+    (filter, filter_by_key): (Filter, bool),
     planned: std::result::Result<Plan, storage::Error>,
     mut enc: Encoder,
     bookmarks: bool,
@@ -342,7 +426,7 @@ async fn run(
                     }
                 };
                 last = ev.rev;
-                let Some(line) = translate(&def, &filter, &mut enc, &ev) else { continue };
+                let Some(line) = translate(&def, &filter, filter_by_key, &mut enc, &ev) else { continue };
                 if tx.send(line).await.is_err() {
                     return;
                 }
@@ -358,27 +442,67 @@ async fn run(
     }
 }
 
+/// Whether `filter` holds for every object a watch of the key it pins sees: it has no label
+/// selector and asks only for the name and namespace the key fixes. Such a watch's events
+/// need no decoding to be filtered.
+fn holds_for_pinned_key(def: &ResourceDef, filter: &Filter, ns: Option<&str>) -> bool {
+    if filter.labels.is_some() {
+        return false;
+    }
+    let Some(fields) = &filter.fields else { return true };
+    let Some(name) = fields.requires_exact_match("metadata.name") else { return false };
+    if !fields.requirements().iter().all(|r| r.field == "metadata.name" || r.field == "metadata.namespace") {
+        return false;
+    }
+    // The namespace of the key `Filter::pinned_key` builds.
+    let ns = match (def.namespaced, ns) {
+        (false, _) => None,
+        (true, Some(ns)) => Some(ns),
+        (true, None) => fields.requires_exact_match("metadata.namespace"),
+    };
+    let mut probe = json!({"metadata": {"name": name}});
+    if let Some(ns) = ns {
+        probe["metadata"]["namespace"] = json!(ns);
+    }
+    filter.matches(def, &probe)
+}
+
 /// One storage event → zero or one watch line, applying selector transitions.
-fn translate(def: &ResourceDef, filter: &Filter, enc: &mut Encoder, ev: &storage::Event) -> Option<Bytes> {
+/// `filter_by_key`: the filter holds for every object the watch sees (no decoding needed).
+fn translate(
+    def: &ResourceDef,
+    filter: &Filter,
+    filter_by_key: bool,
+    enc: &mut Encoder,
+    ev: &storage::Event,
+) -> Option<Bytes> {
+    if filter.is_empty() || filter_by_key {
+        let kind = match ev.kind {
+            EventKind::Created => "ADDED",
+            EventKind::Updated => "MODIFIED",
+            EventKind::Deleted => "DELETED",
+        };
+        return enc.change(kind, ev, None);
+    }
     let obj = meta::decode_event(&ev.value, ev.rev).ok()?;
-    match ev.kind {
-        EventKind::Created => filter.matches(def, &obj).then(|| enc.event("ADDED", obj)),
-        EventKind::Deleted => filter.matches(def, &obj).then(|| enc.event("DELETED", obj)),
+    let now = filter.matches(def, &obj);
+    let kind = match ev.kind {
+        EventKind::Created => now.then_some("ADDED")?,
+        EventKind::Deleted => now.then_some("DELETED")?,
         EventKind::Updated => {
-            let now = filter.matches(def, &obj);
-            let before = match (&ev.prev_value, filter.is_empty()) {
-                (_, true) => true,
-                (Some(p), false) => meta::decode_event(p, ev.rev).map(|o| filter.matches(def, &o)).unwrap_or(false),
-                (None, false) => now,
+            let before = match &ev.prev_value {
+                Some(p) => meta::decode_event(p, ev.rev).map(|o| filter.matches(def, &o)).unwrap_or(false),
+                None => now,
             };
             match (before, now) {
-                (true, true) => Some(enc.event("MODIFIED", obj)),
-                (false, true) => Some(enc.event("ADDED", obj)),
-                (true, false) => Some(enc.event("DELETED", obj)),
-                (false, false) => None,
+                (true, true) => "MODIFIED",
+                (false, true) => "ADDED",
+                (true, false) => "DELETED",
+                (false, false) => return None,
             }
         }
-    }
+    };
+    enc.change(kind, ev, Some(obj))
 }
 
 #[cfg(test)]
@@ -529,6 +653,216 @@ mod tests {
         assert_eq!(m["kind"], "PartialObjectMetadata", "{m}");
         assert_eq!(m["metadata"]["labels"], json!({"x": "y"}), "{m}");
         assert!(m.get("data").is_none(), "{m}");
+    }
+
+    fn csrs() -> ResourceDef {
+        Registry::builtin()
+            .find("certificates.k8s.io", "v1", "certificatesigningrequests")
+            .cloned()
+            .expect("CSRs are built in")
+    }
+
+    /// A CSR as stored (no resourceVersion), with `labels`.
+    fn stored_csr(labels: Value, approved: bool) -> Vec<u8> {
+        let mut csr = json!({
+            "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+            "metadata": {"name": "node-1", "labels": labels, "uid": "u1"},
+            "spec": {"request": "LS0t", "signerName": "kubernetes.io/kube-apiserver-client-kubelet",
+                     "usages": ["client auth"], "username": "system:bootstrap:abcdef"},
+        });
+        if approved {
+            csr["status"] = json!({"conditions": [{"type": "Approved", "status": "True", "reason": "AutoApproved"}]});
+        }
+        serde_json::to_vec(&csr).expect("JSON")
+    }
+
+    fn update(prev: Vec<u8>, value: Vec<u8>) -> storage::Event {
+        storage::Event {
+            kind: EventKind::Updated,
+            rev: 42,
+            key: "/registry/certificates.k8s.io/certificatesigningrequests/node-1".into(),
+            value,
+            prev_value: Some(prev),
+            memo: Default::default(),
+        }
+    }
+
+    /// One watcher: its output form, wire format, selectors, and whether it watches the key
+    /// its field selector pins.
+    struct Watcher {
+        form: Form,
+        protobuf: bool,
+        labels: Option<&'static str>,
+        fields: Option<&'static str>,
+    }
+
+    const FULL: Form = Form::Full;
+    const META_V1: Form = Form::Metadata { api_version: "meta.k8s.io/v1" };
+    const META_V1BETA1: Form = Form::Metadata { api_version: "meta.k8s.io/v1beta1" };
+    const TABLE: Form =
+        Form::Table { include: IncludeObject::Metadata, api_version: "meta.k8s.io/v1", columns_sent: false };
+
+    fn w(form: Form, protobuf: bool) -> Watcher {
+        Watcher { form, protobuf, labels: None, fields: None }
+    }
+
+    impl Watcher {
+        fn filter(&self) -> Filter {
+            Filter {
+                labels: self.labels.map(|l| crate::machinery::selectors::LabelSelector::parse(l).expect("labels")),
+                fields: self.fields.map(|f| crate::machinery::selectors::FieldSelector::parse(f).expect("fields")),
+            }
+        }
+
+        /// This watcher's frame for `ev` (its own copy of the change, as the fan-out hands it).
+        fn send(&self, ev: &storage::Event) -> Option<Bytes> {
+            let (def, filter) = (csrs(), self.filter());
+            let by_key = filter.pinned_key(&def, None).is_some() && holds_for_pinned_key(&def, &filter, None);
+            let mut enc = Encoder { def: def.clone(), form: self.form, protobuf: self.protobuf };
+            translate(&def, &filter, by_key, &mut enc, &ev.clone())
+        }
+
+        /// The frame an encoder of its own, sharing nothing, makes of `kind` for `ev`.
+        fn unshared(&self, kind: &str, ev: &storage::Event) -> Bytes {
+            let mut enc = Encoder { def: csrs(), form: self.form, protobuf: self.protobuf };
+            enc.event(kind, meta::decode_at(&ev.value, ev.rev).expect("decodes"))
+        }
+    }
+
+    fn encoded() -> usize {
+        ENCODED.with(std::cell::Cell::get)
+    }
+
+    #[test]
+    fn watchers_rendering_a_change_alike_get_one_encoding_and_others_their_own() {
+        let labelled = stored_csr(json!({"x": "y"}), false);
+        let unlabelled = stored_csr(json!({}), true);
+        let kubelet = Watcher { fields: Some("metadata.name=node-1"), ..w(FULL, false) };
+        let selected = Watcher { labels: Some("x=y"), ..w(FULL, false) };
+        // (name, the change, its watchers and the event type each gets, encodings wanted)
+        type Case = (&'static str, storage::Event, Vec<(Watcher, &'static str)>, usize);
+        let cases: Vec<Case> = vec![
+            (
+                "the kubelet's watch by name and the controllers' informer: one JSON encoding",
+                update(labelled.clone(), labelled.clone()),
+                vec![(kubelet, "MODIFIED"), (w(FULL, false), "MODIFIED")],
+                1,
+            ),
+            (
+                "two protobuf watchers",
+                update(labelled.clone(), labelled.clone()),
+                vec![(w(FULL, true), "MODIFIED"), (w(FULL, true), "MODIFIED")],
+                1,
+            ),
+            (
+                "JSON and protobuf each their own",
+                update(labelled.clone(), labelled.clone()),
+                vec![
+                    (w(FULL, false), "MODIFIED"),
+                    (w(FULL, true), "MODIFIED"),
+                    (w(FULL, false), "MODIFIED"),
+                    (w(FULL, true), "MODIFIED"),
+                ],
+                2,
+            ),
+            (
+                "full and PartialObjectMetadata of two versions",
+                update(labelled.clone(), labelled.clone()),
+                vec![
+                    (w(META_V1, false), "MODIFIED"),
+                    (w(META_V1BETA1, false), "MODIFIED"),
+                    (w(FULL, false), "MODIFIED"),
+                    (w(META_V1BETA1, false), "MODIFIED"),
+                    (w(META_V1, true), "MODIFIED"),
+                ],
+                4,
+            ),
+            (
+                "an object leaving a selector is DELETED for that watcher only",
+                update(labelled.clone(), unlabelled.clone()),
+                vec![(w(FULL, false), "MODIFIED"), (selected, "DELETED"), (w(FULL, false), "MODIFIED")],
+                2,
+            ),
+            (
+                "and entering it ADDED",
+                update(unlabelled.clone(), labelled.clone()),
+                vec![(Watcher { labels: Some("x=y"), ..w(FULL, false) }, "ADDED"), (w(FULL, false), "MODIFIED")],
+                2,
+            ),
+            (
+                "tables are built per watcher",
+                update(labelled.clone(), labelled.clone()),
+                vec![(w(TABLE, false), "MODIFIED"), (w(TABLE, false), "MODIFIED")],
+                2,
+            ),
+        ];
+        for (name, ev, watchers, want) in cases {
+            let before = encoded();
+            let frames: Vec<Bytes> = watchers.iter().map(|(w, _)| w.send(&ev).expect(name)).collect();
+            assert_eq!(encoded() - before, want, "{name}: encodings");
+            for ((w, kind), frame) in watchers.iter().zip(&frames) {
+                assert_eq!(*frame, w.unshared(kind, &ev), "{name}: {kind} as an unshared encoder makes it");
+            }
+            for (i, (a, fa)) in watchers.iter().zip(&frames).enumerate() {
+                for (b, fb) in watchers.iter().zip(&frames).skip(i + 1) {
+                    let alike = a.0.form == b.0.form && a.0.protobuf == b.0.protobuf && a.1 == b.1;
+                    if alike && !matches!(a.0.form, Form::Table { .. }) {
+                        assert!(fa.as_ptr() == fb.as_ptr(), "{name}: watchers rendering alike share the bytes");
+                    }
+                }
+            }
+        }
+        // Out of the selector before and after: nothing, and nothing encoded.
+        let before = encoded();
+        let ev = update(unlabelled.clone(), unlabelled);
+        assert_eq!(Watcher { labels: Some("x=y"), ..w(FULL, false) }.send(&ev), None);
+        assert_eq!(encoded(), before);
+    }
+
+    #[test]
+    fn a_change_that_does_not_decode_is_skipped_by_every_watcher() {
+        let ev = update(b"{".to_vec(), b"not json".to_vec());
+        let kubelet = Watcher { fields: Some("metadata.name=node-1"), ..w(FULL, false) };
+        for watcher in [&kubelet, &w(FULL, false), &w(META_V1, true), &w(TABLE, false)] {
+            assert_eq!(watcher.send(&ev), None);
+        }
+    }
+
+    #[test]
+    fn a_selector_holds_for_the_pinned_key_when_it_asks_only_for_its_name_and_namespace() {
+        let cases: &[(&str, Option<&str>, Option<&str>, bool)] = &[
+            ("metadata.name=a", None, None, true),
+            ("metadata.name=a", None, Some("default"), true),
+            ("metadata.name=a,metadata.namespace=default", None, Some("default"), true),
+            ("metadata.name=a,metadata.namespace=default", None, None, true),
+            ("metadata.name=a,metadata.namespace=other", None, Some("default"), false),
+            ("metadata.name=a,metadata.name!=a", None, None, false),
+            ("metadata.name=a,metadata.namespace!=default", None, Some("default"), false),
+            ("metadata.name=a", Some("x=y"), None, false),
+            ("metadata.name!=b", None, None, false),
+        ];
+        let def = configmaps();
+        for (fields, labels, ns, want) in cases {
+            let filter = Watcher { form: FULL, protobuf: false, labels: *labels, fields: Some(fields) }.filter();
+            assert_eq!(holds_for_pinned_key(&def, &filter, *ns), *want, "{fields} {labels:?} {ns:?}");
+            if *want {
+                // It holds for the object the key names, as the full filter says.
+                let obj = json!({"metadata": {"name": "a", "namespace": ns.unwrap_or("default")}});
+                assert!(filter.matches(&def, &obj), "{fields}");
+            }
+        }
+        let csr =
+            Watcher { form: FULL, protobuf: false, labels: None, fields: Some("spec.signerName=x,metadata.name=a") };
+        assert!(!holds_for_pinned_key(&csrs(), &csr.filter(), None), "another field needs the object");
+    }
+
+    #[test]
+    fn json_lines_are_the_bytes_of_the_type_and_object_map() {
+        for kind in ["ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"] {
+            let mut want = serde_json::to_vec(&json!({"type": kind, "object": cm()})).expect("JSON");
+            want.push(b'\n');
+            assert_eq!(frame(false, kind, &cm()), want, "{kind}");
+        }
     }
 
     #[test]

@@ -68,7 +68,14 @@ mod tests {
     use crate::storage::EventKind;
 
     fn ev(rev: Rev, key: &str) -> Arc<Event> {
-        Arc::new(Event { kind: EventKind::Created, rev, key: key.into(), value: vec![], prev_value: None })
+        Arc::new(Event {
+            kind: EventKind::Created,
+            rev,
+            key: key.into(),
+            value: vec![],
+            prev_value: None,
+            memo: Default::default(),
+        })
     }
 
     #[test]

@@ -15,12 +15,14 @@
 //! Two backends: `sqlite/` (embedded, one file) and `etcd.rs`. Both run the one compactor of
 //! `compactor.rs` (when and how far to compact) and feed their watchers through the live
 //! fan-out of `fanout.rs` (one broadcast channel, deduplicated by revision, filtered by
-//! scope); `migrate.rs` copies a store's objects from one backend to the other; `view.rs` shows
+//! scope; every event carries a [`memo::Memo`] where watchers keep what they rendered of
+//! it for the next watcher); `migrate.rs` copies a store's objects from one backend to the other; `view.rs` shows
 //! one prefix of a store under another, its values converted (a kind kept in another's storage).
 
 mod compactor;
 pub mod etcd;
 mod fanout;
+pub mod memo;
 pub mod migrate;
 pub mod sqlite;
 pub mod view;
@@ -59,6 +61,9 @@ pub struct Event {
     pub value: Vec<u8>,
     /// For Updated and Deleted: the value before this change (Deleted: same as `value`).
     pub prev_value: Option<Vec<u8>>,
+    /// Renderings of this change, shared by its clones (every watcher's copy of a live
+    /// change): see [`memo`]. An event built with a changed value needs a fresh one.
+    pub memo: memo::Memo,
 }
 
 /// One page of a list.

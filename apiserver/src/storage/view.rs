@@ -13,6 +13,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures::stream::{BoxStream, StreamExt};
 
+use super::memo::Memo;
 use super::{Error, Event, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
 
 /// How the values of a [`View`] convert to and from the stored form.
@@ -65,7 +66,8 @@ impl View {
                     None => ev.key.clone(),
                 };
                 let prev_value = ev.prev_value.as_deref().map(|p| convert.read(p)).transpose()?;
-                Ok(Event { key, value: convert.read(&ev.value)?, prev_value, ..ev })
+                // A converted value: renderings of the stored one must not be reused.
+                Ok(Event { key, value: convert.read(&ev.value)?, prev_value, memo: Memo::default(), ..ev })
             })
             .boxed()
     }
@@ -205,5 +207,14 @@ mod tests {
         view.delete("/registry/g/r/ns/a", kv.mod_rev).await.unwrap();
         assert!(inner.get("/registry/core/r/ns/a").await.unwrap().is_none());
         assert_eq!(w.next().await.unwrap().unwrap().kind, EventKind::Deleted);
+        // A change seen through the view and beneath it: renderings of one are never the other's.
+        let now = inner.current_rev();
+        let mut under = inner.watch("/registry/core/r/", now).await.unwrap();
+        let mut over = view.watch("/registry/g/r/", now).await.unwrap();
+        inner.create("/registry/core/r/ns/live", b"live".to_vec()).await.unwrap();
+        let (u, o) = (under.next().await.unwrap().unwrap(), over.next().await.unwrap().unwrap());
+        assert_eq!(u.rev, o.rev);
+        u.memo.get_or_render(0, || bytes::Bytes::from_static(b"stored form"));
+        assert_eq!(o.memo.get_or_render(0, || bytes::Bytes::from_static(b"view form")), "view form");
     }
 }

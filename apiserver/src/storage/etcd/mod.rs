@@ -44,6 +44,7 @@ use watch::{etcd_range, run_feed, watch_step, KeyGuard, Source, WatchState};
 
 use super::compactor::{self, Compact};
 use super::fanout::{next_live, Live, Scope};
+use super::memo::Memo;
 use super::{Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
 use crate::work;
 
@@ -450,15 +451,32 @@ impl Inner {
         let rev = rev_of(kv.mod_revision());
         let prev = ev.prev_kv().map(|p| p.value().to_vec());
         Some(match ev.event_type() {
-            EventType::Put if kv.create_revision() == kv.mod_revision() => {
-                Event { kind: EventKind::Created, rev, key, value: kv.value().to_vec(), prev_value: None }
-            }
-            EventType::Put => {
-                Event { kind: EventKind::Updated, rev, key, value: kv.value().to_vec(), prev_value: prev }
-            }
+            EventType::Put if kv.create_revision() == kv.mod_revision() => Event {
+                kind: EventKind::Created,
+                rev,
+                key,
+                value: kv.value().to_vec(),
+                prev_value: None,
+                memo: Memo::default(),
+            },
+            EventType::Put => Event {
+                kind: EventKind::Updated,
+                rev,
+                key,
+                value: kv.value().to_vec(),
+                prev_value: prev,
+                memo: Memo::default(),
+            },
             EventType::Delete => {
                 let last = prev.unwrap_or_default();
-                Event { kind: EventKind::Deleted, rev, key, value: last.clone(), prev_value: Some(last) }
+                Event {
+                    kind: EventKind::Deleted,
+                    rev,
+                    key,
+                    value: last.clone(),
+                    prev_value: Some(last),
+                    memo: Memo::default(),
+                }
             }
         })
     }

@@ -347,7 +347,14 @@ impl Storage for SqliteStorage {
         work::storage_read(Counted::WatchKey);
         // Register first: a change committed after the first history read then wakes it.
         let reg = KeyRegistration::new(&self.shared, key);
-        let state = KeyWatchState { reads: self.reads.clone(), reg, pos: after_rev, buf: VecDeque::new(), done: false };
+        let state = KeyWatchState {
+            reads: self.reads.clone(),
+            reg,
+            pos: after_rev,
+            buf: VecDeque::new(),
+            catching_up: true,
+            done: false,
+        };
         Ok(stream::unfold(state, key_watch_step).boxed())
     }
 

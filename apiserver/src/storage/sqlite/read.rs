@@ -11,6 +11,7 @@ use tokio::sync::Semaphore;
 
 use super::BUSY_TIMEOUT;
 use crate::storage::fanout::Scope;
+use crate::storage::memo::Memo;
 use crate::storage::{Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Rev};
 
 pub(super) struct ReadPool {
@@ -352,7 +353,7 @@ pub(super) fn history_after(conn: &mut Connection, keys: &Keys, after: Rev, limi
             } else {
                 (EventKind::Updated, r.get(5)?)
             };
-            Ok(Event { kind, rev, key: r.get(1)?, value, prev_value })
+            Ok(Event { kind, rev, key: r.get(1)?, value, prev_value, memo: Memo::default() })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(events)

@@ -370,6 +370,49 @@ async fn many_key_watches_each_get_their_own_changes_and_leave_no_registration_b
 }
 
 #[tokio::test]
+async fn a_key_watch_is_handed_the_published_change_the_prefix_watches_get() {
+    let s = fast_store(Config::default());
+    let a1 = s.create("/p/a", b"a1".to_vec()).await.expect("create");
+    let mut all = s.watch("/p/", a1).await.expect("watch");
+    let mut one = s.watch_key("/p/a", 0).await.expect("watch");
+    // The key watch has read its history and takes its inbox next.
+    assert_eq!(next_events(&mut one, 1).await[0].rev, a1);
+    s.update("/p/a", b"a2".to_vec(), a1).await.expect("update");
+    let (from_all, from_one) = (next_events(&mut all, 1).await.remove(0), next_events(&mut one, 1).await.remove(0));
+    assert_eq!(from_all, from_one);
+    // One change, one memo: what one watch renders the other reuses.
+    let rendered = from_all.memo.get_or_render(0, || bytes::Bytes::from_static(b"frame"));
+    let reused = from_one.memo.get_or_render(0, || bytes::Bytes::from_static(b"rendered again"));
+    assert_eq!((rendered.as_ref(), reused.as_ref()), (&b"frame"[..], &b"frame"[..]));
+}
+
+#[tokio::test]
+async fn a_key_watch_whose_inbox_overflows_reads_the_gap_from_history() {
+    let s = fast_store(Config::default());
+    let mut rev = s.create("/p/a", b"0".to_vec()).await.expect("create");
+    let first = rev;
+    let mut w = s.watch_key("/p/a", 0).await.expect("watch");
+    assert_eq!(next_events(&mut w, 1).await[0].rev, first);
+    // More changes than the inbox keeps, none taken meanwhile.
+    for i in 1..=(super::watch::INBOX_CAPACITY as u8 + 10) {
+        rev = s.update("/p/a", vec![i], rev).await.expect("update");
+        s.create(&format!("/p/other{i}"), vec![i]).await.expect("another key");
+    }
+    let got = next_events(&mut w, super::watch::INBOX_CAPACITY + 10).await;
+    let values: Vec<u8> = got.iter().map(|e| e.value[0]).collect();
+    assert_eq!(
+        values,
+        (1..=(super::watch::INBOX_CAPACITY as u8 + 10)).collect::<Vec<_>>(),
+        "each change once, in order"
+    );
+    assert_eq!(got.last().map(|e| e.rev), Some(rev));
+    // And the inbox serves the changes after it again.
+    let next = s.update("/p/a", b"again".to_vec(), rev).await.expect("update");
+    let after = next_events(&mut w, 1).await;
+    assert_eq!((after[0].rev, after[0].value.as_slice()), (next, &b"again"[..]));
+}
+
+#[tokio::test]
 async fn a_key_watch_from_a_compacted_revision_fails_with_compacted() {
     let s = fast_store(Config::default());
     let mut rev = s.create("/p/a", b"0".to_vec()).await.expect("create");

@@ -1,5 +1,7 @@
 //! Watches: prefix watches fed by the live fan-out (falling back to history when they lag),
-//! and single-key watches woken only by changes to their key.
+//! and single-key watches handed only the changes to their key (the same published events
+//! the prefix watches get, so their renderings are shared; reading history only at the start
+//! and when too many changes queue up unread).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,17 +20,62 @@ pub(super) struct Shared {
     pub(super) compacted: AtomicU64,
     /// Every event, for prefix watches.
     pub(super) events: broadcast::Sender<Arc<Event>>,
-    /// Single-key watches, woken only by changes to their key.
+    /// Single-key watches, handed only the changes to their key.
     pub(super) keyed: Mutex<KeyWatchers>,
     /// The writer has stopped: no event will come any more.
     pub(super) closed: AtomicBool,
 }
 
-/// The single-key watches: key → (watch id, its wake-up).
+/// The single-key watches: key → (watch id, its inbox).
 #[derive(Default)]
 pub(super) struct KeyWatchers {
     pub(super) next_id: u64,
-    pub(super) by_key: HashMap<String, Vec<(u64, Arc<Notify>)>>,
+    pub(super) by_key: HashMap<String, Vec<(u64, Arc<Inbox>)>>,
+}
+
+/// Changes a single-key watch has not taken yet: at most this many, then it reads history.
+pub(super) const INBOX_CAPACITY: usize = 64;
+
+/// A single-key watch's published changes, and its wake-up.
+#[derive(Default)]
+pub(super) struct Inbox {
+    queue: Mutex<Queued>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct Queued {
+    events: VecDeque<Arc<Event>>,
+    /// Changes were dropped: the watch must read history after what it has handled.
+    overflowed: bool,
+}
+
+impl Inbox {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queued> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn push(&self, ev: &Arc<Event>) {
+        let mut q = self.queue();
+        if q.events.len() >= INBOX_CAPACITY {
+            q.events.clear();
+            q.overflowed = true;
+        } else if !q.overflowed {
+            q.events.push_back(ev.clone());
+        }
+        drop(q);
+        self.notify.notify_one();
+    }
+
+    /// The queued changes, or None when some were dropped (read history instead).
+    fn take(&self) -> Option<VecDeque<Arc<Event>>> {
+        let mut q = self.queue();
+        let events = std::mem::take(&mut q.events);
+        if std::mem::take(&mut q.overflowed) {
+            return None;
+        }
+        Some(events)
+    }
 }
 
 impl Shared {
@@ -36,16 +83,16 @@ impl Shared {
         self.keyed.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Wake the single-key watches of these keys (each wake-up is kept until taken, so a
-    /// watch that is between two reads misses nothing).
-    pub(super) fn wake_keys<'a>(&self, keys: impl Iterator<Item = &'a str>) {
+    /// Hand these published changes (in revision order) to the single-key watches of their
+    /// keys (each wake-up is kept until taken, so a watch between two looks misses nothing).
+    pub(super) fn deliver_to_keys(&self, events: &[Arc<Event>]) {
         let keyed = self.keyed();
         if keyed.by_key.is_empty() {
             return;
         }
-        for key in keys {
-            for (_, n) in keyed.by_key.get(key).into_iter().flatten() {
-                n.notify_one();
+        for ev in events {
+            for (_, inbox) in keyed.by_key.get(ev.key.as_str()).into_iter().flatten() {
+                inbox.push(ev);
             }
         }
     }
@@ -53,8 +100,8 @@ impl Shared {
     /// The writer is gone: wake every single-key watch so it can end.
     pub(super) fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        for (_, n) in self.keyed().by_key.values().flatten() {
-            n.notify_one();
+        for (_, inbox) in self.keyed().by_key.values().flatten() {
+            inbox.notify.notify_one();
         }
     }
 }
@@ -65,18 +112,18 @@ pub(super) struct KeyRegistration {
     pub(super) shared: Weak<Shared>,
     pub(super) key: String,
     pub(super) id: u64,
-    pub(super) notify: Arc<Notify>,
+    pub(super) inbox: Arc<Inbox>,
 }
 
 impl KeyRegistration {
     pub(super) fn new(shared: &Arc<Shared>, key: &str) -> Self {
-        let notify = Arc::new(Notify::new());
+        let inbox = Arc::new(Inbox::default());
         let mut keyed = shared.keyed();
         keyed.next_id += 1;
         let id = keyed.next_id;
-        keyed.by_key.entry(key.to_owned()).or_default().push((id, notify.clone()));
+        keyed.by_key.entry(key.to_owned()).or_default().push((id, inbox.clone()));
         drop(keyed);
-        KeyRegistration { shared: Arc::downgrade(shared), key: key.to_owned(), id, notify }
+        KeyRegistration { shared: Arc::downgrade(shared), key: key.to_owned(), id, inbox }
     }
 }
 
@@ -139,13 +186,16 @@ pub(super) async fn watch_step(mut st: WatchState) -> Option<(Result<Event>, Wat
     }
 }
 
-/// A single-key watch: reads the key's history after `pos` whenever a change to the key is
-/// published (and once at the start), so it costs nothing while other keys change.
+/// A single-key watch: reads the key's history after `pos` at the start (and after its inbox
+/// overflowed), then takes the changes published to its inbox, so it costs nothing while
+/// other keys change and no read while its own key does.
 pub(super) struct KeyWatchState {
     pub(super) reads: Arc<ReadPool>,
     pub(super) reg: KeyRegistration,
     pub(super) pos: Rev,
     pub(super) buf: VecDeque<Event>,
+    /// Read history after `pos` before taking the inbox again.
+    pub(super) catching_up: bool,
     pub(super) done: bool,
 }
 
@@ -158,21 +208,37 @@ pub(super) async fn key_watch_step(mut st: KeyWatchState) -> Option<(Result<Even
             st.pos = ev.rev;
             return Some((Ok(ev), st));
         }
-        let (keys, pos) = (Keys::Exact(st.reg.key.clone()), st.pos);
-        match st.reads.run_small(move |conn| history_after(conn, &keys, pos, WATCH_CHUNK)).await {
-            Ok(events) if !events.is_empty() => {
-                st.buf.extend(events);
-                continue;
+        if st.catching_up {
+            let (keys, pos) = (Keys::Exact(st.reg.key.clone()), st.pos);
+            match st.reads.run_small(move |conn| history_after(conn, &keys, pos, WATCH_CHUNK)).await {
+                Ok(events) => {
+                    st.catching_up = events.len() >= WATCH_CHUNK;
+                    st.buf.extend(events);
+                    continue;
+                }
+                Err(e) => {
+                    st.done = true;
+                    return Some((Err(e), st));
+                }
             }
-            Ok(_) => {}
-            Err(e) => {
-                st.done = true;
-                return Some((Err(e), st));
+        }
+        match st.reg.inbox.take() {
+            // Published changes; those history already gave are skipped by revision.
+            Some(events) => {
+                let pos = st.pos;
+                st.buf.extend(events.iter().filter(|ev| ev.rev > pos).map(|ev| Event::clone(ev)));
+                if !st.buf.is_empty() {
+                    continue;
+                }
+            }
+            None => {
+                st.catching_up = true;
+                continue;
             }
         }
         if st.reg.shared.upgrade().is_none_or(|s| s.closed.load(Ordering::SeqCst)) {
             return None;
         }
-        st.reg.notify.notified().await;
+        st.reg.inbox.notify.notified().await;
     }
 }

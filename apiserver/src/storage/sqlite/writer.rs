@@ -9,6 +9,7 @@ use tokio::sync::oneshot;
 use super::read::{read_meta_value, rev_at, SqlRev};
 use super::watch::Shared;
 use super::MAX_BATCH;
+use crate::storage::memo::Memo;
 use crate::storage::{Error, Event, EventKind, Result, Rev};
 
 pub(super) enum WriteOp {
@@ -147,10 +148,12 @@ impl Writer {
     fn publish(&mut self, rev: Rev, events: Vec<Event>) {
         self.rev = rev;
         self.shared.rev.store(rev, Ordering::SeqCst);
-        self.shared.wake_keys(events.iter().map(|e| e.key.as_str()));
+        // One allocation per change, shared by the single-key and the prefix watches.
+        let events: Vec<Arc<Event>> = events.into_iter().map(Arc::new).collect();
+        self.shared.deliver_to_keys(&events);
         for ev in events {
             // No receivers is fine.
-            let _ = self.shared.events.send(Arc::new(ev));
+            let _ = self.shared.events.send(ev);
         }
     }
 
@@ -188,7 +191,7 @@ impl Writer {
                 self.conn
                     .prepare_cached("INSERT INTO cur (key, rev) VALUES (?1, ?2)")?
                     .execute(params![key, SqlRev(rev)])?;
-                Ok(Ok(Event { kind: EventKind::Created, rev, key, value, prev_value: None }))
+                Ok(Ok(Event { kind: EventKind::Created, rev, key, value, prev_value: None, memo: Memo::default() }))
             }
             WriteOp::Update { key, value, expected_rev } => {
                 let (create_rev, prev) = match self.current(&key, expected_rev)? {
@@ -199,7 +202,14 @@ impl Writer {
                 self.conn
                     .prepare_cached("UPDATE cur SET rev = ?2 WHERE key = ?1")?
                     .execute(params![key, SqlRev(rev)])?;
-                Ok(Ok(Event { kind: EventKind::Updated, rev, key, value, prev_value: Some(prev) }))
+                Ok(Ok(Event {
+                    kind: EventKind::Updated,
+                    rev,
+                    key,
+                    value,
+                    prev_value: Some(prev),
+                    memo: Memo::default(),
+                }))
             }
             WriteOp::Delete { key, expected_rev } => {
                 let (create_rev, prev) = match self.current(&key, expected_rev)? {
@@ -208,7 +218,14 @@ impl Writer {
                 };
                 self.insert_row(rev, &key, create_rev, true, &prev)?;
                 self.conn.prepare_cached("DELETE FROM cur WHERE key = ?1")?.execute([&key])?;
-                Ok(Ok(Event { kind: EventKind::Deleted, rev, key, value: prev.clone(), prev_value: Some(prev) }))
+                Ok(Ok(Event {
+                    kind: EventKind::Deleted,
+                    rev,
+                    key,
+                    value: prev.clone(),
+                    prev_value: Some(prev),
+                    memo: Memo::default(),
+                }))
             }
         }
     }
