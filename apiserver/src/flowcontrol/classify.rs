@@ -28,6 +28,85 @@ pub struct RequestDigest<'a> {
 
 use kustos_ca::users::SERVICE_ACCOUNT_USER_PREFIX as SA_PREFIX;
 
+/// The owned form of what classification (matching, distinguisher and flow hash) reads of a
+/// [`RequestDigest`]: everything but the path of a resource request and the API group,
+/// resource and subresource of a non-resource request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestKey {
+    user: String,
+    groups: Vec<String>,
+    verb: String,
+    is_resource_request: bool,
+    api_group: String,
+    resource: String,
+    subresource: String,
+    namespace: String,
+    path: String,
+}
+
+impl DigestKey {
+    /// Heap bytes, roughly.
+    pub fn bytes(&self) -> usize {
+        [&self.user, &self.verb, &self.api_group, &self.resource, &self.subresource, &self.namespace, &self.path]
+            .iter()
+            .map(|s| s.len())
+            .sum::<usize>()
+            + self.groups.iter().map(|g| g.len() + std::mem::size_of::<String>()).sum::<usize>()
+            + std::mem::size_of::<DigestKey>()
+    }
+}
+
+impl RequestDigest<'_> {
+    /// The fields classification reads (the others empty).
+    fn read(&self) -> [&str; 6] {
+        let r = self.is_resource_request;
+        let res = |s| if r { s } else { "" };
+        [
+            self.verb,
+            res(self.api_group),
+            res(self.resource),
+            res(self.subresource),
+            self.namespace,
+            if r { "" } else { self.path },
+        ]
+    }
+
+    /// Feed what classification reads to `h`.
+    pub fn hash_key(&self, mut h: &mut dyn std::hash::Hasher) {
+        use std::hash::Hash as _;
+        (self.user, self.groups, self.is_resource_request, self.read()).hash(&mut h);
+    }
+
+    /// Whether `k` was made from a request classification cannot tell from this one.
+    pub fn same_key(&self, k: &DigestKey) -> bool {
+        let [verb, api_group, resource, subresource, namespace, path] = self.read();
+        k.user == self.user
+            && k.groups.as_slice() == self.groups
+            && k.is_resource_request == self.is_resource_request
+            && k.verb == verb
+            && k.api_group == api_group
+            && k.resource == resource
+            && k.subresource == subresource
+            && k.namespace == namespace
+            && k.path == path
+    }
+
+    pub fn to_key(&self) -> DigestKey {
+        let [verb, api_group, resource, subresource, namespace, path] = self.read().map(str::to_string);
+        DigestKey {
+            user: self.user.to_string(),
+            groups: self.groups.to_vec(),
+            verb,
+            is_resource_request: self.is_resource_request,
+            api_group,
+            resource,
+            subresource,
+            namespace,
+            path,
+        }
+    }
+}
+
 fn any_or<'s>(list: &'s [String], mut f: impl FnMut(&'s str) -> bool) -> bool {
     list.iter().any(|v| v == "*" || f(v))
 }

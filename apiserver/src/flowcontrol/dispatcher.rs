@@ -3,7 +3,10 @@
 //! dispatches them, they time out, or their client goes away.
 //!
 //! Configuration comes from a [`Digest`] ([`FlowControl::apply`]), replaced whenever the
-//! FlowSchemas or PriorityLevelConfigurations change. A level that disappears keeps serving
+//! FlowSchemas or PriorityLevelConfigurations change. Classifications are remembered per
+//! configuration, keyed by everything classification reads of the request (user, groups,
+//! verb, API group, resource, subresource, namespace, the path of non-resource requests),
+//! in a bounded memo ([`crate::machinery::memo`]) emptied by every change. A level that disappears keeps serving
 //! the requests it already holds (they hold its `Arc`) and takes no new ones; a level whose
 //! settings change keeps its queues and waiting requests.
 //!
@@ -20,12 +23,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use tokio::sync::oneshot;
 
-use super::classify::{self, RequestDigest};
+use super::classify::{self, DigestKey, RequestDigest};
 use super::config::{Digest, LevelEntry, SchemaEntry};
 use super::dropped::DroppedRequests;
 use super::limits::{self, DemandTracker, LevelLimits, SeatDemand};
 use super::metrics::{ExecLabels, FlowLabels, LevelLabels, Metrics};
 use super::queueset::{Arrival, QueueSet, RejectReason, RequestId, Seats};
+use crate::machinery::memo::Memo;
 
 /// How often the current limits are re-derived (upstream: 10 s).
 pub const BORROW_PERIOD: Duration = Duration::from_secs(10);
@@ -132,7 +136,15 @@ pub struct FlowControl {
     object_counts: RwLock<HashMap<String, u64>>,
     /// Rejections per priority level, for `Retry-After`.
     dropped: Mutex<HashMap<String, DroppedRequests>>,
+    /// Classifications of the configuration in effect, by what they read of the request.
+    classified: Memo<Active, DigestKey, Classified>,
+    /// Classifications made by walking the FlowSchemas.
+    walks: AtomicU64,
 }
+
+/// Bounds of the classification memo.
+pub const CLASSIFIED_MAX_ENTRIES: usize = 4096;
+pub const CLASSIFIED_MAX_BYTES: usize = 1 << 20;
 
 /// A request's right to execute; dropping it frees its seats and dispatches what now fits.
 pub struct Ticket {
@@ -229,6 +241,8 @@ impl FlowControl {
             max_wait,
             object_counts: RwLock::new(HashMap::new()),
             dropped: Mutex::new(HashMap::new()),
+            classified: Memo::new(CLASSIFIED_MAX_ENTRIES, CLASSIFIED_MAX_BYTES),
+            walks: AtomicU64::new(0),
         })
     }
 
@@ -296,6 +310,8 @@ impl FlowControl {
             levels.insert(entry.name.clone(), level);
         }
         *self.active.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(Active { digest, levels });
+        // Entries hold the old configuration's levels; they could not be used any more.
+        self.classified.clear();
     }
 
     fn publish_limits(&self, level: &Level) {
@@ -354,9 +370,29 @@ impl FlowControl {
         }
     }
 
-    /// Classify a request: the first matching FlowSchema in effect and its level.
+    /// Classify a request: the first matching FlowSchema in effect and its level, its
+    /// distinguisher and flow hash; remembered for the configuration in effect.
     pub fn classify(&self, req: &RequestDigest) -> Option<Classified> {
         let active = self.active();
+        let hash = self.classified.hash(|h| req.hash_key(h));
+        if let Some(c) = self.classified.get(&active, hash, |k| req.same_key(k)) {
+            return Some(c);
+        }
+        let c = self.classify_in(&active, req)?;
+        let key = req.to_key();
+        let bytes = key.bytes() + c.schema_name.len() + c.schema_uid.len() + c.level_uid.len() + c.distinguisher.len();
+        self.classified.insert(&active, hash, key, c.clone(), bytes);
+        Some(c)
+    }
+
+    /// How many requests were classified by walking the FlowSchemas (the others were
+    /// remembered), and the entries and bytes of the memo.
+    pub fn classify_stats(&self) -> (u64, (usize, usize)) {
+        (self.walks.load(Ordering::Relaxed), self.classified.usage())
+    }
+
+    fn classify_in(&self, active: &Active, req: &RequestDigest) -> Option<Classified> {
+        self.walks.fetch_add(1, Ordering::Relaxed);
         let i = classify::classify(&active.digest.schemas, |s: &SchemaEntry| &s.spec, req)?;
         let schema = &active.digest.schemas[i];
         let level = active.levels.get(schema.level())?.clone();
@@ -613,5 +649,142 @@ mod tests {
         let timed_out = fc.admit(&c, 1, false, RequestDetails::default).await;
         assert_eq!(timed_out.err(), Some(RejectReason::TimeOut), "a request nobody dispatches times out");
         assert_eq!(c.level.lock().queues.as_ref().map(QueueSet::waiting), Some(0), "timed-out request left its queue");
+    }
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    /// What a classification decides, for comparing (the level by identity).
+    fn outcome(c: &Classified) -> (String, String, String, bool, String, u64, usize) {
+        let level = Arc::as_ptr(&c.level) as usize;
+        (
+            c.schema_name.clone(),
+            c.schema_uid.clone(),
+            c.level_uid.clone(),
+            c.exempt,
+            c.distinguisher.clone(),
+            c.flow_hash,
+            level,
+        )
+    }
+
+    /// Every request of the table: classified twice (the second remembered), as the walk
+    /// over the configuration in effect classifies it.
+    fn assert_memo_agrees(fc: &FlowControl, when: &str) {
+        let users: Vec<(&str, Vec<String>)> = vec![
+            ("admin", strings(&["system:masters", "system:authenticated"])),
+            ("system:node:n1", strings(&["system:nodes", "system:authenticated"])),
+            ("system:node:n2", strings(&["system:nodes", "system:authenticated"])),
+            ("system:kube-controller-manager", strings(&["system:authenticated"])),
+            ("system:serviceaccount:kube-system:job", strings(&["system:serviceaccounts", "system:authenticated"])),
+            ("system:serviceaccount:dev:app", strings(&["system:serviceaccounts", "system:authenticated"])),
+            ("system:bootstrap:abcdef", strings(&["system:bootstrappers", "system:authenticated"])),
+            ("alice", strings(&["system:authenticated"])),
+            ("alice", strings(&[])),
+            ("system:anonymous", strings(&["system:unauthenticated"])),
+        ];
+        let reqs: [(&str, bool, &str, &str, &str, &str, &str); 14] = [
+            ("get", true, "", "nodes", "", "", "/api/v1/nodes/n1"),
+            ("get", true, "", "nodes", "", "default", "/api/v1/nodes/n1"),
+            ("update", true, "coordination.k8s.io", "leases", "", "kube-system", "/x"),
+            ("get", true, "", "configmaps", "", "dev", "/api/v1/namespaces/dev/configmaps/c"),
+            ("get", true, "", "configmaps", "", "prod", "/api/v1/namespaces/prod/configmaps/c"),
+            ("update", true, "", "nodes", "status", "", "/api/v1/nodes/n1/status"),
+            ("update", true, "coordination.k8s.io", "leases", "", "kube-node-lease", "/x"),
+            ("get", true, "coordination.k8s.io", "leases", "", "kube-system", "/y"),
+            ("list", true, "", "configmaps", "", "dev", "/api/v1/namespaces/dev/configmaps"),
+            ("get", true, "", "configmaps", "", "kube-system", "/api/v1/namespaces/kube-system/configmaps/c"),
+            (
+                "create",
+                true,
+                "certificates.k8s.io",
+                "certificatesigningrequests",
+                "",
+                "",
+                "/apis/certificates.k8s.io/v1/certificatesigningrequests",
+            ),
+            ("get", false, "", "", "", "", "/healthz"),
+            ("get", false, "", "", "", "", "/readyz/etcd"),
+            ("post", false, "", "", "", "", "/version"),
+        ];
+        let active = fc.active();
+        for (user, groups) in &users {
+            for &(verb, is_resource_request, api_group, resource, subresource, namespace, path) in &reqs {
+                let req = RequestDigest {
+                    user,
+                    groups,
+                    verb,
+                    is_resource_request,
+                    api_group,
+                    resource,
+                    subresource,
+                    namespace,
+                    path,
+                };
+                let want = fc.classify_in(&active, &req).map(|c| outcome(&c));
+                for round in ["first", "remembered"] {
+                    assert_eq!(fc.classify(&req).map(|c| outcome(&c)), want, "{when}, {round}: {req:?}");
+                }
+            }
+        }
+    }
+
+    fn suggested() -> Digest {
+        use crate::flowcontrol::bootstrap as b;
+        let mut levels = b::suggested_priority_levels();
+        levels.extend(b::mandatory_priority_levels());
+        let mut schemas = b::suggested_flow_schemas();
+        schemas.extend(b::mandatory_flow_schemas());
+        config::digest(&schemas, &levels, &[], &[])
+    }
+
+    #[test]
+    fn remembered_classifications_equal_walked_ones_across_configurations() {
+        let fc = FlowControl::new(100, Duration::from_secs(5));
+        assert!(fc.classify(&req("alice", &[])).is_none(), "nothing in effect yet");
+        fc.apply(suggested());
+        assert_memo_agrees(&fc, "suggested configuration");
+        let nodes = strings(&["system:nodes", "system:authenticated"]);
+        let node_lease = RequestDigest {
+            verb: "update",
+            api_group: "coordination.k8s.io",
+            resource: "leases",
+            namespace: "kube-node-lease",
+            ..req("system:node:n1", &nodes)
+        };
+        assert_eq!(fc.classify(&node_lease).map(|c| c.schema_name), Some("system-node-high".into()));
+        // Without the node schemas, the same request falls to another schema at once.
+        let mut d = suggested();
+        d.schemas.retain(|s| !s.name.starts_with("system-node"));
+        fc.apply(d);
+        let after = fc.classify(&node_lease).expect("classified");
+        assert_ne!(after.schema_name, "system-node-high", "a configuration change is seen by the next request");
+        assert_memo_agrees(&fc, "without the node schemas");
+        fc.apply(suggested());
+        assert_eq!(fc.classify(&node_lease).map(|c| c.schema_name), Some("system-node-high".into()));
+        assert_memo_agrees(&fc, "node schemas back");
+    }
+
+    #[test]
+    fn an_equal_request_is_not_walked_again_and_the_memo_is_bounded() {
+        let fc = FlowControl::new(100, Duration::from_secs(5));
+        fc.apply(suggested());
+        let groups = strings(&["system:authenticated"]);
+        let first = fc.classify(&req("alice", &groups)).expect("classified");
+        let again = fc.classify(&req("alice", &groups)).expect("classified");
+        assert_eq!(outcome(&first), outcome(&again));
+        assert_eq!(fc.classify_stats(), (1, (1, fc.classify_stats().1 .1)), "the second was remembered");
+        let path_only = RequestDigest { path: "/api/v1/namespaces/default/configmaps/x", ..req("alice", &groups) };
+        fc.classify(&path_only);
+        assert_eq!(fc.classify_stats().0, 1, "a resource request's path is not read");
+        for i in 0..3 * CLASSIFIED_MAX_ENTRIES {
+            let user = format!("user-{i}");
+            let r = req(&user, &groups);
+            let c = fc.classify(&r).expect("classified");
+            assert_eq!(c.distinguisher, user, "global-default flows by user");
+            let (entries, bytes) = fc.classify_stats().1;
+            assert!(entries <= CLASSIFIED_MAX_ENTRIES && bytes <= CLASSIFIED_MAX_BYTES, "{i}: {entries}, {bytes}");
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! - [`apply`]: server-side apply's core (managed fields, merge, conflicts).
 //! - [`patch`]: JSON patch, merge patch, strategic merge patch, with their limits.
 //! - [`selectors`]: label and field selectors.
+//! - [`memo`]: a bounded memo of per-request decisions, valid for one configuration version.
 //!
 //! Layer: just above the ground. Files here import `error.rs`, `meta.rs`, `validation.rs`
 //! and `wire/`, never `registry/`, the handlers (`api/`) or `lib.rs` (`AppState`); the
@@ -13,5 +14,6 @@
 //! has the layer table).
 
 pub mod apply;
+pub mod memo;
 pub mod patch;
 pub mod selectors;

@@ -1,8 +1,9 @@
-//! Role-based access control: the default policy, rule matching, the authorizer, escalation
-//! prevention and reconciliation of the defaults.
+//! Role-based access control: the default policy, rule matching, the authorizer and its
+//! memo of decisions, escalation prevention and reconciliation of the defaults.
 
 pub mod authorizer;
 pub mod cache;
+pub mod decisions;
 pub mod defaults;
 pub mod escalation;
 pub mod node;

@@ -67,14 +67,19 @@ pub fn rule_allows(info: &RequestInfo, rule: &PolicyRule) -> bool {
     if !info.is_resource_request {
         return non_resource_url_matches(rule, &info.path);
     }
-    let combined = if info.subresource.is_empty() {
-        info.resource.clone()
-    } else {
-        format!("{}/{}", info.resource, info.subresource)
+    let (res, sub) = (info.resource.as_str(), info.subresource.as_str());
+    // `resource_matches` against `res` or `res/sub`, without building the combined string.
+    let combined = |r: &str| {
+        if sub.is_empty() {
+            r == res
+        } else {
+            r.strip_prefix(res).and_then(|rest| rest.strip_prefix('/')).is_some_and(|s| s == sub)
+        }
     };
-    api_group_matches(rule, &info.api_group)
-        && resource_matches(rule, &combined, &info.subresource)
-        && resource_name_matches(rule, &info.name)
+    let resources = list(&rule.resources)
+        .iter()
+        .any(|r| r == ALL || combined(r) || (!sub.is_empty() && r.strip_prefix("*/").is_some_and(|s| s == sub)));
+    api_group_matches(rule, &info.api_group) && resources && resource_name_matches(rule, &info.name)
 }
 
 /// Whether a binding subject applies to `user`; `namespace` is the binding's ("" for a
