@@ -718,13 +718,13 @@ mod tests {
         fn send(&self, ev: &storage::Event) -> Option<Bytes> {
             let (def, filter) = (csrs(), self.filter());
             let by_key = filter.pinned_key(&def, None).is_some() && holds_for_pinned_key(&def, &filter, None);
-            let mut enc = Encoder { def: def.clone(), form: self.form, protobuf: self.protobuf };
+            let mut enc = Encoder { def: def.clone(), form: self.form, protobuf: self.protobuf, sent: test_counter() };
             translate(&def, &filter, by_key, &mut enc, &ev.clone())
         }
 
         /// The frame an encoder of its own, sharing nothing, makes of `kind` for `ev`.
         fn unshared(&self, kind: &str, ev: &storage::Event) -> Bytes {
-            let mut enc = Encoder { def: csrs(), form: self.form, protobuf: self.protobuf };
+            let mut enc = Encoder { def: csrs(), form: self.form, protobuf: self.protobuf, sent: test_counter() };
             enc.event(kind, meta::decode_at(&ev.value, ev.rev).expect("decodes"))
         }
     }
