@@ -53,10 +53,19 @@ pub fn escape(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// The level filter without `RUST_LOG`: `info`, and kube-runtime at `warn`. kube-runtime
+/// writes nothing at `info` but the `reconciling object` span it opens for every reconcile
+/// and enters at every poll of it: building and entering it was ~2 % of the server's CPU in
+/// the bootstrap storm (docs/BENCHMARKS.md, "Where the CPU goes now"), for a prefix
+/// (`object.ref`, `object.reason`) on the records written during a reconcile, which name
+/// their object themselves. `RUST_LOG=info` brings the span back. kube-runtime's warnings (a
+/// watch refused with 403) stay.
+pub const DEFAULT_FILTER: &str = "info,kube_runtime=warn";
+
 /// Installs the process-wide subscriber: `format` is `text` or `json`; the level filter
-/// comes from `RUST_LOG` (default `info`).
+/// comes from `RUST_LOG` (default [`DEFAULT_FILTER`]).
 pub fn init(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| DEFAULT_FILTER.into());
     // Colours only on a terminal: a log file or a collector gets plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Also routes the `log` records of dependencies (rustls) into it.
@@ -209,6 +218,33 @@ mod tests {
         });
         let bytes = buf.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
         String::from_utf8(bytes).unwrap_or_default()
+    }
+
+    /// The default filter: our records at `info` and above, kube-runtime's warnings, and not
+    /// the span kube-runtime opens for every reconcile.
+    #[test]
+    fn the_default_filter_leaves_out_kube_runtimes_reconcile_span_only() {
+        use tracing::{enabled, Level};
+        let sub = subscriber("text", DEFAULT_FILTER.into(), false, std::io::sink);
+        tracing::subscriber::with_default(sub, || {
+            let span = tracing::info_span!(target: "kube_runtime::controller", "reconciling object");
+            assert!(span.is_disabled(), "kube-runtime's reconcile span");
+            let ours = tracing::info_span!(target: "kustos_controllers::runtime", "ours");
+            assert!(!ours.is_disabled(), "a span of ours at info");
+            // case, enabled, wanted
+            let cases = [
+                ("our controllers at info", enabled!(target: "kustos_controllers::csr_approver", Level::INFO), true),
+                ("the apiserver at info", enabled!(target: "kustos_apiserver::audit", Level::INFO), true),
+                ("our controllers at debug", enabled!(target: "kustos_controllers::csr_signer", Level::DEBUG), false),
+                ("kube-runtime's watcher at warn", enabled!(target: "kube_runtime::watcher", Level::WARN), true),
+                ("kube-runtime at error", enabled!(target: "kube_runtime::controller", Level::ERROR), true),
+                ("kube-runtime's controller at info", enabled!(target: "kube_runtime::controller", Level::INFO), false),
+                ("kube's client at info", enabled!(target: "kube_client::client", Level::INFO), true),
+            ];
+            for (case, got, want) in cases {
+                assert_eq!(got, want, "{case}");
+            }
+        });
     }
 
     #[test]
