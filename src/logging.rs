@@ -55,7 +55,7 @@ pub fn escape(s: &str) -> Cow<'_, str> {
 
 /// The level filter without `RUST_LOG`: `info`, and kube-runtime at `warn`. kube-runtime
 /// writes nothing at `info` but the `reconciling object` span it opens for every reconcile
-/// and enters at every poll of it: building and entering it was ~2 % of the server's CPU in
+/// and enters at every poll of it: building and entering it was ~3 % of the server's CPU in
 /// the bootstrap storm (docs/BENCHMARKS.md, "Where the CPU goes now"), for a prefix
 /// (`object.ref`, `object.reason`) on the records written during a reconcile, which name
 /// their object themselves. `RUST_LOG=info` brings the span back. kube-runtime's warnings (a
