@@ -19,10 +19,10 @@
 
 use std::sync::Arc;
 
+use crate::runtime::Action;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use kube::api::PostParams;
-use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::condition::{self, REASON_AUTO_APPROVED};
 use kustos_ca::csr::{CertificateRequest, CsrError, Signer};

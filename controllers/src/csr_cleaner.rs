@@ -21,10 +21,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{DeleteParams, Preconditions};
-use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::condition;
 

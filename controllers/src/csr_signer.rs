@@ -26,11 +26,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::ByteString;
 use kube::api::PostParams;
-use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::condition::{self, REASON_SIGNER_VALIDATION_FAILURE};
 use kustos_ca::csr::{CertificateRequest, CsrError, Signer};

@@ -2,7 +2,7 @@
 //! pure decision over typed objects (with table tests beside it) plus a thin registration
 //! with the one controller runtime, talking to any apiserver through a `kube::Client`.
 //!
-//! One runtime ([`runtime`], kube-runtime's `Controller`) runs every controller. A controller
+//! One runtime ([`runtime`]: a work queue as client-go's) runs every controller. A controller
 //! provides a pure `decide()` over typed objects and a thin registration: either
 //! [`runtime::per_object`] (the CSR controllers `csrapproving`: [`csr_approver`],
 //! `csrsigning`: [`csr_signer`], `csrcleaner`: [`csr_cleaner`], `csrpolicyapproving`:

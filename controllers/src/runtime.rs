@@ -1,9 +1,8 @@
-//! The one controller runtime: kube-runtime's `Controller` (its `applier`: a scheduler that
-//! deduplicates requests per key, never runs one key twice at once, and requeues each key
-//! after the [`Action`] its reconcile returned or its error policy chose), with runs taking
-//! turns first come, first served, up to `concurrency` at once ([`in_turn`]: kube-runtime's
-//! own limit serves a backlog in hash order). Every controller of this crate runs on it, in
-//! one of two registrations:
+//! The one controller runtime: a work queue as client-go's ([`queue`]: per-key deduplication,
+//! never one key run twice at once, first in, first out, delayed requeues), whose workers run
+//! a controller's reconcile up to `concurrency` at once and requeue each key after the
+//! [`Action`] its reconcile returned or its error policy chose. Every controller of this crate
+//! runs on it, in one of two registrations:
 //!
 //! - [`per_object`]: the keys are the objects of a [`SharedInformer`]'s store; a change to an
 //!   object costs one reconcile of that object (the CSR controllers, `tokencleaner`).
@@ -13,10 +12,11 @@
 //!   runs queues exactly one more sync after it (as client-go's workqueue with a single key,
 //!   which is how upstream's bootstrap signer runs).
 //!
-//! Why kube-runtime's `Controller` rather than a loop of our own: it already is client-go's
-//! workqueue (per-key deduplication, no concurrent reconcile of one key, delayed requeues),
-//! the per-object controllers need exactly that, and a whole-world controller is the
-//! one-key case of it; so the scheduling, retry and metrics code exists once.
+//! Why a queue of our own rather than kube-runtime's `Controller`: that one kept every key
+//! waiting for its turn as a running future in its scheduler, scanned its pending set on
+//! every poll, and took a backlog in hash order once at its limit; in the bootstrap storm its
+//! runner was 5–8 % of the server's CPU outside the reconciles (docs/BENCHMARKS.md,
+//! "Speed II"). The work queue keeps keys, not futures, and serves them in order.
 //!
 //! Resync and backoff: a successful reconcile returns when to look again ([`Action`]; a
 //! whole-world sync runs again after the resync period at the latest); a failed one is
@@ -24,11 +24,13 @@
 //! success). Each reconcile counts in [`Metrics`] (`kustos_controller_reconciles_total`,
 //! `..._reconcile_errors_total`); per-object controllers also report their queue depth.
 //!
-//! Ownership: a registration is a future, never a spawned task; everything a controller
-//! needs besides (its informer, CA file pollers, a deletion watch) is joined into that same
-//! future. [`crate::run`] owns every controller future in one `JoinSet` and, at shutdown
-//! (or leadership loss), aborts them and awaits their end: when it returns, nothing a
-//! controller started is left running, so nothing writes any more.
+//! Ownership: a registration is a future, never a spawned task; its workers, its informer, CA
+//! file pollers and a deletion watch are joined into that same future. [`crate::run`] owns
+//! every controller future in one `JoinSet` and, at shutdown (or leadership loss), aborts them
+//! and awaits their end: when it returns, nothing a controller started is left running, so
+//! nothing writes any more.
+
+mod queue;
 
 use std::collections::HashMap;
 use std::fmt::Debug;
@@ -37,11 +39,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use futures::stream::{BoxStream, StreamExt as _};
-use futures::FutureExt as _;
-use kube::api::ObjectMeta;
-use kube::runtime::controller::{self, Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, store::Writer, ObjectRef, ReflectHandle, Store};
 use kube::runtime::{watcher, WatchStreamExt as _};
 use kube::{Api, Resource, ResourceExt as _};
@@ -49,6 +47,31 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::metrics::Metrics;
+use queue::WorkQueue;
+
+/// What a reconcile asks of the runtime when it has succeeded (or its error policy, when it
+/// failed): look at the object again after a delay, or only when it changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Action {
+    requeue_after: Option<Duration>,
+}
+
+impl Action {
+    /// Reconcile again after `after`, even if nothing changes.
+    pub const fn requeue(after: Duration) -> Self {
+        Action { requeue_after: Some(after) }
+    }
+
+    /// Reconcile again only when the object changes.
+    pub const fn await_change() -> Self {
+        Action { requeue_after: None }
+    }
+
+    /// When to reconcile again without a change (`None`: never).
+    pub const fn requeue_after(&self) -> Option<Duration> {
+        self.requeue_after
+    }
+}
 
 /// Fires when something changed.
 pub type Trigger = BoxStream<'static, ()>;
@@ -130,52 +153,6 @@ pub fn file_changes(path: std::path::PathBuf, every: Duration) -> Trigger {
 const WORLD_BACKOFF_BASE: Duration = Duration::from_millis(250);
 const WORLD_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
-/// The one key of a whole-world controller (named after it). It lives only in that
-/// controller's store and is never sent to an apiserver.
-#[derive(Clone, Debug)]
-pub struct World {
-    metadata: ObjectMeta,
-}
-
-impl Resource for World {
-    type DynamicType = ();
-    type Scope = kube::core::ClusterResourceScope;
-
-    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-        "World".into()
-    }
-    fn group(_: &()) -> std::borrow::Cow<'_, str> {
-        "controllers.kustos.internal".into()
-    }
-    fn version(_: &()) -> std::borrow::Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-        "worlds".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
-
-/// A failed whole-world sync.
-#[derive(Debug, thiserror::Error)]
-#[error("{0:#}")]
-pub struct SyncError(anyhow::Error);
-
-struct WorldContext {
-    backoff: Backoff,
-}
-
-impl Context for WorldContext {
-    fn backoff(&self) -> &Backoff {
-        &self.backoff
-    }
-}
-
 /// Register a whole-world controller: run `sync` at once, then after each trigger (one more
 /// sync covers every trigger that arrived while one ran) or every `period`, until the future
 /// is dropped. See [`whole_world_until`] for a `sync` that knows when to look again.
@@ -190,11 +167,17 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    whole_world_until(name, triggers, period, metrics, move || sync().map(|r| r.map(|()| None))).await
+    whole_world_until(name, triggers, period, metrics, move || {
+        let fut = sync();
+        async move { fut.await.map(|()| None) }
+    })
+    .await
 }
 
 /// Like [`whole_world`], for a `sync` that knows when the world changes without an event
 /// (a token expiring): it returns how soon to run again at the latest (`None`: `period`).
+/// A failed sync is logged and retried after a delay that doubles per consecutive failure
+/// (0.25 s up to 30 s), or at the next trigger if that comes first.
 ///
 /// Each sync counts as one reconcile of `name` in `metrics`.
 pub async fn whole_world_until<F, Fut>(
@@ -208,102 +191,43 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = anyhow::Result<Option<Duration>>> + Send + 'static,
 {
-    let world = World { metadata: ObjectMeta { name: Some(name.to_string()), ..Default::default() } };
-    let (store, mut writer) = reflector::store::<World>();
-    writer.apply_watcher_event(&watcher::Event::Init);
-    writer.apply_watcher_event(&watcher::Event::InitApply(world.clone()));
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    let key = ObjectRef::from_obj(&world);
-    // Once at start, then on every trigger; ended trigger streams (or none at all) must not
-    // end the queue (that would shut the controller down).
-    let queue = futures::stream::once(std::future::ready(()))
-        .chain(futures::stream::select_all(triggers))
-        .chain(futures::stream::pending())
-        .map(move |()| Ok::<_, std::convert::Infallible>(key.clone()));
-    let ctx = Arc::new(WorldContext { backoff: Backoff::new(WORLD_BACKOFF_BASE, WORLD_BACKOFF_MAX) });
-    let reconcile = move |_: Arc<World>, ctx: Arc<WorldContext>| -> BoxFuture<'static, Result<Action, SyncError>> {
-        let fut = sync();
-        async move {
-            let next = fut.await.map_err(SyncError)?;
-            ctx.backoff.forget(name);
-            Ok(Action::requeue(next.map_or(period, |n| n.min(period))))
-        }
-        .boxed()
-    };
-    drive(
-        name,
-        None,
-        controller::applier(
-            counted(name, &metrics, None, reconcile),
-            error_policy(name),
-            ctx,
-            store,
-            queue,
-            ControllerConfig::default(),
-        ),
-    )
-    .await;
-    Ok(())
-}
-
-/// Wrap `reconcile` to count each run in `metrics` (and take its key off the queue depth).
-fn counted<K, C, E, F, Fut>(
-    name: &'static str,
-    metrics: &Metrics,
-    queue: Option<Queue>,
-    mut reconcile: F,
-) -> impl FnMut(Arc<K>, Arc<C>) -> BoxFuture<'static, Result<Action, E>>
-where
-    K: Resource,
-    F: FnMut(Arc<K>, Arc<C>) -> Fut,
-    Fut: Future<Output = Result<Action, E>> + Send + 'static,
-{
-    let metrics = metrics.clone();
-    move |obj: Arc<K>, ctx: Arc<C>| {
-        if let Some(q) = &queue {
-            q.done(&key(obj.meta().namespace.as_deref(), &obj.name_any()));
-        }
-        let fut = reconcile(obj, ctx);
-        let metrics = metrics.clone();
-        async move {
-            let start = std::time::Instant::now();
-            let res = fut.await;
-            metrics.worked(name, start.elapsed());
-            metrics.reconciled(name, res.is_ok());
-            res
-        }
-        .boxed()
-    }
-}
-
-/// Consume a controller's result stream until it ends (it ends only with its queue).
-async fn drive<K, E, QE>(
-    name: &'static str,
-    queue: Option<Queue>,
-    results: impl futures::Stream<Item = Result<(ObjectRef<K>, Action), controller::Error<E, QE>>>,
-) where
-    K: Resource,
-    E: std::error::Error + 'static,
-    QE: std::error::Error + 'static,
-{
-    results
-        .for_each(|res| {
-            let queue = queue.clone();
-            async move {
-                // Reconcile errors were handled by the error policy; what is left here are
-                // queue errors (e.g. an object gone from the store), which need nothing.
-                match res {
-                    Err(controller::Error::ObjectNotFound(r)) => {
-                        if let Some(q) = queue {
-                            q.done(&key(r.namespace.as_deref(), &r.name));
-                        }
-                    }
-                    Err(controller::Error::ReconcilerFailed(..)) | Ok(_) => {}
-                    Err(e) => tracing::debug!(controller = name, error = %e, "controller stream error"),
-                }
+    // Ended trigger streams (or none at all) leave only the timer.
+    let mut triggers = futures::stream::select_all(triggers).chain(futures::stream::pending());
+    let backoff = Backoff::new(WORLD_BACKOFF_BASE, WORLD_BACKOFF_MAX);
+    // Whether a sync is due at once: at start, and after a trigger that came while one ran.
+    let mut due = true;
+    let mut wait = period;
+    loop {
+        if !due {
+            tokio::select! {
+                _ = triggers.next() => {}
+                () = tokio::time::sleep(wait) => {}
             }
-        })
-        .await;
+        }
+        due = false;
+        let run = sync();
+        tokio::pin!(run);
+        let start = std::time::Instant::now();
+        let result = loop {
+            tokio::select! {
+                r = &mut run => break r,
+                _ = triggers.next() => due = true,
+            }
+        };
+        metrics.worked(name, start.elapsed());
+        metrics.reconciled(name, result.is_ok());
+        wait = match result {
+            Ok(next) => {
+                backoff.forget(name);
+                next.map_or(period, |n| n.min(period))
+            }
+            Err(e) => {
+                let delay = backoff.next(name);
+                tracing::warn!(controller = name, object = name, error = %format!("{e:#}"), retry_in = ?delay, "reconcile failed");
+                delay
+            }
+        };
+    }
 }
 
 /// Whether a kube error is the apiserver saying `code`.
@@ -484,6 +408,12 @@ pub fn trim_managed_fields<K: Resource>(obj: &mut K) {
 /// `futures::stream::pending()` when nothing but the objects matters). An error from
 /// `reconcile` is logged and the object is retried after its [`Backoff`] delay.
 ///
+/// `concurrency` workers (at least one) take the changed objects' keys from a work queue
+/// ([`queue`]) in the order they changed, each run with the store's current object: an object
+/// deleted before its turn is not reconciled (as a workqueue key whose object the lister no
+/// longer has). A key is never run twice at once; one that changes while it runs is run again
+/// after.
+///
 /// Each reconcile is counted in `metrics` (`kustos_controller_reconciles_total`, and
 /// `..._reconcile_errors_total` when it fails), and the objects changed and not yet
 /// reconciled are its `kustos_controller_queue_depth` (requeues waiting for their delay are
@@ -505,69 +435,63 @@ where
     F: FnMut(Arc<K>, Arc<C>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
-    let queue = Queue::new(name, metrics.clone());
-    let changes = {
-        let queue = queue.clone();
-        source.changes.inspect(move |obj| queue.add(key(obj.namespace().as_deref(), &obj.name_any())))
-    };
-    let reader = source.reader.clone();
-    let counted = counted(name, metrics, Some(queue.clone()), reconcile);
-    // Unbounded in kube-runtime, bounded (first come, first served) by `in_turn`.
-    let results = Controller::for_shared_stream(changes, source.reader)
-        .with_config(ControllerConfig::default().concurrency(0))
-        .reconcile_all_on(redo_all)
-        .run(in_turn(concurrency, reader, queue.clone(), counted), error_policy(name), ctx);
-    drive(name, Some(queue), results).await;
+    let Subscription { changes, reader } = source;
+    let queue = WorkQueue::<ObjectRef<K>>::new(name, metrics.clone());
+    let feed = changes.for_each(|obj| {
+        queue.add(ObjectRef::from_obj(&*obj));
+        std::future::ready(())
+    });
+    let redo = redo_all.for_each(|()| {
+        queue.add_all(reader.state().iter().map(|obj| ObjectRef::from_obj(&**obj)));
+        std::future::ready(())
+    });
+    let reconcile = Mutex::new(reconcile);
+    let workers = futures::future::join_all(
+        (0..concurrency.max(1)).map(|_| work(name, &queue, &reader, metrics, &ctx, &reconcile)),
+    );
+    tokio::join!(feed, redo, workers);
     Ok(())
 }
 
-/// Run `reconcile` for at most `limit` keys at once, the keys in the order they became due,
-/// each with the latest state of its object once its turn comes.
-///
-/// Why not kube-runtime's own concurrency limit: once its runner is at the limit, it moves
-/// every key that falls due into a hash set and, as runs finish, takes the next from that set
-/// in hash order. Under a sustained backlog some keys then wait until the backlog is gone:
-/// in the bootstrap storm (docs/BENCHMARKS.md) CSRs approved in the first second were signed
-/// 14 s later while thousands of younger ones went first. client-go's workqueue, which
-/// upstream's controllers run on, is first in, first out. So the runner takes every due key
-/// at once (no limit; it still never runs one key twice at once, and a key that changes while
-/// its run waits or runs is run again after it), and each run first waits its turn on a fair
-/// semaphore (tokio's grants permits in the order they were asked for).
-///
-/// A run that waited reads its object again from the store: it acts on what is current, and an
-/// object deleted meanwhile is not reconciled (as a workqueue key whose object the lister no
-/// longer has), only taken off the queue depth.
-fn in_turn<K, C, E, F>(
-    limit: u16,
-    reader: Store<K>,
-    queue: Queue,
-    reconcile: F,
-) -> impl FnMut(Arc<K>, Arc<C>) -> BoxFuture<'static, Result<Action, E>>
-where
-    K: Resource + Clone + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + Hash + Clone + Send + Sync,
-    C: Send + Sync + 'static,
-    E: Send + 'static,
-    F: FnMut(Arc<K>, Arc<C>) -> BoxFuture<'static, Result<Action, E>> + Send + 'static,
+/// One worker of [`per_object`]: take a key, reconcile the store's object, requeue as the
+/// result says; for ever.
+async fn work<K, C, E, F, Fut>(
+    name: &'static str,
+    queue: &WorkQueue<ObjectRef<K>>,
+    reader: &Store<K>,
+    metrics: &Metrics,
+    ctx: &Arc<C>,
+    reconcile: &Mutex<F>,
+) where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + Hash + Clone,
+    C: Context,
+    E: std::error::Error,
+    F: FnMut(Arc<K>, Arc<C>) -> Fut,
+    Fut: Future<Output = Result<Action, E>>,
 {
-    let permits = Arc::new(tokio::sync::Semaphore::new(usize::from(limit.max(1))));
-    let reconcile = Arc::new(Mutex::new(reconcile));
-    move |obj: Arc<K>, ctx: Arc<C>| {
-        let (permits, reconcile, reader, queue) = (permits.clone(), reconcile.clone(), reader.clone(), queue.clone());
-        async move {
-            // The semaphore is never closed; should it be, the run goes ahead unbounded.
-            let _permit = permits.acquire_owned().await.ok();
-            let Some(latest) = reader.get(&ObjectRef::from_obj(&*obj)) else {
-                queue.done(&key(obj.meta().namespace.as_deref(), &obj.name_any()));
-                return Ok(Action::await_change());
-            };
-            let run = {
-                let mut reconcile = reconcile.lock().unwrap_or_else(|e| e.into_inner());
-                (*reconcile)(latest, ctx)
-            };
-            run.await
+    loop {
+        let key = queue.get().await;
+        let Some(obj) = reader.get(&key) else {
+            queue.done(&key);
+            continue;
+        };
+        let run = {
+            let mut reconcile = reconcile.lock().unwrap_or_else(|e| e.into_inner());
+            (*reconcile)(obj.clone(), ctx.clone())
+        };
+        let start = std::time::Instant::now();
+        let result = run.await;
+        metrics.worked(name, start.elapsed());
+        metrics.reconciled(name, result.is_ok());
+        let action = match result {
+            Ok(action) => action,
+            Err(e) => error_policy(name)(obj, &e, ctx.clone()),
+        };
+        if let Some(after) = action.requeue_after() {
+            queue.add_after(key.clone(), after);
         }
-        .boxed()
+        queue.done(&key);
     }
 }
 
@@ -609,46 +533,6 @@ where
     }
 }
 
-fn key(namespace: Option<&str>, name: &str) -> String {
-    match namespace {
-        Some(ns) => format!("{ns}/{name}"),
-        None => name.to_string(),
-    }
-}
-
-/// The keys changed and not yet picked up by a reconcile (the queue depth metric).
-#[derive(Clone)]
-struct Queue {
-    name: &'static str,
-    metrics: Metrics,
-    /// Each waiting key and when it entered.
-    keys: Arc<Mutex<HashMap<String, std::time::Instant>>>,
-}
-
-impl Queue {
-    fn new(name: &'static str, metrics: Metrics) -> Self {
-        metrics.set_queue_depth(name, 0);
-        Queue { name, metrics, keys: Arc::default() }
-    }
-
-    fn add(&self, key: String) {
-        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        if let std::collections::hash_map::Entry::Vacant(e) = keys.entry(key) {
-            e.insert(std::time::Instant::now());
-            self.metrics.queue_added(self.name);
-        }
-        self.metrics.set_queue_depth(self.name, keys.len());
-    }
-
-    fn done(&self, key: &str) {
-        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(added) = keys.remove(key) {
-            self.metrics.queue_waited(self.name, added.elapsed());
-        }
-        self.metrics.set_queue_depth(self.name, keys.len());
-    }
-}
-
 /// The delay until `deadline`, at least `min` (for requeues at a wall-clock time).
 pub fn until(deadline: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chrono::Utc>, min: Duration) -> Duration {
     (deadline - now).to_std().unwrap_or(Duration::ZERO).max(min)
@@ -657,6 +541,7 @@ pub fn until(deadline: chrono::DateTime<chrono::Utc>, now: chrono::DateTime<chro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
 
     #[test]
     fn backoff_doubles_per_object_caps_and_forgets() {
@@ -721,67 +606,137 @@ mod tests {
         assert!((5..=8).contains(&lists), "{lists} lists in a minute");
     }
 
-    /// `in_turn`: runs start in the order they were asked for, at most `limit` at once; each
+    struct TestContext(Backoff);
+
+    impl Context for TestContext {
+        fn backoff(&self) -> &Backoff {
+            &self.0
+        }
+    }
+
+    type Events = futures::channel::mpsc::UnboundedSender<watcher::Result<watcher::Event<ConfigMap>>>;
+
+    fn config_map(name: &str, v: &str) -> ConfigMap {
+        let mut c = ConfigMap::default();
+        c.metadata.name = Some(name.into());
+        c.metadata.namespace = Some("ns".into());
+        c.data = Some([("v".to_string(), v.to_string())].into());
+        c
+    }
+
+    /// A `per_object` controller over a store fed by the returned sender, its informer and
+    /// controller joined in one spawned task.
+    fn start<F, Fut>(concurrency: u16, reconcile: F) -> (Events, tokio::task::JoinHandle<()>)
+    where
+        F: FnMut(Arc<ConfigMap>, Arc<TestContext>) -> Fut + Send + 'static,
+        Fut: Future<Output = Result<Action, std::io::Error>> + Send + 'static,
+    {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let (reader, writer) = reflector::store_shared(SHARED_BUFFER);
+        let changes = writer.subscribe().unwrap();
+        let informer = rx.reflect_shared(writer).for_each(|_| std::future::ready(()));
+        let ctx = Arc::new(TestContext(Backoff::new(Duration::from_millis(100), Duration::from_secs(1))));
+        let source = Subscription { changes, reader };
+        let task = tokio::spawn(async move {
+            let metrics = Metrics::new();
+            let controller =
+                per_object("test", source, concurrency, &metrics, ctx, reconcile, futures::stream::pending());
+            let ((), _) = tokio::join!(informer, controller);
+        });
+        (tx, task)
+    }
+
+    /// Runs start in the order the objects changed, at most `concurrency` at once; each
     /// reconciles the store's current object; an object gone from the store is skipped.
     #[tokio::test(start_paused = true)]
     async fn runs_take_turns_first_come_first_served_with_the_latest_object() {
-        use k8s_openapi::api::core::v1::ConfigMap;
-        let cm = |name: &str, v: &str| {
-            let mut c = ConfigMap::default();
-            c.metadata.name = Some(name.into());
-            c.metadata.namespace = Some("ns".into());
-            c.data = Some([("v".to_string(), v.to_string())].into());
-            Arc::new(c)
-        };
-        let (reader, mut writer) = reflector::store();
-        // Names whose hash order is unlikely to be their order here.
-        let names: Vec<String> = (0..40).map(|i| format!("n{}", (i * 7919) % 100)).collect();
-        for n in &names {
-            writer.apply_watcher_event(&watcher::Event::Apply((*cm(n, "old")).clone()));
-        }
-        let queue = Queue::new("test", Metrics::new());
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
         let ran: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
-        let running = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let most = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let reconcile = {
+        let running = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let (events, task) = start(3, {
             let (ran, running, most) = (ran.clone(), running.clone(), most.clone());
-            move |obj: Arc<ConfigMap>, _: Arc<()>| {
+            move |obj: Arc<ConfigMap>, _| {
                 let (ran, running, most) = (ran.clone(), running.clone(), most.clone());
                 async move {
-                    use std::sync::atomic::Ordering::SeqCst;
                     let now = running.fetch_add(1, SeqCst) + 1;
                     most.fetch_max(now, SeqCst);
                     let v = obj.data.as_ref().and_then(|d| d.get("v")).cloned().unwrap_or_default();
                     ran.lock().unwrap().push((obj.name_any(), v));
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     running.fetch_sub(1, SeqCst);
-                    Ok::<_, std::convert::Infallible>(Action::await_change())
+                    Ok(Action::await_change())
                 }
-                .boxed()
             }
-        };
-        let mut run = in_turn(3, reader, queue, reconcile);
-        let mut tasks = Vec::new();
+        });
+        // Names whose hash order is unlikely to be their order here.
+        let names: Vec<String> = (0..40).map(|i| format!("n{}", (i * 7919) % 100)).collect();
         for n in &names {
-            tasks.push(tokio::spawn(run(cm(n, "old"), Arc::new(()))));
-            // Let each run ask for its turn before the next is started.
-            tokio::task::yield_now().await;
+            events.unbounded_send(Ok(watcher::Event::Apply(config_map(n, "old")))).unwrap();
         }
-        // While they wait: one object changes, one is deleted.
+        // Everything runnable runs before the paused clock moves: the first three are running.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        // While the rest wait: one object changes, one is deleted.
         let (changed, deleted) = (names[30].clone(), names[35].clone());
-        writer.apply_watcher_event(&watcher::Event::Apply((*cm(&changed, "new")).clone()));
-        writer.apply_watcher_event(&watcher::Event::Delete((*cm(&deleted, "old")).clone()));
-        for t in tasks {
-            assert!(t.await.unwrap().is_ok());
-        }
+        events.unbounded_send(Ok(watcher::Event::Apply(config_map(&changed, "new")))).unwrap();
+        events.unbounded_send(Ok(watcher::Event::Delete(config_map(&deleted, "old")))).unwrap();
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        task.abort();
         let ran = ran.lock().unwrap().clone();
         let want: Vec<(String, String)> = names
             .iter()
             .filter(|n| **n != deleted)
             .map(|n| (n.clone(), if *n == changed { "new" } else { "old" }.to_string()))
             .collect();
-        assert_eq!(ran, want, "in the order asked, the latest object, the deleted one skipped");
-        assert_eq!(most.load(std::sync::atomic::Ordering::SeqCst), 3, "at most the limit at once, and the limit used");
+        assert_eq!(ran, want, "in the order changed, once each, the latest object, the deleted one skipped");
+        assert_eq!(most.load(SeqCst), 3, "at most the limit at once, and the limit used");
+    }
+
+    /// A key is never run twice at once; a change during its run brings one more run after it;
+    /// a failure is retried after the key's backoff; a requeue comes after its delay.
+    #[tokio::test(start_paused = true)]
+    async fn one_run_per_key_at_a_time_then_backoff_and_requeue() {
+        let start_at = tokio::time::Instant::now();
+        let ran: Arc<Mutex<Vec<(u128, String)>>> = Arc::default();
+        let (events, task) = start(4, {
+            let ran = ran.clone();
+            move |obj: Arc<ConfigMap>, _| {
+                let ran = ran.clone();
+                async move {
+                    let v = obj.data.as_ref().and_then(|d| d.get("v")).cloned().unwrap_or_default();
+                    let at = (tokio::time::Instant::now() - start_at).as_millis();
+                    ran.lock().unwrap().push((at, v.clone()));
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    match v.as_str() {
+                        "fail" => Err(std::io::Error::other("failing")),
+                        _ => Ok(Action::requeue(Duration::from_secs(60))),
+                    }
+                }
+            }
+        });
+        events.unbounded_send(Ok(watcher::Event::Apply(config_map("a", "fail")))).unwrap();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        // Changed twice while its first run is under way: one more run, after it.
+        events.unbounded_send(Ok(watcher::Event::Apply(config_map("a", "fail")))).unwrap();
+        events.unbounded_send(Ok(watcher::Event::Apply(config_map("a", "fail")))).unwrap();
+        // 50 ms later the second run starts; it fails at 100 ms, the third starts 200 ms
+        // after (the second failure's delay), fails at 350 ms; then it succeeds.
+        tokio::time::sleep(Duration::from_millis(320)).await;
+        events.unbounded_send(Ok(watcher::Event::Apply(config_map("a", "ok")))).unwrap();
+        tokio::time::sleep(Duration::from_secs(70)).await;
+        task.abort();
+        let ran = ran.lock().unwrap().clone();
+        let want: Vec<(u128, String)> = [
+            (0, "fail"),    // first run; fails at 50 ms and asks for 100 ms, but the key is dirty
+            (50, "fail"),   // the change during the first run, at once after it
+            (300, "fail"),  // after the second failure's 200 ms (at 100 ms)
+            (350, "ok"),    // the change at 330 ms waits for the run to end
+            (60_400, "ok"), // the requeue the success asked for, 60 s after it ended
+        ]
+        .into_iter()
+        .map(|(t, v)| (t, v.to_string()))
+        .collect();
+        assert_eq!(ran, want);
     }
 
     /// The store a controller reads holds the objects without `metadata.managedFields` and

@@ -31,13 +31,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use crate::runtime::Action;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::ByteString;
 use kube::api::{DynamicObject, ListParams, PostParams};
-use kube::runtime::controller::Action;
 use kube::runtime::{predicates, watcher, Predicate as _, PredicateConfig, WatchStreamExt as _};
 use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::{CertificateRequest, CsrError};

@@ -12,10 +12,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::runtime::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Preconditions};
-use kube::runtime::controller::Action;
 use kube::runtime::watcher;
 use kube::{Api, Client};
 use kustos_ca::bootstrap_token::{Expiration, NAMESPACE, SECRET_TYPE};

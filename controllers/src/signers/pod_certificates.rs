@@ -34,11 +34,11 @@
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
+use crate::runtime::Action;
 use chrono::{DateTime, Duration, DurationRound as _, Utc};
 use k8s_openapi::api::certificates::v1::PodCertificateRequestStatus;
 use k8s_openapi::api::certificates::{v1, v1beta1};
 use kube::api::PostParams;
-use kube::runtime::controller::Action;
 use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::pod_certificate::{condition, KeyType};
 use kustos_ca::{Ca, IssueParams, SubjectKey, Usage};
