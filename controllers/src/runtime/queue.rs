@@ -111,10 +111,14 @@ impl<T: Eq + Hash + Clone> WorkQueue<T> {
         }
         s.seq = s.seq.wrapping_add(1);
         let place = (at, s.seq);
+        let earliest = s.delayed.first_key_value().is_none_or(|(first, _)| place < *first);
         s.delayed.insert(place, key.clone());
         s.due.insert(key, place);
-        // A worker asleep until a later time must look again.
-        self.ready.notify_waiters();
+        if earliest {
+            // Workers asleep until a later time must look again (only then: a wake-up per
+            // requeue would wake every idle worker for nothing).
+            self.ready.notify_waiters();
+        }
     }
 
     /// Every key at once (each as [`add`](Self::add)).
@@ -288,5 +292,22 @@ mod tests {
         q.add("now".into());
         let got = tokio::time::timeout(Duration::from_secs(1), worker).await.unwrap().unwrap();
         assert_eq!(got, "now");
+    }
+
+    /// A worker asleep until a later delay wakes for an earlier one; a later one does not
+    /// move it.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_worker_wakes_for_an_earlier_delay() {
+        let q = std::sync::Arc::new(WorkQueue::<String>::new("test", Metrics::new()));
+        q.add_after("late".into(), Duration::from_secs(3600));
+        let worker = tokio::spawn({
+            let q = q.clone();
+            async move { q.get().await }
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        q.add_after("later".into(), Duration::from_secs(7200));
+        q.add_after("soon".into(), Duration::from_millis(100));
+        let got = tokio::time::timeout(Duration::from_secs(1), worker).await.unwrap().unwrap();
+        assert_eq!(got, "soon");
     }
 }
