@@ -773,6 +773,56 @@ mod tests {
         assert!(mock.lines()[0].starts_with("GET /api/v1/configmaps"), "{:?}", mock.lines());
     }
 
+    /// On Tokio's paused clock: triggers during a sync bring exactly one more sync, at once
+    /// after it; a failed sync is retried after 0.25 s, then 0.5 s, or at the next trigger if
+    /// that comes first; a success forgets the failures.
+    #[tokio::test(start_paused = true)]
+    async fn whole_world_triggers_during_a_sync_and_failures() {
+        // What each sync does, in turn: how long it takes, and whether it fails.
+        let plan: &[(u64, bool)] = &[(100, false), (100, true), (0, true), (0, true), (0, false), (0, true)];
+        let (tx, rx) = futures::channel::mpsc::unbounded::<()>();
+        let seen: Arc<Mutex<Vec<u128>>> = Arc::default();
+        let start = tokio::time::Instant::now();
+        let task = tokio::spawn({
+            let seen = seen.clone();
+            let period = Duration::from_secs(3600);
+            whole_world("test", vec![rx.boxed()], period, Metrics::default(), move || {
+                let seen = seen.clone();
+                async move {
+                    let n = {
+                        let mut s = seen.lock().unwrap_or_else(|e| e.into_inner());
+                        s.push((tokio::time::Instant::now() - start).as_millis());
+                        s.len() - 1
+                    };
+                    let (takes, fails) = plan.get(n).copied().unwrap_or((0, false));
+                    tokio::time::sleep(Duration::from_millis(takes)).await;
+                    if fails {
+                        anyhow::bail!("sync {n} fails");
+                    }
+                    Ok(())
+                }
+            })
+        });
+        let at = |ms: u64| tokio::time::sleep_until(start + Duration::from_millis(ms));
+        // Three triggers during the first sync (0–100 ms): one more sync, at 100 ms.
+        for ms in [10, 20, 30] {
+            at(ms).await;
+            tx.unbounded_send(()).unwrap();
+        }
+        // The second sync fails at 200 ms: retried at 450 ms, that one fails: retried 0.5 s
+        // later, at 950 ms; it fails too, but a trigger at 1000 ms comes before its 1 s delay.
+        at(1000).await;
+        tx.unbounded_send(()).unwrap();
+        // The sync at 1000 ms succeeds; the next trigger brings a sync that fails, retried
+        // after 0.25 s again (the success forgot the failures).
+        at(2000).await;
+        tx.unbounded_send(()).unwrap();
+        at(3000).await;
+        task.abort();
+        let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert_eq!(seen, vec![0, 100, 450, 950, 1000, 2000, 2250], "sync times (ms)");
+    }
+
     /// On Tokio's paused clock: each sync runs when the previous one asked, never later than
     /// the period.
     #[tokio::test(start_paused = true)]
