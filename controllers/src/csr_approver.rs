@@ -19,7 +19,6 @@
 
 use std::sync::Arc;
 
-use crate::runtime::Action;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use kube::api::PostParams;
@@ -28,7 +27,7 @@ use kustos_ca::csr::condition::{self, REASON_AUTO_APPROVED};
 use kustos_ca::csr::{CertificateRequest, CsrError, Signer};
 
 use crate::csr;
-use crate::runtime::{self, Backoff};
+use crate::runtime::{self, Action, Backoff};
 
 pub const NAME: &str = "csrapproving";
 

@@ -21,7 +21,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::runtime::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use kube::api::{DeleteParams, Preconditions};
@@ -29,7 +28,7 @@ use kube::{Api, Client, ResourceExt as _};
 use kustos_ca::csr::condition;
 
 use crate::csr;
-use crate::runtime::{self, Backoff};
+use crate::runtime::{self, Action, Backoff};
 
 pub const NAME: &str = "csrcleaner";
 pub const APPROVED_EXPIRATION: chrono::Duration = chrono::Duration::hours(1);

@@ -42,7 +42,6 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use crate::runtime::Action;
 use futures::StreamExt as _;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::api::core::v1::{Node, NodeAddress};
@@ -57,7 +56,7 @@ use kustos_crds::certificate_approval_policy::{Compiled, CONDITION_VALID};
 use kustos_crds::{CertificateApprovalPolicy, CertificateApprovalPolicySpec, CertificateApprovalPolicyStatus};
 
 use crate::csr;
-use crate::runtime::{self, Backoff};
+use crate::runtime::{self, Action, Backoff};
 
 pub mod addresses;
 pub mod world;

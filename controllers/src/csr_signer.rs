@@ -26,7 +26,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::runtime::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::ByteString;
@@ -37,7 +36,7 @@ use kustos_ca::csr::{CertificateRequest, CsrError, Signer};
 
 use crate::ca_files::{CaFiles, CaFilesError};
 use crate::csr;
-use crate::runtime::{self, Backoff};
+use crate::runtime::{self, Action, Backoff};
 
 pub const NAME: &str = "csrsigning";
 /// `--cluster-signing-duration`'s default: one year.

@@ -15,14 +15,13 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::runtime::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::certificates::{v1, v1beta1};
 use kube::api::{DeleteParams, Preconditions};
 use kube::{Api, Client, Resource, ResourceExt as _};
 
 use crate::pod_certificate_requests::{self as pcrs, Version};
-use crate::runtime::{self, Backoff};
+use crate::runtime::{self, Action, Backoff};
 
 pub const NAME: &str = "podcertificaterequest-cleaner";
 /// Upstream's threshold.

@@ -221,16 +221,11 @@ where
                 backoff.forget(name);
                 next.map_or(period, |n| n.min(period))
             }
-            Err(e) => {
-                let delay = backoff.next(name);
-                tracing::warn!(controller = name, object = name, error = %format!("{e:#}"), retry_in = ?delay, "reconcile failed");
-                delay
-            }
+            Err(e) => retry_delay(name, name, &format_args!("{e:#}"), &backoff),
         };
     }
 }
 
-/// Whether a kube error is the apiserver saying `code`.
 /// Status writes retried on Conflict at most this many times.
 const STATUS_ATTEMPTS: usize = 5;
 
@@ -260,6 +255,7 @@ where
     Ok(())
 }
 
+/// Whether a kube error is the apiserver saying `code`.
 pub fn is_status(e: &kube::Error, code: u16) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == code)
 }
@@ -486,7 +482,7 @@ async fn work<K, C, E, F, Fut>(
         metrics.reconciled(name, result.is_ok());
         let action = match result {
             Ok(action) => action,
-            Err(e) => error_policy(name)(obj, &e, ctx.clone()),
+            Err(e) => Action::requeue(retry_delay(name, &obj.name_any(), &e, ctx.backoff())),
         };
         if let Some(after) = action.requeue_after() {
             queue.add_after(key.clone(), after);
@@ -519,18 +515,12 @@ where
     tokio::try_join!(informer.run(), controller).map(|_| ())
 }
 
-/// What a failed reconcile does: log, and retry the object after its [`Backoff`] delay.
-pub fn error_policy<K, E, C>(name: &'static str) -> impl Fn(Arc<K>, &E, Arc<C>) -> Action
-where
-    K: Resource,
-    E: std::error::Error,
-    C: Context,
-{
-    move |obj: Arc<K>, err: &E, ctx: Arc<C>| {
-        let delay = ctx.backoff().next(&obj.name_any());
-        tracing::warn!(controller = name, object = %obj.name_any(), error = %err, retry_in = ?delay, "reconcile failed");
-        Action::requeue(delay)
-    }
+/// What a failed reconcile (or whole-world sync) of `object` does: log, and wait its key's
+/// [`Backoff`] delay before the retry.
+fn retry_delay(controller: &str, object: &str, error: &dyn std::fmt::Display, backoff: &Backoff) -> Duration {
+    let delay = backoff.next(object);
+    tracing::warn!(controller, object = %object, error = %error, retry_in = ?delay, "reconcile failed");
+    delay
 }
 
 /// The delay until `deadline`, at least `min` (for requeues at a wall-clock time).

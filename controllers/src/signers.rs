@@ -31,7 +31,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use crate::runtime::Action;
 use chrono::{DateTime, Utc};
 use futures::StreamExt as _;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -48,7 +47,7 @@ use kustos_crds::{CertificateApprovalPolicySpec, Signer, SignerSpec, SignerStatu
 
 use crate::clustertrustbundle_publisher as ctb;
 use crate::csr;
-use crate::runtime::{self, whole_world_until, Backoff};
+use crate::runtime::{self, whole_world_until, Action, Backoff};
 
 pub mod client_pod;
 pub mod pod_certificates;

@@ -12,7 +12,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::runtime::Action;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{DeleteParams, Preconditions};
@@ -21,7 +20,7 @@ use kube::{Api, Client};
 use kustos_ca::bootstrap_token::{Expiration, NAMESPACE, SECRET_TYPE};
 
 use crate::bootstrap_tokens::{expiration, is_token_secret};
-use crate::runtime::{self, is_status, Backoff};
+use crate::runtime::{self, is_status, Action, Backoff};
 
 /// The furthest ahead a re-check is queued: tokens living longer are looked at again after
 /// this and then at their expiration (timer queues cannot hold arbitrarily distant times).

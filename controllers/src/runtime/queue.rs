@@ -279,35 +279,32 @@ mod tests {
         }
     }
 
-    /// A worker asleep on an empty queue (or until a later delay) wakes for a new key.
+    /// A worker asleep until a later delay wakes for a key added at once and for an earlier
+    /// delay; a delay later than the one it sleeps for does not move it.
     #[tokio::test(start_paused = true)]
-    async fn a_waiting_worker_wakes_for_a_new_key() {
-        let q = std::sync::Arc::new(WorkQueue::<String>::new("test", Metrics::new()));
-        q.add_after("late".into(), Duration::from_secs(3600));
-        let worker = tokio::spawn({
-            let q = q.clone();
-            async move { q.get().await }
-        });
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        q.add("now".into());
-        let got = tokio::time::timeout(Duration::from_secs(1), worker).await.unwrap().unwrap();
-        assert_eq!(got, "now");
-    }
-
-    /// A worker asleep until a later delay wakes for an earlier one; a later one does not
-    /// move it.
-    #[tokio::test(start_paused = true)]
-    async fn a_waiting_worker_wakes_for_an_earlier_delay() {
-        let q = std::sync::Arc::new(WorkQueue::<String>::new("test", Metrics::new()));
-        q.add_after("late".into(), Duration::from_secs(3600));
-        let worker = tokio::spawn({
-            let q = q.clone();
-            async move { q.get().await }
-        });
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        q.add_after("later".into(), Duration::from_secs(7200));
-        q.add_after("soon".into(), Duration::from_millis(100));
-        let got = tokio::time::timeout(Duration::from_secs(1), worker).await.unwrap().unwrap();
-        assert_eq!(got, "soon");
+    async fn a_waiting_worker_wakes_for_new_work() {
+        // name, keys added while the worker sleeps, the key it gets
+        let cases: &[(&str, &[Step], &str)] = &[
+            ("a key at once", &[Add("now")], "now"),
+            ("an earlier delay, after a later one", &[AddAfter("later", 7_200_000), AddAfter("soon", 100)], "soon"),
+        ];
+        for (name, adds, want) in cases {
+            let q = std::sync::Arc::new(WorkQueue::<String>::new("test", Metrics::new()));
+            q.add_after("late".into(), Duration::from_secs(3600));
+            let worker = tokio::spawn({
+                let q = q.clone();
+                async move { q.get().await }
+            });
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            for add in *adds {
+                match add {
+                    Add(k) => q.add(k.to_string()),
+                    AddAfter(k, ms) => q.add_after(k.to_string(), Duration::from_millis(*ms)),
+                    _ => panic!("{name}: only adds while the worker waits"),
+                }
+            }
+            let got = tokio::time::timeout(Duration::from_secs(1), worker).await;
+            assert_eq!(got.ok().and_then(Result::ok).as_deref(), Some(*want), "{name}");
+        }
     }
 }

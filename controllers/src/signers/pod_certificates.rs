@@ -34,7 +34,6 @@
 use std::sync::Arc;
 use std::time::Duration as StdDuration;
 
-use crate::runtime::Action;
 use chrono::{DateTime, Duration, DurationRound as _, Utc};
 use k8s_openapi::api::certificates::v1::PodCertificateRequestStatus;
 use k8s_openapi::api::certificates::{v1, v1beta1};
@@ -51,7 +50,7 @@ use crate::csr::to_time;
 use crate::metrics::PcrOutcome;
 use crate::pod_certificate_requests::{self as pcrs, Request, Version};
 use crate::pod_certificate_requests::{is_done, requested_key, terminal};
-use crate::runtime::{self, Backoff};
+use crate::runtime::{self, Action, Backoff};
 
 /// How soon a request whose signer name has no ready Signer is looked at again (a Signer
 /// may be loading).
