@@ -104,6 +104,28 @@ pub fn decide(sources: &[(String, Result<String, String>)], existing: &[Existing
     out
 }
 
+/// What a sync should say about each signer's file, given what was last said
+/// (`reported`: signer → the problem reported and not yet cleared). A problem is reported once
+/// per distinct message and its end once, so a broken file is not a warning per sync (every
+/// watch event and resync runs one). `reported` is brought up to date.
+pub fn reports(
+    sources: &[(String, Result<String, String>)],
+    reported: &mut BTreeMap<String, String>,
+) -> Vec<(String, Option<String>)> {
+    let mut out = Vec::new();
+    for (signer, bundle) in sources {
+        match bundle {
+            Err(problem) if reported.get(signer) != Some(problem) => {
+                reported.insert(signer.clone(), problem.clone());
+                out.push((signer.clone(), Some(problem.clone())));
+            }
+            Ok(_) if reported.remove(signer).is_some() => out.push((signer.clone(), None)),
+            _ => {}
+        }
+    }
+    out
+}
+
 /// A stored bundle; `ours` when its [`LABEL`] names `owner` (the controller that publishes it).
 pub fn existing_of(obj: &DynamicObject, owner: &str) -> Existing {
     let spec = obj.data.get("spec");
@@ -186,8 +208,9 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
     for (_, path) in &files {
         triggers.push(file_changes(path.clone(), Duration::from_secs(2)));
     }
+    let reported = std::sync::Arc::new(std::sync::Mutex::new(BTreeMap::new()));
     whole_world(NAME, triggers, cfg.resync_period, cfg.metrics.clone(), || {
-        let (api, ar, files) = (api.clone(), ar.clone(), files.clone());
+        let (api, ar, files, reported) = (api.clone(), ar.clone(), files.clone(), reported.clone());
         async move {
             let now = chrono::Utc::now();
             let mut srcs = Vec::new();
@@ -196,10 +219,18 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
                     Ok(text) => bundle_of(&text, now),
                     Err(e) => Err(e.to_string()),
                 };
-                if let Err(e) = &bundle {
-                    tracing::warn!(signer = %signer, file = %path.display(), problem = %e, "no trust bundle to publish");
-                }
                 srcs.push((signer.clone(), bundle));
+            }
+            let news = reports(&srcs, &mut reported.lock().unwrap_or_else(|e| e.into_inner()));
+            for (signer, problem) in news {
+                let file = files.iter().find(|(s, _)| *s == signer).map(|(_, p)| p.display().to_string());
+                let file = file.unwrap_or_default();
+                match problem {
+                    Some(problem) => {
+                        tracing::warn!(signer = %signer, file = %file, problem = %problem, "no trust bundle to publish")
+                    }
+                    None => tracing::info!(signer = %signer, file = %file, "the trust bundle file reads again"),
+                }
             }
             let existing: Vec<Existing> =
                 api.list(&ListParams::default()).await?.items.iter().map(|o| existing_of(o, NAME)).collect();
@@ -285,6 +316,29 @@ mod tests {
         ];
         for (what, sources, existing, want) in cases {
             assert_eq!(decide(&sources, &existing), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn problems_are_reported_once_and_their_end_once() {
+        let (a, b) = ("kubernetes.io/kube-apiserver-serving", "kubernetes.io/kubelet-serving");
+        let src = |v: &[(&str, Result<&str, &str>)]| -> Vec<(String, Result<String, String>)> {
+            v.iter().map(|(s, b)| (s.to_string(), b.map(str::to_string).map_err(str::to_string))).collect()
+        };
+        let say = |signer: &str, p: Option<&str>| (signer.to_string(), p.map(str::to_string));
+        // Each sync in turn, on the same memory.
+        let syncs: Vec<(&str, Vec<(String, Result<String, String>)>, Vec<(String, Option<String>)>)> = vec![
+            ("all good: nothing to say", src(&[(a, Ok("X")), (b, Ok("X"))]), vec![]),
+            ("a breaks", src(&[(a, Err("no PEM")), (b, Ok("X"))]), vec![say(a, Some("no PEM"))]),
+            ("a still broken: said already", src(&[(a, Err("no PEM")), (b, Ok("X"))]), vec![]),
+            ("a broken another way", src(&[(a, Err("gone")), (b, Ok("X"))]), vec![say(a, Some("gone"))]),
+            ("b breaks too", src(&[(a, Err("gone")), (b, Err("gone"))]), vec![say(b, Some("gone"))]),
+            ("both read again", src(&[(a, Ok("Y")), (b, Ok("Y"))]), vec![say(a, None), say(b, None)]),
+            ("and stay good", src(&[(a, Ok("Y")), (b, Ok("Y"))]), vec![]),
+        ];
+        let mut reported = BTreeMap::new();
+        for (what, sources, want) in syncs {
+            assert_eq!(reports(&sources, &mut reported), want, "{what}");
         }
     }
 

@@ -340,6 +340,11 @@ impl Server {
         tail(&self.stderr_log(self.runs), 4000)
     }
 
+    /// All of the server's stderr (logs) of the current run, to look for a line in.
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(self.stderr_log(self.runs)).unwrap_or_default()
+    }
+
     // ---------------------------------------------------------------- kubectl
 
     /// `kubectl --kubeconfig <admin> <args>`, bounded by [`KUBECTL_TIMEOUT`].
