@@ -135,7 +135,7 @@ fn record_update(c: &Call<'_>, manager: &str, live: Option<&Value>, new: Value) 
         time: &time,
         reset_fields: &reset,
     };
-    apply::update(&schema, live, &new, &writer).object
+    apply::update(&schema, live, new, &writer).object
 }
 
 pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {

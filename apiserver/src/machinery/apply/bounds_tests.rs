@@ -101,7 +101,7 @@ fn an_updates_entries_come_from_upstreams_sources() {
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
                "spec": {"containers": [{"name": "c", "image": image}]}})
     };
-    let live = update(&s, None, &pod("a"), &writer("creator", T0, &none)).object;
+    let live = update(&s, None, pod("a"), &writer("creator", T0, &none)).object;
     assert_eq!(owners(&live), [("creator".to_string(), "Update".to_string())]);
     // A field neither pod sets: whoever is given it keeps it.
     let hostname_of = |m: &str| entry(m, json!({"f:spec": {"f:hostname": {}}}));
@@ -144,7 +144,7 @@ fn an_updates_entries_come_from_upstreams_sources() {
         if let Some(list) = given {
             new["metadata"]["managedFields"] = list;
         }
-        let out = update(&s, live, &new, &writer("editor", T1, &none));
+        let out = update(&s, live, new.clone(), &writer("editor", T1, &none));
         let mut got = match out.object["metadata"].get("managedFields") {
             Some(_) => owners(&out.object),
             None => vec![],
@@ -155,7 +155,7 @@ fn an_updates_entries_come_from_upstreams_sources() {
     // An existing object no manager owns anything of stays untracked by Updates ...
     let mut untracked = live.clone();
     untracked["metadata"].as_object_mut().unwrap().remove("managedFields");
-    let out = update(&s, Some(&untracked), &pod("c"), &writer("editor", T1, &none));
+    let out = update(&s, Some(&untracked), pod("c"), &writer("editor", T1, &none));
     assert_eq!(out.object["metadata"].get("managedFields"), None);
     // ... and its first apply finds what it held owned by `before-first-apply`.
     let config = pod("d");
@@ -253,7 +253,7 @@ fn field_ownership_is_linear_in_the_object() {
     let body = forged_pod(100_000, 10_000, 3);
     let size = body.to_string().len();
 
-    let (out, bytes) = counted(|| update(&s, None, &body, &writer("kubelet", T0, &none)));
+    let (out, bytes) = counted(|| update(&s, None, body.clone(), &writer("kubelet", T0, &none)));
     assert!(bytes < 4 * size, "create: {bytes} path bytes for a {size}-byte body");
     let mut got = owners(&out.object);
     got.sort();
@@ -301,7 +301,7 @@ fn field_ownership_work_grows_with_the_body() {
     let none = FieldSet::new();
     let work = |key_len: usize, envs: usize| {
         let body = forged_pod(key_len, envs, 2);
-        counted(|| update(&s, None, &body, &writer("kubelet", T0, &none))).1
+        counted(|| update(&s, None, body.clone(), &writer("kubelet", T0, &none))).1
     };
     let small = work(10_000, 1_000);
     let large = work(100_000, 10_000);

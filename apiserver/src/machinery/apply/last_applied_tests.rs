@@ -50,7 +50,7 @@ fn client_side_applied(s: &Schema, data: Value) -> Value {
         "{{\"apiVersion\":\"v1\",\"data\":{},\"kind\":\"ConfigMap\",\"metadata\":{{\"annotations\":{{}},\"name\":\"cm\",\"namespace\":\"default\"}}}}\n",
         data
     );
-    update(s, None, &annotated(cm(data), &last, &[]), &writer(CSA, T0, &none)).object
+    update(s, None, annotated(cm(data), &last, &[]), &writer(CSA, T0, &none)).object
 }
 
 fn last_applied(obj: &Value) -> Option<&str> {
@@ -174,7 +174,7 @@ fn apply_after_client_side_apply_takes_over_or_conflicts() {
                 let none = FieldSet::new();
                 let mut edited = csa_red(s);
                 edited["data"]["color"] = json!("green");
-                update(s, Some(&csa_red(s)), &edited, &writer("kubectl-edit", T0, &none)).object
+                update(s, Some(&csa_red(s)), edited, &writer("kubectl-edit", T0, &none)).object
             },
             manager: "kubectl",
             force: false,
@@ -220,7 +220,7 @@ fn apply_after_client_side_apply_takes_over_or_conflicts() {
             name: "no annotation (kubectl create): the conflict stays",
             live: |s| {
                 let none = FieldSet::new();
-                update(s, None, &cm(json!({"color": "red"})), &writer("kubectl-create", T0, &none)).object
+                update(s, None, cm(json!({"color": "red"})), &writer("kubectl-create", T0, &none)).object
             },
             manager: "kubectl",
             force: false,
@@ -363,7 +363,7 @@ fn apply_keeps_the_last_applied_annotation_current() {
     assert_eq!(last_applied(&out.object), last_applied(&live));
 
     // No annotation: none is added (on create neither).
-    let created = update(&s, None, &cm(json!({"color": "red"})), &writer("kubectl-create", T0, &none)).object;
+    let created = update(&s, None, cm(json!({"color": "red"})), &writer("kubectl-create", T0, &none)).object;
     let out = apply(&s, Some(&created), &cm(json!({"color": "red"})), &writer("kubectl", T1, &none), false).unwrap();
     assert_eq!(out.object["metadata"].get("annotations"), None);
     let out = apply(&s, None, &config, &writer("kubectl", T1, &none), false).unwrap();

@@ -156,7 +156,12 @@ pub enum ManagedFieldsError {
 /// upstream's `DecodeManagedFields`: any entry that does not decode fails them all, and
 /// entries of the same manager (see [`ManagedEntry::identity`]) collapse into the last one.
 pub fn decode_managed_fields(obj: &Value) -> Result<Vec<ManagedEntry>, ManagedFieldsError> {
-    let list = match obj.pointer("/metadata/managedFields") {
+    decode_entries(obj.pointer("/metadata/managedFields"))
+}
+
+/// [`decode_managed_fields`] of the `managedFields` value itself.
+fn decode_entries(managed_fields: Option<&Value>) -> Result<Vec<ManagedEntry>, ManagedFieldsError> {
+    let list = match managed_fields {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(list)) => list,
         Some(_) => return Err(ManagedFieldsError::NotAList),
@@ -201,8 +206,13 @@ pub fn encode_managed_fields(obj: &mut Value, entries: &[ManagedEntry]) {
 }
 
 /// Fields no manager owns: the type and identity of the object and what the server keeps
-/// in its metadata (upstream's `StripMetaManager`).
-fn stripped() -> FieldSet {
+/// in its metadata (upstream's `StripMetaManager`). Built once: every write reads it.
+fn stripped() -> &'static FieldSet {
+    static STRIPPED: std::sync::LazyLock<FieldSet> = std::sync::LazyLock::new(stripped_fields);
+    &STRIPPED
+}
+
+fn stripped_fields() -> FieldSet {
     let mut s = FieldSet::new();
     for p in [
         &["apiVersion"][..],
@@ -368,10 +378,13 @@ pub struct Outcome {
 
 fn without_managed_fields(obj: &Value) -> Value {
     let mut o = obj.clone();
-    if let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-        meta.remove("managedFields");
-    }
+    take_managed_fields(&mut o);
     o
+}
+
+/// Takes `metadata.managedFields` out of `obj`, as it was (None when there was none).
+fn take_managed_fields(obj: &mut Value) -> Option<Value> {
+    obj.get_mut("metadata").and_then(Value::as_object_mut).and_then(|meta| meta.remove("managedFields"))
 }
 
 /// Whether a write may take fields other managers own.
@@ -430,7 +443,7 @@ fn finish(entries: Vec<ManagedEntry>, writer_id: &Identity<'_>, touch: bool, tim
     let mut out: Vec<ManagedEntry> = entries
         .into_iter()
         .map(|mut e| {
-            e.fields = e.fields.difference(&strip);
+            e.fields = e.fields.difference(strip);
             if touch && e.identity() == *writer_id {
                 e.time = Some(time.to_string());
             }
@@ -537,7 +550,7 @@ fn apply_fields(
     // still owns them or something below them.
     if let Some(last) = last.filter(|l| !l.is_empty()) {
         // The server's own fields (`metadata` and its identity) are never the applier's to drop.
-        let mut owned = stripped();
+        let mut owned = stripped().clone();
         for e in &entries {
             owned.union_with(&e.fields);
         }
@@ -577,15 +590,15 @@ fn is_reset(managed_fields: Option<&Value>) -> bool {
 /// written object's own entries when there are any and they all decode (a client may edit
 /// them, as kubectl does when it moves an object from client-side to server-side apply),
 /// else the live object's (none when those do not decode either).
-fn update_base(live: Option<&Value>, new: &Value, subresource: &str) -> Vec<ManagedEntry> {
+fn update_base(live: Option<&Value>, written: Option<&Value>, subresource: &str) -> Vec<ManagedEntry> {
     let from_live = || live.and_then(|l| decode_managed_fields(l).ok()).unwrap_or_default();
     if !subresource.is_empty() {
         return from_live();
     }
-    if is_reset(new.pointer("/metadata/managedFields")) {
+    if is_reset(written) {
         return Vec::new();
     }
-    match decode_managed_fields(new) {
+    match decode_entries(written) {
         Ok(entries) if !entries.is_empty() => entries,
         _ => from_live(),
     }
@@ -593,15 +606,16 @@ fn update_base(live: Option<&Value>, new: &Value, subresource: &str) -> Vec<Mana
 
 /// Ownership after an Update (create, PUT, or a JSON/merge/strategic patch): what the
 /// write added or changed moves to the writer; nothing conflicts. `new` is the object the
-/// write produced. An Update never fails: when the objects cannot be read with the schema
+/// write produced, taken by value (its `managedFields` are taken out, not copied). An Update never fails: when the objects cannot be read with the schema
 /// the result carries no `managedFields` at all, as upstream's field manager does then. An
 /// existing object that starts from no entries keeps none (upstream's
 /// `skipNonAppliedManager`: ownership is tracked from creation or from the first apply).
-pub fn update(schema: &Schema, live: Option<&Value>, new: &Value, writer: &Writer) -> Outcome {
+pub fn update(schema: &Schema, live: Option<&Value>, new: Value, writer: &Writer) -> Outcome {
     let live_obj = live.map(without_managed_fields).unwrap_or_else(super::typed::empty_object);
-    let mut object = without_managed_fields(new);
+    let mut object = new;
+    let written = take_managed_fields(&mut object);
     let changed = live.is_none() || object != live_obj;
-    let previous = update_base(live, new, writer.subresource);
+    let previous = update_base(live, written.as_ref(), writer.subresource);
     if previous.is_empty() && live.is_some() {
         return Outcome { object, changed };
     }
@@ -623,7 +637,7 @@ fn updated_entries(
     let my_id: Identity<'_> = (writer.manager, Operation::Update, writer.subresource, writer.api_version);
     let cmp = update_owners(schema, live_obj, new_obj, &mut entries, &my_id, Force::Yes, writer.reset_fields).ok()?;
     let gained = cmp.modified.union(&cmp.added);
-    let touch = !gained.difference(&stripped()).is_empty();
+    let touch = !gained.difference(stripped()).is_empty();
     match entries.iter_mut().find(|e| e.identity() == my_id) {
         Some(e) => {
             let mut fields = e.fields.difference(&cmp.removed);

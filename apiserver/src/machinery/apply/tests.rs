@@ -91,7 +91,7 @@ fn apply_creates_with_managed_fields() {
 fn apply_update_on_create_owns_containers() {
     let s = configmap_schema();
     let none = FieldSet::new();
-    let out = update(&s, None, &test_cm(json!({"key": "v"})), &writer("kubectl-create", "v1", T0, &none));
+    let out = update(&s, None, test_cm(json!({"key": "v"})), &writer("kubectl-create", "v1", T0, &none));
     assert_eq!(
         managed(&out.object),
         [m(
@@ -120,7 +120,7 @@ fn run(schema: &Schema, steps: Vec<Step>, field: &str) {
         let w = writer(step.manager, &version, T0, &none);
         let got = match step.apply {
             Some(force) => apply(schema, live.as_ref(), &step.body, &w, force),
-            None => Ok(update(schema, live.as_ref(), &step.body, &w)),
+            None => Ok(update(schema, live.as_ref(), step.body.clone(), &w)),
         };
         match (got, step.want) {
             (Ok(out), Ok((data, owners))) => {
@@ -496,11 +496,11 @@ fn apply_bad_requests() {
 fn apply_update_takes_edited_managed_fields() {
     let s = configmap_schema();
     let none = FieldSet::new();
-    let created = update(&s, None, &test_cm(json!({"k": "v"})), &writer("kubectl-client-side-apply", "v1", T0, &none));
+    let created = update(&s, None, test_cm(json!({"k": "v"})), &writer("kubectl-client-side-apply", "v1", T0, &none));
     let mut edited = created.object.clone();
     edited["metadata"]["managedFields"][0]["manager"] = json!("kubectl");
     edited["metadata"]["managedFields"][0]["operation"] = json!("Apply");
-    let out = update(&s, Some(&created.object), &edited, &writer("kubectl-patch", "v1", T1, &none));
+    let out = update(&s, Some(&created.object), edited.clone(), &writer("kubectl-patch", "v1", T1, &none));
     assert_eq!(
         managed(&out.object),
         [m("kubectl", "Apply", r#"{"f:data":{"f:k":{},".":{}},"f:metadata":{"f:labels":{"f:test-label":{},".":{}}}}"#)]
@@ -520,7 +520,7 @@ fn apply_reset_fields_not_owned() {
     let mut reset = FieldSet::new();
     reset.insert(&Path::fields(&["spec", "replicas"]));
     let live = json!({"apiVersion": "v1", "metadata": {"name": "t"}, "spec": {"replicas": 5}});
-    let live = update(&s, None, &live, &writer("ctrl", "v1", T0, &none)).object;
+    let live = update(&s, None, live, &writer("ctrl", "v1", T0, &none)).object;
     let cfg = json!({"apiVersion": "v1", "metadata": {"name": "t"}, "spec": {"replicas": 2, "args": ["a"]}});
     let out = apply(&s, Some(&live), &cfg, &writer("kubectl", "v1", T0, &reset), false).unwrap();
     assert_eq!(
@@ -538,12 +538,12 @@ fn apply_reset_fields_not_owned() {
 fn apply_caps_update_managers() {
     let s = configmap_schema();
     let none = FieldSet::new();
-    let mut obj = update(&s, None, &test_cm(json!({})), &writer("creator", "v1", "2026-01-01T00:00:00Z", &none)).object;
+    let mut obj = update(&s, None, test_cm(json!({})), &writer("creator", "v1", "2026-01-01T00:00:00Z", &none)).object;
     let times: Vec<String> = (1..=11).map(|i| format!("2026-01-01T00:{i:02}:00Z")).collect();
     for (i, t) in times.iter().enumerate() {
         let mut next = obj.clone();
         next["data"][format!("k{i}")] = json!("v");
-        obj = update(&s, Some(&obj), &next, &writer(&format!("m{i:02}"), "v1", t, &none)).object;
+        obj = update(&s, Some(&obj), next.clone(), &writer(&format!("m{i:02}"), "v1", t, &none)).object;
     }
     let entries = decode_managed_fields(&obj).unwrap();
     assert_eq!(entries.len(), managed::MAX_UPDATE_MANAGERS);
@@ -570,23 +570,23 @@ fn apply_update_managed_fields_sources() {
 
     let mut reset = created.clone();
     reset["metadata"]["managedFields"] = json!([{}]);
-    let out = update(&s, Some(&created), &reset, &writer("kubectl-patch", "v1", T1, &none));
+    let out = update(&s, Some(&created), reset.clone(), &writer("kubectl-patch", "v1", T1, &none));
     assert_eq!(out.object["metadata"].get("managedFields"), None);
 
     let mut emptied = created.clone();
     emptied["metadata"]["managedFields"] = json!([]);
-    let out = update(&s, Some(&created), &emptied, &writer("kubectl-patch", "v1", T1, &none));
+    let out = update(&s, Some(&created), emptied.clone(), &writer("kubectl-patch", "v1", T1, &none));
     assert_eq!(out.object["metadata"].get("managedFields"), None);
 
     let mut left_out = created.clone();
     left_out["metadata"].as_object_mut().unwrap().remove("managedFields");
-    let out = update(&s, Some(&created), &left_out, &writer("kubectl-patch", "v1", T1, &none));
+    let out = update(&s, Some(&created), left_out.clone(), &writer("kubectl-patch", "v1", T1, &none));
     assert_eq!(managed(&out.object), managed(&created));
 
     let mut forged = created.clone();
     forged["metadata"]["managedFields"][0]["manager"] = json!("someone-else");
     let status = Writer { subresource: "status", ..writer("ctrl", "v1", T1, &none) };
-    let out = update(&s, Some(&created), &forged, &status);
+    let out = update(&s, Some(&created), forged.clone(), &status);
     assert_eq!(managed(&out.object), managed(&created));
 }
 
@@ -601,7 +601,7 @@ fn apply_update_removals_and_unreadable_objects() {
         .object;
     let mut edited = created.clone();
     edited["data"].as_object_mut().unwrap().remove("b");
-    let out = update(&s, Some(&created), &edited, &writer("kubectl-edit", "v1", T1, &none));
+    let out = update(&s, Some(&created), edited.clone(), &writer("kubectl-edit", "v1", T1, &none));
     assert_eq!(
         managed(&out.object),
         [m("kubectl", "Apply", r#"{"f:data":{"f:a":{}},"f:metadata":{"f:labels":{"f:test-label":{}}}}"#)]
@@ -609,7 +609,7 @@ fn apply_update_removals_and_unreadable_objects() {
 
     let mut bad = created.clone();
     bad["metadata"]["ownerReferences"] = json!([{"name": "no uid"}]);
-    let out = update(&s, Some(&created), &bad, &writer("kubectl-edit", "v1", T1, &none));
+    let out = update(&s, Some(&created), bad.clone(), &writer("kubectl-edit", "v1", T1, &none));
     assert_eq!(out.object["metadata"].get("managedFields"), None);
     assert_eq!(out.object["metadata"]["ownerReferences"], bad["metadata"]["ownerReferences"]);
 }
