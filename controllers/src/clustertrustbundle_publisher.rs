@@ -223,8 +223,8 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
             }
             let news = reports(&srcs, &mut reported.lock().unwrap_or_else(|e| e.into_inner()));
             for (signer, problem) in news {
-                let file = files.iter().find(|(s, _)| *s == signer).map(|(_, p)| p.display().to_string());
-                let file = file.unwrap_or_default();
+                let file =
+                    files.iter().find(|(s, _)| *s == signer).map_or(String::new(), |(_, p)| p.display().to_string());
                 match problem {
                     Some(problem) => {
                         tracing::warn!(signer = %signer, file = %file, problem = %problem, "no trust bundle to publish")

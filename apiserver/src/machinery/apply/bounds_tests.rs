@@ -144,7 +144,7 @@ fn an_updates_entries_come_from_upstreams_sources() {
         if let Some(list) = given {
             new["metadata"]["managedFields"] = list;
         }
-        let out = update(&s, live, new.clone(), &writer("editor", T1, &none));
+        let out = update(&s, live, new, &writer("editor", T1, &none));
         let mut got = match out.object["metadata"].get("managedFields") {
             Some(_) => owners(&out.object),
             None => vec![],

@@ -606,10 +606,11 @@ fn update_base(live: Option<&Value>, written: Option<&Value>, subresource: &str)
 
 /// Ownership after an Update (create, PUT, or a JSON/merge/strategic patch): what the
 /// write added or changed moves to the writer; nothing conflicts. `new` is the object the
-/// write produced, taken by value (its `managedFields` are taken out, not copied). An Update never fails: when the objects cannot be read with the schema
-/// the result carries no `managedFields` at all, as upstream's field manager does then. An
-/// existing object that starts from no entries keeps none (upstream's
-/// `skipNonAppliedManager`: ownership is tracked from creation or from the first apply).
+/// write produced, taken by value (its `managedFields` are taken out, not copied). An Update
+/// never fails: when the objects cannot be read with the schema the result carries no
+/// `managedFields` at all, as upstream's field manager does then. An existing object that
+/// starts from no entries keeps none (upstream's `skipNonAppliedManager`: ownership is
+/// tracked from creation or from the first apply).
 pub fn update(schema: &Schema, live: Option<&Value>, new: Value, writer: &Writer) -> Outcome {
     let live_obj = live.map(without_managed_fields).unwrap_or_else(super::typed::empty_object);
     let mut object = new;

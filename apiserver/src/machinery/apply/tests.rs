@@ -500,7 +500,7 @@ fn apply_update_takes_edited_managed_fields() {
     let mut edited = created.object.clone();
     edited["metadata"]["managedFields"][0]["manager"] = json!("kubectl");
     edited["metadata"]["managedFields"][0]["operation"] = json!("Apply");
-    let out = update(&s, Some(&created.object), edited.clone(), &writer("kubectl-patch", "v1", T1, &none));
+    let out = update(&s, Some(&created.object), edited, &writer("kubectl-patch", "v1", T1, &none));
     assert_eq!(
         managed(&out.object),
         [m("kubectl", "Apply", r#"{"f:data":{"f:k":{},".":{}},"f:metadata":{"f:labels":{"f:test-label":{},".":{}}}}"#)]
@@ -543,7 +543,7 @@ fn apply_caps_update_managers() {
     for (i, t) in times.iter().enumerate() {
         let mut next = obj.clone();
         next["data"][format!("k{i}")] = json!("v");
-        obj = update(&s, Some(&obj), next.clone(), &writer(&format!("m{i:02}"), "v1", t, &none)).object;
+        obj = update(&s, Some(&obj), next, &writer(&format!("m{i:02}"), "v1", t, &none)).object;
     }
     let entries = decode_managed_fields(&obj).unwrap();
     assert_eq!(entries.len(), managed::MAX_UPDATE_MANAGERS);
@@ -570,23 +570,23 @@ fn apply_update_managed_fields_sources() {
 
     let mut reset = created.clone();
     reset["metadata"]["managedFields"] = json!([{}]);
-    let out = update(&s, Some(&created), reset.clone(), &writer("kubectl-patch", "v1", T1, &none));
+    let out = update(&s, Some(&created), reset, &writer("kubectl-patch", "v1", T1, &none));
     assert_eq!(out.object["metadata"].get("managedFields"), None);
 
     let mut emptied = created.clone();
     emptied["metadata"]["managedFields"] = json!([]);
-    let out = update(&s, Some(&created), emptied.clone(), &writer("kubectl-patch", "v1", T1, &none));
+    let out = update(&s, Some(&created), emptied, &writer("kubectl-patch", "v1", T1, &none));
     assert_eq!(out.object["metadata"].get("managedFields"), None);
 
     let mut left_out = created.clone();
     left_out["metadata"].as_object_mut().unwrap().remove("managedFields");
-    let out = update(&s, Some(&created), left_out.clone(), &writer("kubectl-patch", "v1", T1, &none));
+    let out = update(&s, Some(&created), left_out, &writer("kubectl-patch", "v1", T1, &none));
     assert_eq!(managed(&out.object), managed(&created));
 
     let mut forged = created.clone();
     forged["metadata"]["managedFields"][0]["manager"] = json!("someone-else");
     let status = Writer { subresource: "status", ..writer("ctrl", "v1", T1, &none) };
-    let out = update(&s, Some(&created), forged.clone(), &status);
+    let out = update(&s, Some(&created), forged, &status);
     assert_eq!(managed(&out.object), managed(&created));
 }
 
@@ -601,7 +601,7 @@ fn apply_update_removals_and_unreadable_objects() {
         .object;
     let mut edited = created.clone();
     edited["data"].as_object_mut().unwrap().remove("b");
-    let out = update(&s, Some(&created), edited.clone(), &writer("kubectl-edit", "v1", T1, &none));
+    let out = update(&s, Some(&created), edited, &writer("kubectl-edit", "v1", T1, &none));
     assert_eq!(
         managed(&out.object),
         [m("kubectl", "Apply", r#"{"f:data":{"f:a":{}},"f:metadata":{"f:labels":{"f:test-label":{}}}}"#)]
