@@ -425,7 +425,14 @@ mod tests {
                 assert!(text.contains(w), "{w:?} missing from:\n{text}");
             }
         }
-        let refused = generation::Refusal { generation: 2, highest: 5, fork: false, at: now, resealed_as: Some(6) };
+        let refused = generation::Refusal {
+            generation: 2,
+            highest: 5,
+            fork: false,
+            unopened: false,
+            at: now,
+            resealed_as: Some(6),
+        };
         let seen = Seen { generation: 6, digest: "d".into(), refused: Some(refused) };
         let text = render_shared(Some(&seen));
         assert!(text.starts_with("shared PKI: generation 6 in etcd\n"), "{text}");

@@ -134,6 +134,11 @@ struct ServerArgs {
     /// 0: no cap (2^32 seconds).
     #[arg(long = "service-account-max-token-expiration", value_parser = parse_duration)]
     service_account_max_token_expiration: Option<std::time::Duration>,
+    /// Pod-bound tokens a kubelet asks for with the transition lifetime (3607 s) for the API's
+    /// audiences last a year instead (capped by --service-account-max-token-expiration), with
+    /// a `kubernetes.io.warnafter` claim at the asked end, as kube-apiserver does.
+    #[arg(long = "service-account-extend-token-expiration", default_value_t = true, action = clap::ArgAction::Set)]
+    service_account_extend_token_expiration: bool,
     /// Unix socket of an external signer (`k8s.io/externaljwt` v1, e.g. `kustos sa-signer`): it
     /// signs service-account tokens and serves the keys that verify them (`@name`: abstract
     /// socket). Excludes --service-account-key-file.
@@ -406,6 +411,7 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
     cfg.service_account_key_files = args.service_account_key_file.clone();
     cfg.api_audiences = args.api_audiences.iter().map(|a| a.trim().to_string()).filter(|a| !a.is_empty()).collect();
     cfg.service_account_max_token_expiration = args.service_account_max_token_expiration;
+    cfg.service_account_extend_token_expiration = args.service_account_extend_token_expiration;
     cfg.service_account_signing_endpoint = args.service_account_signing_endpoint.clone();
     cfg.verbosity = args.verbosity;
     cfg.token_webhook = args.token_webhook.settings();
@@ -490,9 +496,18 @@ async fn run_server(args: ServerArgs, with_controllers: bool) -> anyhow::Result<
 }
 
 /// What no kubelet serving certificate may name (the policy approver's protected addresses):
-/// the address this server is bound to and every SAN of its serving certificate.
+/// the address this server is bound to (bound to every address, `0.0.0.0` or `::`: every
+/// address of the host's interfaces) and every SAN of its serving certificate.
 fn apiserver_addresses(running: &kustos_apiserver::Running) -> Vec<String> {
     let mut out = vec![running.addr.ip().to_string()];
+    if running.addr.ip().is_unspecified() {
+        match if_addrs::get_if_addrs() {
+            Ok(interfaces) => out.extend(interfaces.iter().map(|i| i.ip().to_string())),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the host's addresses to keep them out of kubelet serving certificates")
+            }
+        }
+    }
     match kustos_ca::parse_certificate_pem(&running.pki.serving_cert_pem) {
         Ok(info) => {
             out.extend(info.dns_names);

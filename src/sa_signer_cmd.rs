@@ -83,6 +83,22 @@ pub struct SaSignerArgs {
 }
 
 /// A group name or id as a gid (names from /etc/group).
+/// The method path prefix of each package of `k8s.io/externaljwt`.
+const V1: &str = "/v1.ExternalJWTSigner/";
+const V1ALPHA1: &str = "/v1alpha1.ExternalJWTSigner/";
+
+/// A call of `v1alpha1` (kube-apiserver 1.32 and 1.33, and clients generated from that
+/// package) answered by the `v1` service: the two packages define the same service and
+/// messages, field for field, so only the method's path differs.
+fn v1alpha1_as_v1<B>(mut req: http::Request<B>) -> http::Request<B> {
+    if let Some(method) = req.uri().path().strip_prefix(V1ALPHA1) {
+        if let Ok(uri) = format!("{V1}{method}").parse() {
+            *req.uri_mut() = uri;
+        }
+    }
+    req
+}
+
 fn group_id(group: &str) -> anyhow::Result<u32> {
     if let Ok(gid) = group.parse() {
         return Ok(gid);
@@ -271,10 +287,11 @@ pub async fn run(args: SaSignerArgs) -> anyhow::Result<()> {
     let service = SignerService::new(Arc::new(keys), max_token_seconds, args.refresh_hint, metrics);
     let server = ExternalJwtSignerServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES);
     println!("kustos sa-signer is serving on {endpoint}");
-    tracing::info!(socket = %endpoint, "serving k8s.io/externaljwt v1");
+    tracing::info!(socket = %endpoint, "serving k8s.io/externaljwt v1 and v1alpha1");
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
     let served = tonic::transport::Server::builder()
         .timeout(Duration::from_secs(30))
+        .layer(tower::util::MapRequestLayer::new(v1alpha1_as_v1))
         .add_service(server)
         .serve_with_incoming_shutdown(incoming, crate::shutdown_signal())
         .await;

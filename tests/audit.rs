@@ -179,6 +179,18 @@ async fn the_shipped_policy_records_csrs_signing_tokens_and_rbac_by_their_users(
     assert_eq!(issued["auditID"], token_id.as_str(), "{issued}");
     assert_eq!(issued["objectRef"]["namespace"], "default", "{issued}");
     assert!(issued.get("requestObject").is_none() && issued.get("responseObject").is_none(), "{issued}");
+    // The issued credential is named, as the token's later uses name it (credential-id JTI=...).
+    let claims = token.split('.').nth(1).expect("a JWT");
+    let claims: Value = serde_json::from_slice(
+        &base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, claims).expect("base64url"),
+    )
+    .expect("JSON claims");
+    let jti = claims["jti"].as_str().expect("a jti");
+    assert_eq!(
+        issued["annotations"]["authentication.kubernetes.io/issued-credential-id"],
+        format!("JTI={jti}").as_str(),
+        "{issued}"
+    );
 
     // The refusal: Metadata, the Status' reason, the authorizer's decision.
     let refused =

@@ -424,8 +424,12 @@ fn register_node_with(s: &Server, node: &str, addresses: &[(&str, &str)]) {
 
 /// Create a Service with cluster IP `ip` in `namespace`, as the admin.
 fn create_service(s: &Server, namespace: &str, name: &str, ip: &str) {
+    create_service_with(s, namespace, name, json!({"clusterIP": ip, "ports": [{"port": 443}]}));
+}
+
+fn create_service_with(s: &Server, namespace: &str, name: &str, spec: Value) {
     let obj = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace},
-                     "spec": {"clusterIP": ip, "ports": [{"port": 443}]}});
+                     "spec": spec});
     let out = s.kubectl_with_stdin(&["create", "-f", "-"], Some(&obj.to_string()));
     assert!(out.status.success(), "creating Service {name}: {}", String::from_utf8_lossy(&out.stderr));
 }
@@ -462,8 +466,10 @@ async fn a_node_gets_no_certificate_for_an_address_of_a_neighbour_the_apiserver_
     let n1 = issue_user(&s, &user, &["system:nodes"]);
     let (own_ip, neighbour_ip, service_ip, canary_ip, canary_service_ip) =
         (unique_ip(), unique_ip(), unique_ip(), unique_ip(), unique_ip());
+    let external_ip = unique_ip();
     register_node_with(&s, &neighbour, &[("Hostname", &neighbour), ("InternalIP", &neighbour_ip)]);
     create_service(&s, &ns, "web", &service_ip);
+    create_service_with(&s, &ns, "front", json!({"externalIPs": [external_ip], "ports": [{"port": 443}]}));
     // What n1 publishes: its own address and everything it wants a certificate for.
     register_node_with(
         &s,
@@ -475,6 +481,7 @@ async fn a_node_gets_no_certificate_for_an_address_of_a_neighbour_the_apiserver_
             ("InternalIP", "127.0.0.1"),
             ("InternalIP", "0:0:0:0:0:0:0:1"),
             ("InternalIP", &service_ip),
+            ("InternalIP", &external_ip),
             ("InternalIP", &canary_ip),
             ("InternalIP", &canary_service_ip),
         ],
@@ -509,7 +516,13 @@ async fn a_node_gets_no_certificate_for_an_address_of_a_neighbour_the_apiserver_
             "a Service's cluster IP",
             vec![],
             vec![&service_ip],
-            format!("ipAddresses[0] {service_ip} is refused (it is the cluster IP of Service {ns}/web)"),
+            format!("ipAddresses[0] {service_ip} is refused (it is an IP of Service {ns}/web)"),
+        ),
+        (
+            "a Service's external IP",
+            vec![],
+            vec![&external_ip],
+            format!("ipAddresses[0] {external_ip} is refused (it is an IP of Service {ns}/front)"),
         ),
     ];
     for (what, dns, ips, why) in attacks {

@@ -108,8 +108,13 @@ impl Drop for Signer {
 
 /// A gRPC client of the signer at `socket` (a path, or `@name`).
 async fn client(socket: &str) -> ExternalJwtSignerClient<tonic::transport::Channel> {
+    ExternalJwtSignerClient::new(channel(socket).await)
+}
+
+/// A channel to the signer at `socket`.
+async fn channel(socket: &str) -> tonic::transport::Channel {
     let target = socket.to_string();
-    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+    tonic::transport::Endpoint::from_static("http://localhost")
         .connect_with_connector(tower::service_fn(move |_: http::Uri| {
             let target = target.clone();
             async move {
@@ -125,8 +130,22 @@ async fn client(socket: &str) -> ExternalJwtSignerClient<tonic::transport::Chann
             }
         }))
         .await
-        .expect("connecting to the signer");
-    ExternalJwtSignerClient::new(channel)
+        .expect("connecting to the signer")
+}
+
+/// Call `method` of the service in `package` (`v1`, `v1alpha1`) with `request`, as a client
+/// generated from that package's proto does (the messages are the same in both).
+async fn call<Req, Resp>(socket: &str, package: &str, method: &str, request: Req) -> Result<Resp, tonic::Status>
+where
+    Req: prost::Message + Send + Sync + 'static,
+    Resp: prost::Message + Default + Send + Sync + 'static,
+{
+    let mut grpc = tonic::client::Grpc::new(channel(socket).await);
+    grpc.ready().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+    let path: http::uri::PathAndQuery =
+        format!("/{package}.ExternalJWTSigner/{method}").parse().map_err(|_| tonic::Status::internal("path"))?;
+    let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+    grpc.unary(tonic::Request::new(request), path, codec).await.map(tonic::Response::into_inner)
 }
 
 /// The key id of a data directory's `sa.key`.
@@ -143,6 +162,34 @@ fn kid(token: &str) -> String {
 
 fn b64(v: &Value) -> String {
     URL_SAFE_NO_PAD.encode(v.to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v1alpha1_client_is_answered_as_a_v1_one() {
+    use kustos_apiserver::pki::externaljwt::proto::{FetchKeysResponse, MetadataResponse, SignJwtResponse};
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let socket = tmp.path().join("signer.sock");
+    let signer = Signer::start(
+        socket.to_str().expect("UTF-8"),
+        &tmp.path().join("signer"),
+        &["--service-account-max-token-expiration", "2h"],
+    );
+    let socket = socket.to_str().expect("UTF-8");
+    for package in ["v1", "v1alpha1"] {
+        let meta: MetadataResponse = call(socket, package, "Metadata", MetadataRequest {}).await.expect(package);
+        assert_eq!(meta.max_token_expiration_seconds, 7200, "{package}");
+        let keys: FetchKeysResponse = call(socket, package, "FetchKeys", FetchKeysRequest {}).await.expect(package);
+        assert!(!keys.keys.is_empty(), "{package}: {keys:?}");
+        let now = chrono::Utc::now().timestamp();
+        let claims = serde_json::json!({"iss": "https://kustos", "sub": "system:serviceaccount:a:b", "aud": ["x"],
+                                        "iat": now, "nbf": now, "exp": now + 600});
+        let signed: SignJwtResponse =
+            call(socket, package, "Sign", SignJwtRequest { claims: b64(&claims) }).await.expect(package);
+        assert!(!signed.header.is_empty() && !signed.signature.is_empty(), "{package}: {signed:?}");
+    }
+    let unknown = call::<MetadataRequest, MetadataResponse>(socket, "v2", "Metadata", MetadataRequest {}).await;
+    assert_eq!(unknown.map_err(|s| s.code()).err(), Some(tonic::Code::Unimplemented), "another package is not served");
+    drop(signer);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -382,6 +429,11 @@ async fn an_apiserver_signs_through_kustos_sa_signer_and_follows_rotate_and_revo
     assert_eq!(kid(&first), old, "signed with the signer's key");
     assert_eq!(whoami(&s, &first).await, Ok(format!("system:serviceaccount:{ns}:robot")));
     assert_eq!(jwks_kids(&s).await, vec![old.clone()], "the JWKS is the signer's, not the data directory's");
+    // Cacheable until the keys are fetched again (refresh hint 2 s), not for an hour.
+    let r = send(s.http().get(format!("{}/openid/v1/jwks", s.url))).await;
+    let cache = r.headers.get("cache-control").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    let age: u64 = cache.strip_prefix("public, max-age=").and_then(|a| a.parse().ok()).unwrap_or(u64::MAX);
+    assert!(age <= 2, "Cache-Control {cache:?}");
     // The signer's 2h is the cap: a longer request is shortened, with a warning.
     let out = s.kubectl(&["create", "token", "robot", "-n", &ns, "--duration", "10h", "-o", "json"]);
     let body: Value = serde_json::from_slice(&out.stdout).expect("a TokenRequest");

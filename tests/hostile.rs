@@ -294,11 +294,30 @@ async fn prepare(s: &Server) -> (Clients, Ctx) {
     send(http.post(format!("{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", s.url)).json(&crd))
         .await
         .expect_code(201, "the corpus's CRD");
-    let things = format!("/apis/{CRD_GROUP}/v1/namespaces/{ns}/things");
-    s.wait_for_object(&things, "the custom resource is served", Duration::from_secs(30), |_| true).await;
+    let shapes = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("shapes.{CRD_GROUP}")},
+        "spec": {"group": CRD_GROUP, "scope": "Namespaced",
+                 "names": {"plural": "shapes", "singular": "shape", "kind": "Shape", "listKind": "ShapeList"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                     "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                         "d": {"type": "array", "items": {"type": "object",
+                               "properties": {"x": {"type": "integer", "default": 7}}}},
+                         "s": {"type": "array", "x-kubernetes-list-type": "set", "items": {"type": "string"}},
+                         "m": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["k"],
+                               "items": {"type": "object", "required": ["k"],
+                                         "properties": {"k": {"type": "string"}}}}}}}}}}]}
+    });
+    send(http.post(format!("{}/apis/apiextensions.k8s.io/v1/customresourcedefinitions", s.url)).json(&shapes))
+        .await
+        .expect_code(201, "the corpus's CRD with a schema");
+    for plural in ["things", "shapes"] {
+        let list = format!("/apis/{CRD_GROUP}/v1/namespaces/{ns}/{plural}");
+        s.wait_for_object(&list, "the custom resource is served", Duration::from_secs(30), |_| true).await;
+    }
     let clients =
         Clients { url: s.url.clone(), ca: s.ca_pem(), admin, node: node_user.identity, bootstrap, service_account };
-    (clients, Ctx { node, node_uid, ns, crd_plural: "things" })
+    (clients, Ctx { node, node_uid, ns, crd_plural: "things", schemed_plural: "shapes" })
 }
 
 fn print_report(rows: &[Row], idle: (u64, u64), end: (u64, u64)) {

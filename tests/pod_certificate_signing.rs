@@ -4,7 +4,10 @@
 //! `signers` controller issues a chain that verifies against the Signer's v1
 //! ClusterTrustBundle, naming the pod's service account as a SPIFFE ID, certifying the
 //! request's key, for the Signer's capped lifetime; a request with a key type the Signer does
-//! not list is `Denied` (`UnsupportedKeyType`). The Signer counts its answers in
+//! not list is `Denied` (`UnsupportedKeyType`); whoever creates a request, one naming a service
+//! account its pod does not run as, or a pod that does not exist, is `Denied`
+//! (`PodIdentityMismatch`), and one with annotations a Signer does not recognize too; a P-521
+//! key is certified. The Signer counts its answers in
 //! `status.podCertificates` and `/metrics` (`kustos_pcr_*_total`).
 //!
 //! Its CA rotates (`kustos ca rotate begin|switch|finish --signer`) without breaking a pod:
@@ -256,6 +259,73 @@ async fn a_signer_issues_spiffe_certificates_to_pods() {
         let line = format!("{series}{{signer=\"{}\"}} {want}", w.signer_name);
         assert!(metrics.text.lines().any(|l| l == line), "{line} in /metrics:\n{}", metrics.text);
     }
+}
+
+/// Whoever creates a request, only the identity the pod runs as is certified; a Signer denies
+/// annotations it does not recognize; every key type the API takes is signed (P-521 too).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_what_the_pod_is_gets_certified_whoever_asks() {
+    common::ensure_kubectl();
+    let s = Server::start();
+    let w = workload(&s, json!({"trustDomain": "td.example"})).await;
+    let powerful =
+        create(&s, &format!("/api/v1/namespaces/{}/serviceaccounts", w.ns), json!({"metadata": {"name": "powerful"}}))
+            .await;
+    // Not a node (no NodeRestriction at create): the admin names the pod but another service
+    // account, or a pod that does not exist.
+    let ask = |edit: &dyn Fn(&mut Value)| {
+        let mut spec = w.spec.clone();
+        spec["stubPKCS10Request"] = json!(b64(&go_stub("p256")));
+        edit(&mut spec);
+        spec
+    };
+    let cases: Vec<(&str, Value, &str, &str)> = vec![
+        (
+            "another service account of the namespace",
+            ask(&|s| {
+                s["serviceAccountName"] = json!("powerful");
+                s["serviceAccountUID"] = powerful["metadata"]["uid"].clone();
+            }),
+            "PodIdentityMismatch",
+            "runs as service account \"web\", not \"powerful\"",
+        ),
+        (
+            "a pod that does not exist",
+            ask(&|s| s["podName"] = json!("nobody")),
+            "PodIdentityMismatch",
+            "does not exist",
+        ),
+        (
+            "an annotation the Signer does not recognize",
+            ask(&|s| s["unverifiedUserAnnotations"] = json!({"evil.example/dns-names": "api.example.com"})),
+            "InvalidUnverifiedUserAnnotations",
+            "evil.example/dns-names",
+        ),
+    ];
+    for (what, spec, reason, says) in cases {
+        let name = unique("req");
+        send(s.http().post(format!("{}{}", s.url, w.pcrs)).json(&json!({"metadata": {"name": name}, "spec": spec})))
+            .await
+            .expect_code(201, what);
+        let done = s
+            .wait_for_object(&format!("{}/{name}", w.pcrs), "answered", WAIT, |o| {
+                PCR_CONDITIONS.iter().any(|t| condition(o, t).is_some())
+            })
+            .await;
+        let denied = condition(&done, "Denied").unwrap_or_else(|| panic!("{what}: not denied: {done}"));
+        assert_eq!(denied["reason"], reason, "{what}: {done}");
+        assert!(denied["message"].as_str().is_some_and(|m| m.contains(says)), "{what}: {done}");
+        assert!(done["status"]["certificateChain"].is_null(), "{what}: no certificate: {done}");
+    }
+    // The node's own request for a P-521 key: issued, for that key.
+    let done = w.request(&s, &go_stub("p521")).await;
+    assert!(condition(&done, "Issued").is_some_and(|c| c["status"] == "True"), "P-521: {done}");
+    let chain = kustos_ca::certificates_from_pem(done["status"]["certificateChain"].as_str().unwrap_or_default())
+        .expect("PEM certificates");
+    let leaf = kustos_ca::parse_certificate_der(&chain[0]).expect("the leaf");
+    let stub = kustos_ca::pod_certificate::parse_stub_request(&go_stub("p521")).expect("the stub");
+    assert_eq!(leaf.public_key_der, stub.public_key_der, "the request's P-521 key");
+    assert!(kustos_ca::signed_by(&chain[0], &chain[1]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

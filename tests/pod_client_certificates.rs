@@ -170,13 +170,22 @@ async fn pods_authenticate_with_their_client_certificates() {
     assert_eq!(can_i("list", "secrets"), "no");
 
     // An ordinary client certificate with the service account's name as CN: that user name,
-    // none of the service-account groups, no pod extras (upstream's CN/O mapping).
+    // none of the service-account groups, no pod extras (upstream's CN/O mapping): only the
+    // certificate's credential id, as every client certificate's user has.
     let impostor = issue_user(&s, &format!("system:serviceaccount:{ns}:web"), &[]);
     let review = whoami(&s.http_with_identity(&impostor.identity), &s).await;
     review.expect_code(201, "SelfSubjectReview with a CN certificate");
     let info = &review.body["status"]["userInfo"];
     assert_eq!(info["groups"], json!(["system:authenticated"]), "{}", review.text);
-    assert!(info["extra"].is_null() || info["extra"] == json!({}), "no extras: {}", review.text);
+    let extra: Vec<&String> = info["extra"].as_object().map(|m| m.keys().collect()).unwrap_or_default();
+    assert_eq!(extra, ["authentication.kubernetes.io/credential-id"], "no pod extras: {}", review.text);
+    assert!(
+        info["extra"]["authentication.kubernetes.io/credential-id"][0]
+            .as_str()
+            .is_some_and(|id| id.starts_with("X509SHA256=")),
+        "{}",
+        review.text
+    );
 
     // Refusals: a key type the API refuses; user annotations the signer does not recognize.
     let r =

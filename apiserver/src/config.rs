@@ -33,6 +33,9 @@ pub struct Config {
     /// `--service-account-max-token-expiration` (None: a year,
     /// [`pki::service_account::DEFAULT_MAX_EXPIRATION`]; zero: no cap).
     pub service_account_max_token_expiration: Option<std::time::Duration>,
+    /// `--service-account-extend-token-expiration` (default true): kubelets' transition
+    /// tokens last a year ([`pki::service_account::ServiceAccountTokens::extended_seconds`]).
+    pub service_account_extend_token_expiration: bool,
     /// `--service-account-signing-endpoint`: an external signer's Unix socket (a path, or
     /// `@name`) signs the tokens and serves the keys that verify them (`pki::externaljwt`).
     pub service_account_signing_endpoint: Option<String>,
@@ -92,6 +95,7 @@ impl Config {
             service_account_key_files: Vec::new(),
             api_audiences: Vec::new(),
             service_account_max_token_expiration: None,
+            service_account_extend_token_expiration: true,
             service_account_signing_endpoint: None,
             client_ca_reload_interval: std::time::Duration::from_secs(1),
             enable_priority_and_fairness: true,

@@ -410,7 +410,7 @@ async fn resource(
     let call = Call { state, def, info, user, params, out: out.clone() };
     let reply: Reply = match (info.verb.as_str(), handler) {
         ("create", _) if def.create_only => api::reviews::create(&call, &body, &content_type).await?,
-        ("create", Some(h)) => h(&call, &body, &content_type).await?,
+        ("create", Some(h)) => audit::with_capture(capture.clone(), h(&call, &body, &content_type)).await?,
         ("get", _) => api::rest::get(&call).await?,
         ("list", _) => return api::rest::list(&call, &headers, pretty).await,
         ("watch", _) => return api::watch::watch(&call).await,
@@ -631,6 +631,7 @@ pub async fn start(cfg: Config) -> anyhow::Result<Running> {
         key_files: &cfg.service_account_key_files,
         signing_endpoint: cfg.service_account_signing_endpoint.as_deref(),
         reload_interval: cfg.client_ca_reload_interval,
+        extend_expiration: cfg.service_account_extend_token_expiration,
     };
     let sa_tokens = Arc::new(
         pki::service_account::ServiceAccountTokens::start(&key_settings, &pki, &server_address, &tasks).await?,

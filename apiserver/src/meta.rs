@@ -82,14 +82,33 @@ fn to_stored_within(obj: &Value, limit: usize) -> Result<Vec<u8>, ApiError> {
             "the object nests {depth} levels deep, more than the {MAX_OBJECT_DEPTH} a request body may"
         )));
     }
-    let mut obj = obj.clone();
-    if let Some(m) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.remove("resourceVersion");
-    }
     work::encoded(Format::Json, Site::Storage);
-    let bytes = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
+    let bytes = serde_json::to_vec(&WithoutResourceVersion(obj)).map_err(ApiError::internal)?;
     check_object_size(bytes.len(), limit)?;
     Ok(bytes)
+}
+
+/// An object that serializes without `metadata.resourceVersion`, the rest as it is: the
+/// stored form, written without a copy of the object.
+struct WithoutResourceVersion<'a>(&'a Value);
+
+impl serde::Serialize for WithoutResourceVersion<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap as _;
+        let Value::Object(top) = self.0 else { return self.0.serialize(serializer) };
+        let mut map = serializer.serialize_map(None)?;
+        for (k, v) in top {
+            match v {
+                Value::Object(meta) if k == "metadata" => {
+                    let kept: std::collections::BTreeMap<&String, &Value> =
+                        meta.iter().filter(|(mk, _)| *mk != "resourceVersion").collect();
+                    map.serialize_entry(k, &kept)?;
+                }
+                _ => map.serialize_entry(k, v)?,
+            }
+        }
+        map.end()
+    }
 }
 
 /// etcd's default `--max-request-bytes` (1.5 MiB): the largest write etcd accepts, and the
@@ -243,6 +262,23 @@ mod tests {
             assert_eq!(String::from_utf8_lossy(&fast), String::from_utf8_lossy(&slow), "{obj}");
         }
         assert!(write_with_rv(&mut Vec::new(), b"not json", 1).is_err());
+    }
+
+    #[test]
+    fn the_stored_form_is_the_object_without_its_resource_version() {
+        let cases = [
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "resourceVersion": "7", "uid": "u"}, "data": {"k": "v"}}),
+            json!({"kind": "Namespace", "metadata": {"resourceVersion": "1"}}),
+            json!({"kind": "Secret", "metadata": "not an object"}),
+            json!({"kind": "Secret"}),
+        ];
+        for obj in cases {
+            let mut want = obj.clone();
+            if let Some(m) = want.get_mut("metadata").and_then(Value::as_object_mut) {
+                m.remove("resourceVersion");
+            }
+            assert_eq!(to_stored(&obj).unwrap(), serde_json::to_vec(&want).unwrap(), "{obj}");
+        }
     }
 
     fn nested(levels: usize) -> Value {

@@ -1,7 +1,8 @@
 //! JSON Web Tokens for service accounts, as kube-apiserver issues and checks them.
 //!
 //! - Compact JWS (RFC 7515) signed with ES256 (ECDSA P-256), ES384 (P-384) or RS256
-//!   (RSA PKCS#1 v1.5, SHA-256), through `ring`. The header is `{"alg":..,"kid":..}`.
+//!   (RSA PKCS#1 v1.5, SHA-256), through `ring`. The header is `{"alg":..,"kid":..}`. ES512
+//!   (P-521, SHA-512) is verified too (an external signer may sign with it), not signed.
 //! - The key id is upstream's: base64url (no padding) of the SHA-256 of the public key's
 //!   PKIX (SubjectPublicKeyInfo) DER, so relying parties can match tokens to the JWKS.
 //! - Verification keys come from PEM: public keys, certificates and private keys, several
@@ -55,6 +56,8 @@ const OID_EC_PUBLIC_KEY: &[u64] = &[1, 2, 840, 10045, 2, 1];
 const OID_P256: &[u64] = &[1, 2, 840, 10045, 3, 1, 7];
 /// `1.3.132.0.34` (secp384r1)
 const OID_P384: &[u64] = &[1, 3, 132, 0, 34];
+/// secp521r1 (P-521).
+const OID_P521: &[u64] = &[1, 3, 132, 0, 35];
 
 /// What can go wrong signing, verifying or loading keys.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -92,15 +95,19 @@ pub type Result<T, E = JwtError> = std::result::Result<T, E>;
 pub enum Algorithm {
     Es256,
     Es384,
+    /// ECDSA P-521 with SHA-512: verified (an external signer's keys may be P-521, as
+    /// kube-apiserver takes them), never signed with here.
+    Es512,
     Rs256,
 }
 
 impl Algorithm {
-    /// The JOSE name: `ES256`, `ES384`, `RS256`.
+    /// The JOSE name: `ES256`, `ES384`, `ES512`, `RS256`.
     pub fn as_str(self) -> &'static str {
         match self {
             Algorithm::Es256 => "ES256",
             Algorithm::Es384 => "ES384",
+            Algorithm::Es512 => "ES512",
             Algorithm::Rs256 => "RS256",
         }
     }
@@ -109,16 +116,19 @@ impl Algorithm {
         match name {
             "ES256" => Some(Algorithm::Es256),
             "ES384" => Some(Algorithm::Es384),
+            "ES512" => Some(Algorithm::Es512),
             "RS256" => Some(Algorithm::Rs256),
             _ => None,
         }
     }
 
-    fn verification(self) -> &'static dyn signature::VerificationAlgorithm {
+    /// ring's verifier (None for ES512: ring has no P-521).
+    fn verification(self) -> Option<&'static dyn signature::VerificationAlgorithm> {
         match self {
-            Algorithm::Es256 => &signature::ECDSA_P256_SHA256_FIXED,
-            Algorithm::Es384 => &signature::ECDSA_P384_SHA384_FIXED,
-            Algorithm::Rs256 => &signature::RSA_PKCS1_2048_8192_SHA256,
+            Algorithm::Es256 => Some(&signature::ECDSA_P256_SHA256_FIXED),
+            Algorithm::Es384 => Some(&signature::ECDSA_P384_SHA384_FIXED),
+            Algorithm::Es512 => None,
+            Algorithm::Rs256 => Some(&signature::RSA_PKCS1_2048_8192_SHA256),
         }
     }
 
@@ -127,7 +137,18 @@ impl Algorithm {
         match self {
             Algorithm::Es256 => 32,
             Algorithm::Es384 => 48,
+            Algorithm::Es512 => 66,
             Algorithm::Rs256 => 0,
+        }
+    }
+
+    /// The curve of an EC algorithm, and its JWK name.
+    fn curve(self) -> Option<(&'static [u64], &'static str)> {
+        match self {
+            Algorithm::Es256 => Some((OID_P256, "P-256")),
+            Algorithm::Es384 => Some((OID_P384, "P-384")),
+            Algorithm::Es512 => Some((OID_P521, "P-521")),
+            Algorithm::Rs256 => None,
         }
     }
 }
@@ -172,12 +193,15 @@ impl PublicKey {
                 }
                 der::constructed(der::TAG_SEQUENCE, &[&der::oid(OID_RSA_ENCRYPTION), &der::tlv(der::TAG_NULL, &[])])
             }
-            Algorithm::Es256 | Algorithm::Es384 => {
+            Algorithm::Es256 | Algorithm::Es384 | Algorithm::Es512 => {
                 let len = alg.coordinate_len();
                 if raw.len() != 1 + 2 * len || raw.first() != Some(&0x04) {
                     return Err(JwtError::Key("the EC public key is not an uncompressed point of its curve".into()));
                 }
-                let curve = if alg == Algorithm::Es256 { OID_P256 } else { OID_P384 };
+                if alg == Algorithm::Es512 && p521::ecdsa::VerifyingKey::from_sec1_bytes(&raw).is_err() {
+                    return Err(JwtError::Key("the EC public key is not a point of P-521".into()));
+                }
+                let curve = alg.curve().map_or(OID_P256, |(oid, _)| oid);
                 der::constructed(der::TAG_SEQUENCE, &[&der::oid(OID_EC_PUBLIC_KEY), &der::oid(curve)])
             }
         };
@@ -216,8 +240,10 @@ impl PublicKey {
                 PublicKey::from_raw(Algorithm::Es256, raw)
             } else if param == der::oid(OID_P384).as_slice() {
                 PublicKey::from_raw(Algorithm::Es384, raw)
+            } else if param == der::oid(OID_P521).as_slice() {
+                PublicKey::from_raw(Algorithm::Es512, raw)
             } else {
-                Err(JwtError::Key("unsupported EC curve: must be P-256 or P-384".into()))
+                Err(JwtError::Key("unsupported EC curve: must be P-256, P-384 or P-521".into()))
             }
         } else {
             Err(JwtError::Key("unsupported public key type: must be RSA or ECDSA".into()))
@@ -273,7 +299,7 @@ impl PublicKey {
                     "e": URL_SAFE_NO_PAD.encode(e),
                 })
             }
-            Algorithm::Es256 | Algorithm::Es384 => {
+            Algorithm::Es256 | Algorithm::Es384 | Algorithm::Es512 => {
                 let len = self.alg.coordinate_len();
                 let point = self.raw.get(1..).unwrap_or_default();
                 let (x, y) = point.split_at(len.min(point.len()));
@@ -281,7 +307,7 @@ impl PublicKey {
                     "use": "sig",
                     "kty": "EC",
                     "kid": self.key_id,
-                    "crv": if self.alg == Algorithm::Es256 { "P-256" } else { "P-384" },
+                    "crv": self.alg.curve().map_or("", |(_, name)| name),
                     "alg": self.alg.as_str(),
                     "x": URL_SAFE_NO_PAD.encode(x),
                     "y": URL_SAFE_NO_PAD.encode(y),
@@ -291,7 +317,18 @@ impl PublicKey {
     }
 
     fn verifies(&self, message: &[u8], sig: &[u8]) -> bool {
-        signature::UnparsedPublicKey::new(self.alg.verification(), &self.raw).verify(message, sig).is_ok()
+        match self.alg.verification() {
+            Some(alg) => signature::UnparsedPublicKey::new(alg, &self.raw).verify(message, sig).is_ok(),
+            None => {
+                use p521::ecdsa::signature::Verifier as _;
+                let (Ok(key), Ok(sig)) =
+                    (p521::ecdsa::VerifyingKey::from_sec1_bytes(&self.raw), p521::ecdsa::Signature::from_slice(sig))
+                else {
+                    return false;
+                };
+                key.verify(message, &sig).is_ok()
+            }
+        }
     }
 }
 
@@ -402,6 +439,7 @@ impl SigningKey {
                     .map_err(rejected)?,
             ),
             Algorithm::Rs256 => Signer::Rsa(signature::RsaKeyPair::from_pkcs8(pkcs8).map_err(rejected)?),
+            Algorithm::Es512 => return Err(JwtError::Key("P-521 keys cannot sign tokens here".into())),
         };
         Ok(SigningKey { public, signer })
     }

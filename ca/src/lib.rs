@@ -521,7 +521,7 @@ impl Ca {
         issuer_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
         let issuer = rcgen::Issuer::new(issuer_params, self.key.rcgen());
         let draft = cp.signed_by(&spki, &issuer)?;
-        let cert_der = self.rewrite_names(draft.der(), &other.subject_der)?;
+        let cert_der = self.rewrite_names(draft.der(), &other.subject_der, None)?;
         if !self.signed(&cert_der) {
             return Err(Error::Generate("the cross-signed certificate does not verify against the CA".into()));
         }
@@ -571,8 +571,20 @@ impl Ca {
             }
             SubjectKey::PublicKey(spki) => (None, spki),
         };
-        let spki = rcgen::SubjectPublicKeyInfo::from_der(&spki_der)
-            .map_err(|e| Error::UnsupportedKey(format!("subject public key: {e}")))?;
+        // rcgen (on ring) knows no P-521 key: such a key is certified by issuing for a stand-in
+        // P-256 key, then putting the request's key in before the CA signs again.
+        let (spki, p521) = match rcgen::SubjectPublicKeyInfo::from_der(&spki_der) {
+            Ok(spki) => (spki, false),
+            Err(rcgen::Error::UnsupportedSignatureAlgorithm) if is_p521(&spki_der) => {
+                let stand_in = rcgen::PublicKeyData::subject_public_key_info(&rcgen::KeyPair::generate_for(
+                    &rcgen::PKCS_ECDSA_P256_SHA256,
+                )?);
+                let spki = rcgen::SubjectPublicKeyInfo::from_der(&stand_in)
+                    .map_err(|e| Error::UnsupportedKey(format!("subject public key: {e}")))?;
+                (spki, true)
+            }
+            Err(e) => return Err(Error::UnsupportedKey(format!("subject public key: {e}"))),
+        };
 
         let mut usages = params.usages.clone();
         usages.sort();
@@ -616,6 +628,11 @@ impl Ca {
         cp.key_usages = usages.iter().filter_map(|u| u.key_usage()).collect();
         cp.extended_key_usages = usages.iter().filter_map(|u| u.extended_key_usage()).collect();
         cp.use_authority_key_identifier_extension = self.info.subject_key_id.is_some();
+        if p521 {
+            // The subject key identifier rcgen derives: the SPKI's SHA-256, cut to 20 bytes.
+            let digest = <sha2::Sha256 as sha2::Digest>::digest(&spki_der);
+            cp.key_identifier_method = rcgen::KeyIdMethod::PreSpecified(digest[..20].to_vec());
+        }
         for e in &params.extensions {
             let mut ext = rcgen::CustomExtension::from_oid_content(&e.oid_arcs, e.value.clone());
             ext.set_criticality(e.critical);
@@ -629,7 +646,7 @@ impl Ca {
         issuer_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
         let issuer = rcgen::Issuer::new(issuer_params, self.key.rcgen());
         let draft = cp.signed_by(&spki, &issuer)?;
-        let cert_der = self.rewrite_names(draft.der(), &subject)?;
+        let cert_der = self.rewrite_names(draft.der(), &subject, p521.then_some(spki_der.as_slice()))?;
         if !self.signed(&cert_der) {
             return Err(Error::Generate("the issued certificate does not verify against the CA".into()));
         }
@@ -645,8 +662,9 @@ impl Ca {
     }
 
     /// Put the CA's exact subject bytes in as issuer (so chains build byte for byte whatever
-    /// string types the CA uses) and `subject` as subject, then sign again.
-    fn rewrite_names(&self, cert_der: &[u8], subject: &[u8]) -> Result<Vec<u8>> {
+    /// string types the CA uses), `subject` as subject and, when given, `spki` as the subject
+    /// public key, then sign again.
+    fn rewrite_names(&self, cert_der: &[u8], subject: &[u8], spki: Option<&[u8]>) -> Result<Vec<u8>> {
         let (cert, rest) = der::read_tlv(cert_der)?;
         if cert.tag != der::TAG_SEQUENCE || !rest.is_empty() {
             return Err(Error::Generate("unexpected certificate encoding".into()));
@@ -662,6 +680,9 @@ impl Ca {
         let mut raw: Vec<&[u8]> = fields.iter().map(|f| f.raw).collect();
         raw[3] = &self.info.subject_der;
         raw[5] = subject;
+        if let Some(spki) = spki {
+            raw[6] = spki;
+        }
         let new_tbs = der::constructed(der::TAG_SEQUENCE, &raw);
         let signature = self.key.rcgen().sign(&new_tbs)?;
         let mut bits = Vec::with_capacity(signature.len() + 1);
@@ -669,6 +690,14 @@ impl Ca {
         bits.extend_from_slice(&signature);
         Ok(der::constructed(der::TAG_SEQUENCE, &[&new_tbs, alg.raw, &der::tlv(der::TAG_BIT_STRING, &bits)]))
     }
+}
+
+/// Whether `spki_der` is a P-521 ECDSA key that reads as Go reads it.
+fn is_p521(spki_der: &[u8]) -> bool {
+    matches!(
+        pod_certificate::parse_pkix(spki_der),
+        Ok(pod_certificate::PublicKey::Ecdsa { curve: pod_certificate::Curve::P521, .. })
+    )
 }
 
 #[cfg(test)]

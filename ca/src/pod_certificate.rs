@@ -600,6 +600,16 @@ pub fn parse_stub_request(der: &[u8]) -> Result<StubRequest, StubProblem> {
     let public_key_der = info.subject_pki.raw.to_vec();
     let key = parse_pkix(&public_key_der).map_err(StubProblem::Key)?;
     let key_type = key_type(&key).map_err(StubProblem::Key)?;
+    if !request_signature_verifies(&csr, &key) {
+        return Err(StubProblem::Signature);
+    }
+    Ok(StubRequest { public_key_der, key, key_type })
+}
+
+/// Whether `csr`'s self-signature verifies under `key` (its subject key, as [`parse_pkix`]
+/// read it) as Go's `CheckSignature` verifies it, for the schemes [`Scheme`] names.
+pub fn request_signature_verifies(csr: &X509CertificationRequest<'_>, key: &PublicKey) -> bool {
+    let info = &csr.certification_request_info;
     let alg = &csr.signature_algorithm;
     let oid = alg.algorithm.as_bytes();
     let params = alg.parameters.as_ref();
@@ -610,11 +620,7 @@ pub fn parse_stub_request(der: &[u8]) -> Result<StubRequest, StubProblem> {
     } else {
         scheme_of(oid, null_or_absent)
     };
-    let Some(scheme) = scheme else { return Err(StubProblem::Signature) };
-    if !verify(&key, scheme, info.raw, &csr.signature_value.data) {
-        return Err(StubProblem::Signature);
-    }
-    Ok(StubRequest { public_key_der, key, key_type })
+    scheme.is_some_and(|scheme| verify(key, scheme, info.raw, &csr.signature_value.data))
 }
 
 /// Why an issued chain (`status.certificateChain`) is refused: upstream's messages.

@@ -237,3 +237,39 @@ fn chains_and_leaves() {
         ]
     );
 }
+
+#[test]
+fn p521_keys_are_certified_and_their_requests_verify() {
+    let v = vector("p521");
+    // A CertificateSigningRequest made by Go for a P-521 key (ECDSA with SHA-512) reads, and
+    // verifies, as Go's CheckSignature says.
+    let csr = crate::csr::parse_der(&v.stub).unwrap();
+    assert_eq!(csr.public_key_der, v.pkix);
+    let mut tampered = v.stub.clone();
+    let last = tampered.len() - 1;
+    tampered[last] ^= 1;
+    assert!(matches!(crate::csr::parse_der(&tampered), Err(crate::csr::CsrError::Signature(_))));
+    // The CA certifies the key: its SubjectPublicKeyInfo as given, its key identifier from it.
+    let now = chrono::Utc::now();
+    let ca = crate::Ca::generate("p521-ca", chrono::Duration::days(30), now).unwrap();
+    let params = crate::IssueParams {
+        validity: chrono::Duration::hours(1),
+        key: crate::SubjectKey::PublicKey(v.pkix.clone()),
+        uris: vec!["spiffe://td/ns/a/sa/b".into()],
+        ..Default::default()
+    };
+    let issued = ca.issue(params, now).unwrap();
+    let info = crate::parse_certificate_der(&issued.cert_der).unwrap();
+    assert_eq!(info.public_key_der, v.pkix);
+    let digest = <sha2::Sha256 as sha2::Digest>::digest(&v.pkix);
+    assert_eq!(info.subject_key_id.as_deref(), Some(&digest[..20]));
+    assert!(crate::signed_by(&issued.cert_der, ca.cert_der()));
+    // Another key type rcgen does not know is still refused.
+    let x25519 = vector("x25519");
+    let params = crate::IssueParams {
+        validity: chrono::Duration::hours(1),
+        key: crate::SubjectKey::PublicKey(x25519.pkix),
+        ..Default::default()
+    };
+    assert!(ca.issue(params, now).is_err());
+}

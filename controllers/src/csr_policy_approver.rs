@@ -1480,7 +1480,7 @@ mod tests {
         let mut apiserver = Index::default();
         apiserver.set(addresses::APISERVER, [Address::parse("10.0.0.1").unwrap()]);
         let mut services = Index::default();
-        services.set("the cluster IP of Service default/kubernetes", [Address::parse("10.96.0.1").unwrap()]);
+        services.set("an IP of Service default/kubernetes", [Address::parse("10.96.0.1").unwrap()]);
         let protected = [&apiserver, &services];
         let world = World { own: Some(&n1), nodes: &nodes, protected: &protected };
         let ips = |ips: &'static [&'static str]| {
@@ -1488,7 +1488,7 @@ mod tests {
         };
         let neighbour = "ipAddresses[0] 10.0.0.6 is refused (another Node publishes it in status.addresses)";
         let apiserver_ip = "ipAddresses[0] 10.0.0.1 is refused (it is an address of the apiserver)";
-        let service_ip = "ipAddresses[0] 10.96.0.1 is refused (it is the cluster IP of Service default/kubernetes)";
+        let service_ip = "ipAddresses[0] 10.96.0.1 is refused (it is an IP of Service default/kubernetes)";
         type Case<'a> = (
             &'a str,
             &'a [Arc<CertificateApprovalPolicy>],

@@ -127,6 +127,7 @@ where
         &cfg.metrics,
         ctx,
         reconcile::<K>,
+        futures::stream::pending(),
     )
     .await
 }

@@ -2,11 +2,22 @@
 //! for the controllers that read and write them (`signers`, `podcertificaterequest-cleaner`).
 //!
 //! What enters: the apiserver's discovery of `certificates.k8s.io/v1` and `v1beta1`; a typed
-//! request of either version. What leaves: the one [`Version`] to use (v1 first, then
-//! v1beta1, as kube-apiserver 1.37 serves v1 and 1.34–1.36 serve v1beta1 when enabled), and a
-//! version-free [`View`] of a request's spec (the key it asks to certify, in the form the
-//! request carries it) plus a way to set its status, so each controller has one loop, generic
-//! over [`Request`], and no copy per version.
+//! request of either version. What leaves: the one [`Version`] to use, and a version-free
+//! [`View`] of a request's spec (the key it asks to certify, in the form the request carries
+//! it) plus a way to set its status, so each controller has one loop, generic over
+//! [`Request`], and no copy per version.
+//!
+//! The version: v1beta1 where it is served, else v1. v1beta1 is the one that shows every
+//! request whole: one made through it in the deprecated form (`pkixPublicKey` and
+//! `proofOfPossession`, no `stubPKCS10Request`) has no key that v1's type can carry.
+//! kube-apiserver 1.37 serves v1 (v1beta1 only when turned on), 1.34–1.36 v1beta1 when
+//! turned on.
+//!
+//! Before anything is signed, [`check_named`] holds the request's names and UIDs against the
+//! objects as they are: the pod exists with that UID, runs as that service account and is
+//! bound to that node, which exist with their UIDs. The apiserver checks this at create only
+//! for nodes (NodeRestriction); any other identity allowed to create requests could name a
+//! service account its pod does not run as.
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
@@ -14,6 +25,7 @@ use std::fmt::Debug;
 use chrono::{DateTime, Utc};
 
 use k8s_openapi::api::certificates::{v1, v1beta1};
+use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::core::NamespaceResourceScope;
 use kube::{Client, Resource};
@@ -33,7 +45,7 @@ pub enum Version {
 
 impl Version {
     /// In order of preference.
-    pub const ALL: [Version; 2] = [Version::V1, Version::V1beta1];
+    pub const ALL: [Version; 2] = [Version::V1beta1, Version::V1];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -194,6 +206,68 @@ pub fn requested_key(key: RequestedKey<'_>, pod_uid: &str) -> Result<(Vec<u8>, K
     }
 }
 
+/// The `Denied` reason of a request whose names and UIDs are not those of the objects.
+pub const REASON_NOT_AS_NAMED: &str = "PodIdentityMismatch";
+
+/// The objects a request names, as read now (None: not found).
+#[derive(Debug, Clone, Default)]
+pub struct Named {
+    pub pod: Option<Pod>,
+    pub service_account: Option<ServiceAccount>,
+    pub node: Option<Node>,
+}
+
+fn uid_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.uid.as_deref().unwrap_or_default()
+}
+
+/// Whether `view`'s pod, service account and node (in `namespace`) are `named` as they are
+/// now: the pod with its UID, running as the service account (unset: `default`) on the node,
+/// and the service account and node with their UIDs. Else why not (the `Denied` message).
+pub fn check_named(view: &View<'_>, namespace: &str, named: &Named) -> Result<(), String> {
+    let pod_ref = format!("pod {namespace}/{}", view.pod_name);
+    let Some(pod) = named.pod.as_ref().filter(|p| uid_of(&p.metadata) == view.pod_uid) else {
+        return Err(format!("{pod_ref} with UID {:?} does not exist", view.pod_uid));
+    };
+    let spec = pod.spec.as_ref();
+    let runs_as = spec.and_then(|s| s.service_account_name.as_deref()).filter(|n| !n.is_empty()).unwrap_or("default");
+    if runs_as != view.service_account_name {
+        return Err(format!("{pod_ref} runs as service account {runs_as:?}, not {:?}", view.service_account_name));
+    }
+    let bound_to = spec.and_then(|s| s.node_name.as_deref()).unwrap_or_default();
+    if bound_to != view.node_name {
+        return Err(format!("{pod_ref} is bound to node {bound_to:?}, not {:?}", view.node_name));
+    }
+    if named.service_account.as_ref().is_none_or(|sa| uid_of(&sa.metadata) != view.service_account_uid) {
+        return Err(format!(
+            "service account {namespace}/{} with UID {:?} does not exist",
+            view.service_account_name, view.service_account_uid
+        ));
+    }
+    if named.node.as_ref().is_none_or(|n| uid_of(&n.metadata) != view.node_uid) {
+        return Err(format!("node {} with UID {:?} does not exist", view.node_name, view.node_uid));
+    }
+    Ok(())
+}
+
+/// Read the objects `view` names in `namespace` (a name that is empty or not found: None).
+pub async fn read_named(client: &Client, view: &View<'_>, namespace: &str) -> Result<Named, kube::Error> {
+    async fn get<K>(api: kube::Api<K>, name: &str) -> Result<Option<K>, kube::Error>
+    where
+        K: Resource + Clone + Debug + serde::de::DeserializeOwned,
+    {
+        if name.is_empty() {
+            return Ok(None);
+        }
+        api.get_opt(name).await
+    }
+    Ok(Named {
+        pod: get(kube::Api::namespaced(client.clone(), namespace), view.pod_name).await?,
+        service_account: get(kube::Api::namespaced(client.clone(), namespace), view.service_account_name).await?,
+        node: get(kube::Api::all(client.clone()), view.node_name).await?,
+    })
+}
+
 /// A terminal condition (status `True`).
 pub fn terminal(type_: &str, reason: &str, message: &str, now: DateTime<Utc>) -> Condition {
     Condition {
@@ -220,30 +294,100 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn discovery_prefers_v1_then_v1beta1() {
+    async fn discovery_prefers_v1beta1_then_v1() {
         let not_found = crate::mock::status(404, "NotFound");
-        // (what, the replies to GET /apis/certificates.k8s.io/v1 and then v1beta1, the answer)
+        // (what, the replies to GET /apis/certificates.k8s.io/v1beta1 and then v1, the answer)
         type Case<'a> = (&'a str, Vec<(u16, serde_json::Value)>, Option<Version>);
         let cases: Vec<Case> = vec![
-            ("v1 served", vec![(200, resources(&["certificatesigningrequests", RESOURCE]))], Some(Version::V1)),
             (
-                "v1 without the resource (1.36), v1beta1 with it",
-                vec![(200, resources(&["certificatesigningrequests"])), (200, resources(&[RESOURCE, "x/status"]))],
+                "v1beta1 served (beside v1 or not)",
+                vec![(200, resources(&[RESOURCE, "x/status"]))],
                 Some(Version::V1beta1),
             ),
-            ("only v1beta1", vec![(404, not_found.clone()), (200, resources(&[RESOURCE]))], Some(Version::V1beta1)),
-            ("neither", vec![(200, resources(&["certificatesigningrequests"])), (404, not_found.clone())], None),
+            (
+                "v1beta1 without the resource, v1 with it",
+                vec![
+                    (200, resources(&["clustertrustbundles"])),
+                    (200, resources(&["certificatesigningrequests", RESOURCE])),
+                ],
+                Some(Version::V1),
+            ),
+            (
+                "only v1 (1.37's default)",
+                vec![(404, not_found.clone()), (200, resources(&[RESOURCE]))],
+                Some(Version::V1),
+            ),
+            ("neither", vec![(404, not_found.clone()), (200, resources(&["certificatesigningrequests"]))], None),
             ("discovery fails", vec![(500, not_found.clone()), (500, not_found)], None),
         ];
         for (what, replies, want) in cases {
             let mock = Mock::new(replies);
             assert_eq!(served(&mock.client()).await, want, "{what}");
             let asked: Vec<String> = mock.lines();
-            let expected: Vec<&str> = ["GET /apis/certificates.k8s.io/v1", "GET /apis/certificates.k8s.io/v1beta1"]
+            let expected: Vec<&str> = ["GET /apis/certificates.k8s.io/v1beta1", "GET /apis/certificates.k8s.io/v1"]
                 .into_iter()
-                .take(if want == Some(Version::V1) { 1 } else { 2 })
+                .take(if want == Some(Version::V1beta1) { 1 } else { 2 })
                 .collect();
             assert_eq!(asked, expected, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_request_is_held_against_the_objects_it_names() {
+        let pod = |sa: &str, node: &str, uid: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "web-0", "uid": uid},
+                "spec": {"serviceAccountName": sa, "nodeName": node, "containers": []}}))
+            .unwrap()
+        };
+        let sa = |uid: &str| -> ServiceAccount { serde_json::from_value(json!({"metadata": {"uid": uid}})).unwrap() };
+        let node = |uid: &str| -> Node { serde_json::from_value(json!({"metadata": {"uid": uid}})).unwrap() };
+        let all = |p: Pod| Named { pod: Some(p), service_account: Some(sa("sa-uid")), node: Some(node("node-uid")) };
+        let mut request = v1::PodCertificateRequest::default();
+        let s = &mut request.spec;
+        (s.pod_name, s.pod_uid) = ("web-0".into(), "pod-uid".into());
+        (s.service_account_name, s.service_account_uid) = ("web".into(), "sa-uid".into());
+        (s.node_name, s.node_uid) = ("node-1".into(), "node-uid".into());
+        let view = request.view();
+        let cases: Vec<(&str, Named, Option<&str>)> = vec![
+            ("all as named", all(pod("web", "node-1", "pod-uid")), None),
+            (
+                "no pod",
+                Named { pod: None, ..all(pod("web", "node-1", "pod-uid")) },
+                Some("pod ns/web-0 with UID \"pod-uid\" does not exist"),
+            ),
+            (
+                "the pod was replaced",
+                all(pod("web", "node-1", "other")),
+                Some("pod ns/web-0 with UID \"pod-uid\" does not exist"),
+            ),
+            (
+                "the pod runs as another service account",
+                all(pod("powerful", "node-1", "pod-uid")),
+                Some("pod ns/web-0 runs as service account \"powerful\", not \"web\""),
+            ),
+            (
+                "an unset service account is default",
+                all(pod("", "node-1", "pod-uid")),
+                Some("pod ns/web-0 runs as service account \"default\", not \"web\""),
+            ),
+            (
+                "bound to another node",
+                all(pod("web", "node-2", "pod-uid")),
+                Some("pod ns/web-0 is bound to node \"node-2\", not \"node-1\""),
+            ),
+            (
+                "the service account was replaced",
+                Named { service_account: Some(sa("new")), ..all(pod("web", "node-1", "pod-uid")) },
+                Some("service account ns/web with UID \"sa-uid\" does not exist"),
+            ),
+            (
+                "no node",
+                Named { node: None, ..all(pod("web", "node-1", "pod-uid")) },
+                Some("node node-1 with UID \"node-uid\" does not exist"),
+            ),
+        ];
+        for (what, named, want) in cases {
+            assert_eq!(check_named(&view, "ns", &named).err().as_deref(), want, "{what}");
         }
     }
 

@@ -492,7 +492,7 @@ async fn work<K, C, E, F, Fut>(
 }
 
 /// [`per_object`] over a list and watch of its own (`api`, filtered by `wc`), joined into the
-/// same future.
+/// same future; `redo_all` as there.
 pub async fn per_object_watching<K, C, E, F, Fut>(
     name: &'static str,
     api: Api<K>,
@@ -500,6 +500,7 @@ pub async fn per_object_watching<K, C, E, F, Fut>(
     metrics: &Metrics,
     ctx: Arc<C>,
     reconcile: F,
+    redo_all: impl futures::Stream<Item = ()> + Send + 'static,
 ) -> anyhow::Result<()>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
@@ -511,7 +512,7 @@ where
 {
     let informer = SharedInformer::new(api, wc);
     let source = informer.subscribe()?;
-    let controller = per_object(name, source, 1, metrics, ctx, reconcile, futures::stream::pending());
+    let controller = per_object(name, source, 1, metrics, ctx, reconcile, redo_all);
     tokio::try_join!(informer.run(), controller).map(|_| ())
 }
 

@@ -71,6 +71,10 @@ pub const PREVIOUS_CERT: &str = "previous.crt";
 const GENERATED_VALIDITY_DAYS: i64 = 3650;
 /// How often every Signer is looked at even when none changed (a referenced Secret may have).
 const RESYNC: Duration = Duration::from_secs(30);
+/// How soon the Signers are read again while the apiserver does not serve them (no CRD), and
+/// for [`NO_CRD_WINDOW`] after it last did not.
+const NO_CRD_RECHECK: Duration = Duration::from_secs(2);
+const NO_CRD_WINDOW: Duration = Duration::from_secs(60);
 
 /// The Secret a Signer's CA lives in.
 pub fn ca_secret(signer: &Signer) -> SecretReference {
@@ -462,6 +466,7 @@ pub async fn run(
         );
     }
     let (trigger, redecide) = futures::channel::mpsc::channel(1);
+    let (pcr_trigger, pcrs_redecide) = futures::channel::mpsc::channel(1);
     let loop_signers = {
         let (signers, ready, client) = (signers.clone(), ready.clone(), client.clone());
         let bundles = Arc::new(bundles);
@@ -474,26 +479,45 @@ pub async fn run(
             .boxed();
         let removals = runtime::deletions(signers.clone(), watcher::Config::default()).map(|_| ()).boxed();
         let triggers = vec![edits, removals];
+        // When the Signers were last found not served (no CRD). Until a while after, they are
+        // read every NO_CRD_RECHECK: the watches, which backed off while the CRD was missing,
+        // may take up to 30 s to notice a Signer made right after it is installed.
+        let last_missing = Arc::new(std::sync::Mutex::new(None::<std::time::Instant>));
         whole_world_until(NAME, triggers, RESYNC, cfg.metrics.clone(), move || {
-            let (signers, ready, client, bundles, mut trigger) =
-                (signers.clone(), ready.clone(), client.clone(), bundles.clone(), trigger.clone());
+            let (signers, ready, client, bundles, mut trigger, mut pcr_trigger, last_missing) = (
+                signers.clone(),
+                ready.clone(),
+                client.clone(),
+                bundles.clone(),
+                trigger.clone(),
+                pcr_trigger.clone(),
+                last_missing.clone(),
+            );
             async move {
+                let next = || {
+                    let recent = last_missing.lock().ok().and_then(|t| *t).is_some_and(|t| t.elapsed() < NO_CRD_WINDOW);
+                    Some(if recent { NO_CRD_RECHECK } else { RESYNC })
+                };
                 match sync_signers(&signers, &client, bundles.as_ref().as_ref(), &ready).await {
                     Ok(true) => {
                         let _ = trigger.try_send(());
-                        Ok(Some(RESYNC))
+                        let _ = pcr_trigger.try_send(());
+                        Ok(next())
                     }
-                    Ok(false) => Ok(Some(RESYNC)),
-                    // No CRD yet: nothing signs; look again later.
+                    Ok(false) => Ok(next()),
+                    // No CRD yet: nothing signs; look again soon.
                     Err(e) if e.downcast_ref::<kube::Error>().is_some_and(|k| runtime::is_status(k, 404)) => {
-                        Ok(Some(RESYNC))
+                        if let Ok(mut t) = last_missing.lock() {
+                            *t = Some(std::time::Instant::now());
+                        }
+                        Ok(Some(NO_CRD_RECHECK))
                     }
                     Err(e) => Err(e),
                 }
             }
         })
     };
-    let loop_pcrs = pod_certificates::run(client.clone(), signers.clone(), ready.clone(), cfg.clone());
+    let loop_pcrs = pod_certificates::run(client.clone(), signers.clone(), ready.clone(), cfg.clone(), pcrs_redecide);
     let ctx = Arc::new(Context {
         csrs: Api::all(client),
         signers,

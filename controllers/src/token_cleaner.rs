@@ -111,7 +111,16 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
         metrics: cfg.metrics.clone(),
         backoff: Backoff::new(RETRY, RETRY),
     });
-    runtime::per_object_watching("tokencleaner", secrets, only_tokens, &cfg.metrics, ctx, reconcile).await
+    runtime::per_object_watching(
+        "tokencleaner",
+        secrets,
+        only_tokens,
+        &cfg.metrics,
+        ctx,
+        reconcile,
+        futures::stream::pending(),
+    )
+    .await
 }
 
 #[cfg(test)]

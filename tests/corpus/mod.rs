@@ -192,6 +192,10 @@ pub struct Ctx {
     /// The plural of a custom resource (group `hostile.kustos.dev`, version v1, namespaced,
     /// any fields kept) whose definition exists.
     pub crd_plural: &'static str,
+    /// The plural of a custom resource (same group and version, kind `Shape`) whose schema
+    /// gives `spec.d[*].x` a default, and makes `spec.s` a set and `spec.m` a map list keyed
+    /// by `k`.
+    pub schemed_plural: &'static str,
 }
 
 impl Ctx {

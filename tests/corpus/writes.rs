@@ -34,6 +34,7 @@ pub fn cases(ctx: &Ctx) -> Vec<Case> {
     apply(&mut c, ctx);
     managed_fields(&mut c, ctx);
     fields(&mut c, ctx);
+    validation_costs(&mut c, ctx);
     c
 }
 
@@ -430,7 +431,8 @@ fn fields(c: &mut Vec<Case>, ctx: &Ctx) {
     c.push(merge(
         "merge-patch: a 2 MB label key",
         json!({"metadata": {"labels": {"k".repeat(2_000_000): "v"}}}),
-        &[422],
+        // Too big to store (413, before the field manager's work), or an invalid key (422).
+        &[413, 422],
     ));
     let fins: Vec<_> = (0..100_000).map(|i| format!("example.com/f{i}")).collect();
     c.push(merge("merge-patch: 100k finalizers", json!({"metadata": {"finalizers": fins}}), &[200, 413, 422]));
@@ -447,5 +449,71 @@ fn fields(c: &mut Vec<Case>, ctx: &Ctx) {
     c.push(
         Case::post("create: an event with a 2 MB message", Who::Node, events, JSON, ev.to_string())
             .expect(&[201, 413, 422]),
+    );
+}
+
+/// Work that grows faster than the object: defaults set in every item of a long list, and
+/// duplicates looked for in long lists (each item against every earlier one, once).
+fn validation_costs(c: &mut Vec<Case>, ctx: &Ctx) {
+    let shapes = format!("/apis/{CRD_GROUP}/v1/namespaces/{}/{}?dryRun=All", ctx.ns, ctx.schemed_plural);
+    let cr = |name: &str, spec: String| {
+        format!(
+            r#"{{"apiVersion":"{CRD_GROUP}/v1","kind":"Shape","metadata":{{"name":"{name}","namespace":"{}"}},"spec":{spec}}}"#,
+            ctx.ns
+        )
+    };
+    let budget = NEAR_LIMIT - 512;
+    let empty_items = fill("{}", ",", budget);
+    c.push(
+        Case::post(
+            "a custom resource: a million empty items, each given a default",
+            Who::Admin,
+            &shapes,
+            JSON,
+            cr("defaults", format!(r#"{{"d":[{empty_items}]}}"#)),
+        )
+        .expect(&[201, 400, 413, 422]),
+    );
+    let strings = (0..budget / 11).map(|i| format!(r#""s{i:07}""#)).collect::<Vec<_>>().join(",");
+    c.push(
+        Case::post(
+            "a custom resource: a set of 270k distinct strings",
+            Who::Admin,
+            &shapes,
+            JSON,
+            cr("set", format!(r#"{{"s":[{strings}]}}"#)),
+        )
+        .expect(&[201, 400, 413, 422]),
+    );
+    let keyed = (0..budget / 20).map(|i| format!(r#"{{"k":"k{i:07}"}}"#)).collect::<Vec<_>>().join(",");
+    c.push(
+        Case::post(
+            "a custom resource: a map list of 150k items",
+            Who::Admin,
+            &shapes,
+            JSON,
+            cr("map", format!(r#"{{"m":[{keyed}]}}"#)),
+        )
+        .expect(&[201, 400, 413, 422]),
+    );
+    let addresses = (0..budget / 48)
+        .map(|i| format!(r#"{{"type":"InternalIP","address":"10.{}.{}.{}"}}"#, i >> 16, (i >> 8) & 255, i & 255))
+        .collect::<Vec<_>>()
+        .join(",");
+    c.push(
+        Case::patch(
+            "node status: 65k addresses of its own",
+            Who::Node,
+            format!("/api/v1/nodes/{}/status?dryRun=All", ctx.node),
+            MERGE,
+            format!(r#"{{"status":{{"addresses":[{addresses}]}}}}"#),
+        )
+        .expect(&[200, 400, 413, 422]),
+    );
+    let keys = (0..budget / 11).map(|i| format!(r#""k{i:07}""#)).collect::<Vec<_>>().join(",");
+    c.push(
+        Case::post("its CSINode: 270k topology keys", Who::Node, "/apis/storage.k8s.io/v1/csinodes?dryRun=All", JSON,
+            format!(r#"{{"apiVersion":"storage.k8s.io/v1","kind":"CSINode","metadata":{{"name":"{}"}},"spec":{{"drivers":[{{"name":"d.example.com","nodeID":"n","topologyKeys":[{keys}]}}]}}}}"#, ctx.node))
+        .expect(&[201, 400, 413, 422]),
     );
 }

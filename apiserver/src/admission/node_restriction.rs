@@ -5,7 +5,7 @@
 //! - creates, updates and deletes Leases only in `kube-node-lease` and only the one named
 //!   after itself;
 //! - creates, updates (also through `nodes/status`) and deletes only its own Node; it may not
-//!   register with a `configSource`, set one, or change its own taints, and may not set or
+//!   register with a `configSource`, set one, or change its own taints or ownerReferences, and may not set or
 //!   change labels under `node-restriction.kubernetes.io/` nor `kubernetes.io`/`k8s.io` labels
 //!   outside the set kubelets own ([`is_kubelet_label`]);
 //! - creates, updates and deletes only its own CSINode;
@@ -36,7 +36,7 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use k8s_openapi::Metadata;
 use serde::de::DeserializeOwned;
 
@@ -247,6 +247,11 @@ fn taints(obj: Option<&Node>) -> &[k8s_openapi::api::core::v1::Taint] {
     obj.and_then(|o| o.spec.as_ref()).and_then(|s| s.taints.as_deref()).unwrap_or_default()
 }
 
+/// A Node's owner references (absent and empty alike, as upstream's semantic equality).
+fn owner_references(obj: Option<&Node>) -> &[OwnerReference] {
+    obj.and_then(|o| o.metadata.owner_references.as_deref()).unwrap_or_default()
+}
+
 /// Why `node` may not make this write to a Node (`admitNode`), if it may not.
 fn node_problem(node: &str, write: &Write<'_, Node>) -> Option<String> {
     // Upstream's create handler names the attributes after the object.
@@ -276,6 +281,9 @@ fn node_problem(node: &str, write: &Write<'_, Node>) -> Option<String> {
             }
             if taints(write.new) != taints(write.old) {
                 return Some(format!("node {node:?} is not allowed to modify taints"));
+            }
+            if owner_references(write.new) != owner_references(write.old) {
+                return Some(format!("node {node:?} is not allowed to modify ownerReferences"));
             }
             let forbidden = forbidden_labels(&modified_labels(write.new, write.old));
             if !forbidden.is_empty() {
@@ -593,6 +601,12 @@ mod tests {
             Write { group: "", resource: NODES, subresource: "", op, namespace: "", url_name, new, old }
         }
         let relabelled = node_obj("n1", relabelled, no_taint.clone());
+        let mut owned = own_value.clone();
+        owned["metadata"]["ownerReferences"] = json!([{"apiVersion": "v1", "kind": "Node", "name": "n2", "uid": "u"}]);
+        let owned: Node = typed(owned);
+        let mut no_owners = own_value.clone();
+        no_owners["metadata"]["ownerReferences"] = json!([]);
+        let no_owners: Node = typed(no_owners);
         use Operation::{Create, Delete, Update};
         let cases: &[(&str, &UserInfo, Write<'_, Node>, Option<&str>)] = &[
             ("register own", &n1, nodes(Create, "", Some(&own), None), None),
@@ -625,6 +639,25 @@ mod tests {
             ("remove an unrestricted label", &n1, nodes(Update, "n1", Some(&own_unlabelled), Some(&own)), None),
             ("taints absent or empty are the same", &n1, nodes(Update, "n1", Some(&empty_taints), Some(&own)), None),
             ("keep a configSource", &n1, nodes(Update, "n1", Some(&with_source), Some(&with_source)), None),
+            (
+                "set ownerReferences",
+                &n1,
+                nodes(Update, "n1", Some(&owned), Some(&own)),
+                Some("nodes \"n1\" is forbidden: node \"n1\" is not allowed to modify ownerReferences"),
+            ),
+            (
+                "drop ownerReferences",
+                &n1,
+                nodes(Update, "n1", Some(&own), Some(&owned)),
+                Some("nodes \"n1\" is forbidden: node \"n1\" is not allowed to modify ownerReferences"),
+            ),
+            (
+                "ownerReferences absent or empty are the same",
+                &n1,
+                nodes(Update, "n1", Some(&no_owners), Some(&own)),
+                None,
+            ),
+            ("keep ownerReferences", &n1, nodes(Update, "n1", Some(&owned), Some(&owned)), None),
             ("drop a configSource", &n1, nodes(Update, "n1", Some(&own), Some(&with_source)), None),
             (
                 "change the configSource",

@@ -1,6 +1,8 @@
 //! OIDC discovery of the service-account issuer (upstream's `pkg/serviceaccount/openidmetadata.go`):
 //! `/.well-known/openid-configuration` and `/openid/v1/jwks`, served only when the issuer is an
-//! `https` URL. Public documents, cacheable for an hour.
+//! `https` URL. Public documents, cacheable for an hour; with an external signer, until its
+//! keys are fetched again (as kube-apiserver: a revoked key leaves verifiers' caches as soon
+//! as it leaves the signer's answer).
 
 use axum::response::{IntoResponse as _, Response};
 use http::{header, HeaderValue, StatusCode};
@@ -35,10 +37,15 @@ pub fn openid_configuration(tokens: &ServiceAccountTokens) -> Option<String> {
     ))
 }
 
-fn discovery_response(body: Vec<u8>, content_type: &'static str) -> Response {
+/// How long the documents may be cached, in seconds.
+fn max_age(tokens: &ServiceAccountTokens) -> u64 {
+    tokens.external_signer().map_or(u64::from(DISCOVERY_MAX_AGE_SECONDS), |s| s.cache_max_age_seconds())
+}
+
+fn discovery_response(body: Vec<u8>, content_type: &'static str, max_age: u64) -> Response {
     let mut r = (StatusCode::OK, body).into_response();
     r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={DISCOVERY_MAX_AGE_SECONDS}")) {
+    if let Ok(v) = HeaderValue::from_str(&format!("public, max-age={max_age}")) {
         r.headers_mut().insert(header::CACHE_CONTROL, v);
     }
     r
@@ -48,7 +55,7 @@ fn discovery_response(body: Vec<u8>, content_type: &'static str) -> Response {
 pub fn openid_configuration_response(state: &AppState) -> Option<Response> {
     let tokens = state.security.service_accounts.as_ref()?;
     let body = openid_configuration(tokens)?;
-    Some(discovery_response(body.into_bytes(), "application/json"))
+    Some(discovery_response(body.into_bytes(), "application/json", max_age(tokens)))
 }
 
 /// GET `/openid/v1/jwks` (None: discovery is not served).
@@ -58,7 +65,7 @@ pub fn jwks_response(state: &AppState) -> Option<Response> {
         return None;
     }
     let body = serde_json::to_vec(&tokens.jwks()).unwrap_or_default();
-    Some(discovery_response(body, "application/jwk-set+json"))
+    Some(discovery_response(body, "application/jwk-set+json", max_age(tokens)))
 }
 
 #[cfg(test)]

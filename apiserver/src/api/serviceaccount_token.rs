@@ -57,6 +57,9 @@ fn token_request_def() -> ResourceDef {
     }
 }
 
+/// The audit annotation naming the credential a TokenRequest issued.
+pub const ISSUED_CREDENTIAL_ID: &str = "authentication.kubernetes.io/issued-credential-id";
+
 /// Upstream's `ValidateTokenRequest` for what TokenRequest v1 can carry.
 pub fn validate_token_request(expiration_seconds: i64) -> Vec<FieldError> {
     let mut errs = Vec::new();
@@ -306,9 +309,20 @@ pub async fn create_token(
     } else {
         let sa_ref = ObjectRef::new(meta::name(&sa), meta::uid(&sa));
         let jti = uuid::Uuid::new_v4().to_string();
-        let claims =
-            bound.apply(BoundClaims::new(tokens.issuer(), namespace, sa_ref, audiences.clone(), now, expiration, &jti));
-        tokens.issue(&claims).await.map_err(|e| ApiError::internal(format!("failed to generate token: {e}")))?
+        let extended = tokens.extended_seconds(expiration, bound.pod.is_some(), &audiences);
+        let lifetime = extended.unwrap_or(expiration);
+        let mut claims =
+            bound.apply(BoundClaims::new(tokens.issuer(), namespace, sa_ref, audiences.clone(), now, lifetime, &jti));
+        if extended.is_some() {
+            // The asked end, after which a use is reported stale; the answer shows it too.
+            claims.warn_after = Some(now.timestamp() + expiration);
+        }
+        let token =
+            tokens.issue(&claims).await.map_err(|e| ApiError::internal(format!("failed to generate token: {e}")))?;
+        // As upstream (KEP-4193): the audit event of the issue names the credential, so that
+        // its later uses (credential-id `JTI=<jti>`) can be traced back to it.
+        crate::audit::annotate(ISSUED_CREDENTIAL_ID, format!("JTI={jti}"));
+        token
     };
     let mut metadata = obj.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();
     metadata.insert("name".into(), json!(name));

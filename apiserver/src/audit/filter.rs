@@ -70,6 +70,27 @@ struct CaptureInner {
     level: Level,
     request_body: Mutex<Option<Bytes>>,
     response: Mutex<Option<Value>>,
+    /// Annotations the handler added ([`annotate`]).
+    annotations: Mutex<Vec<(String, String)>>,
+}
+
+tokio::task_local! {
+    /// The capture of the request whose handler runs in this task ([`with_capture`]).
+    static CURRENT: Capture;
+}
+
+/// Run `handler` with `capture` as its request's, so that it can [`annotate`] the event.
+pub async fn with_capture<F: std::future::Future>(capture: Option<Capture>, handler: F) -> F::Output {
+    match capture {
+        Some(c) => CURRENT.scope(c, handler).await,
+        None => handler.await,
+    }
+}
+
+/// Add an annotation to the audit event of the request being handled (as upstream's
+/// `audit.AddAuditAnnotation`); nothing when it is not audited.
+pub fn annotate(key: &str, value: String) {
+    let _ = CURRENT.try_with(|c| lock(&c.0.annotations).push((key.to_string(), value)));
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -78,7 +99,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 impl Capture {
     fn new(level: Level) -> Self {
-        Capture(Arc::new(CaptureInner { level, request_body: Mutex::new(None), response: Mutex::new(None) }))
+        Capture(Arc::new(CaptureInner {
+            level,
+            request_body: Mutex::new(None),
+            response: Mutex::new(None),
+            annotations: Mutex::new(Vec::new()),
+        }))
     }
 
     /// The body the handler read (kept when small enough to be logged).
@@ -322,6 +348,7 @@ pub async fn filter(State(auditor): State<Arc<Auditor>>, mut req: Request, next:
         event.annotations.insert("authorization.k8s.io/decision".into(), decision.into());
         event.annotations.insert("authorization.k8s.io/reason".into(), d.reason.clone());
     }
+    event.annotations.extend(lock(&capture.0.annotations).drain(..));
     let acting = lock(&slot.0).take();
     event.impersonated_user = acting.map(|u| User::from(&u)).filter(|u| *u != event.user);
     let mut status_body = None;

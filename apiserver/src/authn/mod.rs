@@ -267,11 +267,14 @@ impl X509Authenticator {
                     Ok(uid) => uid,
                     Err(e) => return invalid(e),
                 };
+                // As upstream (1.33+): the certificate's fingerprint names the credential.
+                let credential_id =
+                    format!("{}{}", pod_certificate::CREDENTIAL_ID_PREFIX, kustos_ca::pod_identity::sha256_hex(leaf));
                 X509Outcome::Result(AuthResult::Authenticated(UserInfo {
                     name: info.common_name,
                     uid,
                     groups: info.organizations,
-                    ..Default::default()
+                    extra: [(serviceaccount::CREDENTIAL_ID_EXTRA.to_string(), vec![credential_id])].into(),
                 }))
             }
         };
@@ -708,7 +711,19 @@ mod tests {
         for (name, cert, authz, want) in cases {
             let got = f.chain.authenticate(&request(cert, authz)).await;
             match (&got, &want) {
-                (Ok(g), Ok(w)) => assert_eq!(g, w, "{name}"),
+                (Ok(g), Ok(w)) => {
+                    // A certificate's user carries its fingerprint as the credential id.
+                    let mut g = g.clone();
+                    let id = g.extra.remove(serviceaccount::CREDENTIAL_ID_EXTRA);
+                    let expected = match cert {
+                        Some(der) if *w != UserInfo::anonymous() => {
+                            Some(vec![format!("X509SHA256={}", kustos_ca::pod_identity::sha256_hex(der))])
+                        }
+                        _ => None,
+                    };
+                    assert_eq!(id, expected, "{name}: credential id");
+                    assert_eq!(&g, w, "{name}")
+                }
                 (Err(reasons), Err(w)) => {
                     assert!(reasons.iter().any(|r| r.contains(w.as_str())), "{name}: {reasons:?}")
                 }
@@ -716,10 +731,12 @@ mod tests {
             }
         }
         // Cached results stay right, and the cache does not make an expired cert valid.
-        assert_eq!(
-            f.chain.authenticate(&request(Some(&valid), None)).await,
-            Ok(user("alice", &["devs", "ops", AUTHENTICATED_GROUP]))
+        let mut alice = user("alice", &["devs", "ops", AUTHENTICATED_GROUP]);
+        alice.extra.insert(
+            serviceaccount::CREDENTIAL_ID_EXTRA.into(),
+            vec![format!("X509SHA256={}", kustos_ca::pod_identity::sha256_hex(&valid))],
         );
+        assert_eq!(f.chain.authenticate(&request(Some(&valid), None)).await, Ok(alice));
         let x509 = X509Authenticator::from_pem(f.ca.cert_pem()).unwrap();
         let short = issue(&f.ca, IssueParams::client("short", vec![], Duration::hours(1)), now);
         assert!(matches!(x509.verify(&[CertificateDer::from(short.clone())], now), AuthResult::Authenticated(_)));

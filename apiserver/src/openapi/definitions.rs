@@ -173,6 +173,13 @@ pub(super) fn definitions(reg: &Registry) -> (BTreeMap<String, Value>, KindNames
         };
         p.extend(property_extensions(a));
     }
+    for (definition, property, default) in DEFAULTS {
+        if let Some(Value::Object(p)) =
+            defs.get_mut(*definition).and_then(|d| d.get_mut("properties")).and_then(|p| p.get_mut(*property))
+        {
+            p.insert("default".into(), default());
+        }
+    }
     for name in extensions::ATOMIC_STRUCTS {
         if let Some(Value::Object(d)) = defs.get_mut(*name) {
             d.insert("x-kubernetes-map-type".into(), json!("atomic"));
@@ -180,6 +187,17 @@ pub(super) fn definitions(reg: &Registry) -> (BTreeMap<String, Value>, KindNames
     }
     (defs, kinds)
 }
+
+/// The `default`s upstream's documents carry (`+default` markers) where a client or server-side
+/// apply reads them: the `protocol` key of the port lists (an item without it is `TCP`, and
+/// keyed so), and a PodCertificateRequest's `maxExpirationSeconds`.
+type DefaultFn = fn() -> Value;
+const DEFAULTS: &[(&str, &str, DefaultFn)] = &[
+    ("io.k8s.api.core.v1.ContainerPort", "protocol", || json!("TCP")),
+    ("io.k8s.api.core.v1.ServicePort", "protocol", || json!("TCP")),
+    ("io.k8s.api.certificates.v1.PodCertificateRequestSpec", "maxExpirationSeconds", || json!(86400)),
+    ("io.k8s.api.certificates.v1beta1.PodCertificateRequestSpec", "maxExpirationSeconds", || json!(86400)),
+];
 
 fn set_key(defs: &mut BTreeMap<String, Value>, name: &str, key: &str, value: Value) {
     if let Some(Value::Object(d)) = defs.get_mut(name) {

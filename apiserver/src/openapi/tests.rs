@@ -199,6 +199,14 @@ fn list_annotations_from_upstream_markers() {
         assert_eq!(p["x-kubernetes-list-type"], "map", "{def}.{prop}: {p}");
         assert_eq!(p["x-kubernetes-list-map-keys"], json!(["type"]), "{def}.{prop}");
     }
+    // Defaults server-side apply keys port lists by, as upstream's `+default` markers.
+    for def in ["io.k8s.api.core.v1.ContainerPort", "io.k8s.api.core.v1.ServicePort"] {
+        assert_eq!(defs[def]["properties"]["protocol"]["default"], "TCP", "{def}");
+    }
+    for v in ["v1", "v1beta1"] {
+        let def = format!("io.k8s.api.certificates.{v}.PodCertificateRequestSpec");
+        assert_eq!(defs[&def]["properties"]["maxExpirationSeconds"]["default"], 86400, "{def}");
+    }
     let verbs = &defs["io.k8s.api.flowcontrol.v1.ResourcePolicyRule"]["properties"]["verbs"];
     assert_eq!(verbs["x-kubernetes-list-type"], "set");
     assert_eq!(defs["io.k8s.api.rbac.v1.Subject"]["x-kubernetes-map-type"], "atomic");

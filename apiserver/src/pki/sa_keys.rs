@@ -272,9 +272,11 @@ fn at(pki: &Path, name: &str) -> PathBuf {
     pki.join(name)
 }
 
-/// The kid of a private key (PEM).
+/// The kid of a private key (PEM) that can sign tokens (RSA, ECDSA P-256 or P-384): any
+/// other key is refused here, before a rotation could make it the signing key.
 pub fn kid_of_private(pem: &str) -> anyhow::Result<String> {
     let key = KeyPair::from_pem(pem).context("not a usable private key")?;
+    jwt::SigningKey::from_key_pair(&key).context("not a key that signs tokens")?;
     Ok(jwt::key_id(&key.public_key_der()))
 }
 

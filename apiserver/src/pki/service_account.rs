@@ -47,7 +47,15 @@ pub struct KeySettings<'a> {
     pub signing_endpoint: Option<&'a str>,
     /// How often the key files under `DIR/pki` are looked at again.
     pub reload_interval: std::time::Duration,
+    /// `--service-account-extend-token-expiration` ([`ServiceAccountTokens::extended_seconds`]).
+    pub extend_expiration: bool,
 }
+
+/// The lifetime kubelets ask for in the transition to bound tokens (an hour and 7 s): such a
+/// pod-bound token for the API is extended ([`ServiceAccountTokens::extended_seconds`]).
+pub const WARN_ONLY_EXPIRATION_SECONDS: i64 = 3607;
+/// How long such a token lasts instead: a year (upstream's `ExpirationExtensionSeconds`).
+pub const EXPIRATION_EXTENSION_SECONDS: i64 = 365 * 24 * 3600;
 
 /// Everything tokens are issued and checked with.
 pub struct ServiceAccountTokens {
@@ -61,6 +69,8 @@ pub struct ServiceAccountTokens {
     max_expiration_seconds: Option<i64>,
     /// `https://<external address>/openid/v1/jwks`
     jwks_uri: String,
+    /// `--service-account-extend-token-expiration` (default on).
+    extend_expiration: bool,
 }
 
 /// The data directory's keys: `sa.key` signs; it, the retired keys and the key files' keys
@@ -302,7 +312,29 @@ impl ServiceAccountTokens {
             api_audiences,
             max_expiration_seconds,
             jwks_uri: format!("https://{external_address}{JWKS_PATH}"),
+            extend_expiration: true,
         }
+    }
+
+    /// With `--service-account-extend-token-expiration` set to `on`.
+    pub fn with_extended_expiration(mut self, on: bool) -> Self {
+        self.extend_expiration = on;
+        self
+    }
+
+    /// The lifetime a TokenRequest for `expiration_seconds`, bound to a pod (`pod_bound`), for
+    /// `audiences`, is issued for instead, when it is extended, as kube-apiserver's
+    /// `--service-account-extend-token-expiration` extends it: asked for
+    /// [`WARN_ONLY_EXPIRATION_SECONDS`] by a kubelet for the API's audiences only, it lasts
+    /// [`EXPIRATION_EXTENSION_SECONDS`], carrying `kubernetes.io.warnafter` at the asked end.
+    /// Capped by the maximum ([`Self::max_token_seconds`]): upstream caps it by the external
+    /// signer's only, kustos by the maximum always, which is also how long a retired key keeps
+    /// verifying, so an extended token never outlives its key.
+    pub fn extended_seconds(&self, expiration_seconds: i64, pod_bound: bool, audiences: &[String]) -> Option<i64> {
+        let for_the_api = !audiences.is_empty() && audiences.iter().all(|a| self.api_audiences.contains(a));
+        (self.extend_expiration && pod_bound && expiration_seconds == WARN_ONLY_EXPIRATION_SECONDS && for_the_api)
+            .then(|| EXPIRATION_EXTENSION_SECONDS.min(self.max_token_seconds()))
+            .filter(|extended| *extended > expiration_seconds)
     }
 
     /// Tokens signed and verified by the external signer `signer`, whose `Metadata` says it
@@ -340,7 +372,7 @@ impl ServiceAccountTokens {
     ) -> anyhow::Result<Self> {
         let endpoint = signing_endpoint(cfg.signing_endpoint, cfg.key_files).map_err(anyhow::Error::msg)?;
         let Some(endpoint) = endpoint else {
-            let tokens = Self::load(cfg, pki, external_address)?;
+            let tokens = Self::load(cfg, pki, external_address)?.with_extended_expiration(cfg.extend_expiration);
             if let Some(local) = &tokens.local {
                 spawn_follower(
                     tasks,
@@ -367,7 +399,8 @@ impl ServiceAccountTokens {
             cfg.api_audiences.to_vec(),
             cfg.max_token_expiration,
             external_address,
-        )?;
+        )?
+        .with_extended_expiration(cfg.extend_expiration);
         ExternalSigner::spawn_refresh(&signer, tasks);
         tracing::info!(endpoint = %endpoint, max_token_seconds = signer_max, "service-account tokens are signed by the external signer");
         Ok(tokens)
@@ -618,6 +651,43 @@ mod tests {
         for (endpoint, key_files, want) in cases {
             assert_eq!(signing_endpoint(endpoint, key_files), want, "{endpoint:?}");
         }
+    }
+
+    #[test]
+    fn kubelets_transition_tokens_are_extended() {
+        let own = kustos_ca::generate_sa_keypair().unwrap();
+        let with_max = |max: Option<u64>| {
+            let max = max.map(std::time::Duration::from_secs);
+            ServiceAccountTokens::new(
+                strings(&["api"]),
+                &own.private_key_pem,
+                &own.public_key_pem,
+                &[],
+                vec![],
+                max,
+                "h:1",
+            )
+            .unwrap()
+        };
+        let (t, api) = (with_max(None), strings(&["api"]));
+        let year = Some(EXPIRATION_EXTENSION_SECONDS);
+        let cases: Vec<(&str, &ServiceAccountTokens, i64, bool, Vec<String>, Option<i64>)> = vec![
+            ("a kubelet's pod-bound token for the API", &t, 3607, true, api.clone(), year),
+            ("another lifetime", &t, 3600, true, api.clone(), None),
+            ("not bound to a pod", &t, 3607, false, api.clone(), None),
+            ("for another audience", &t, 3607, true, strings(&["vault"]), None),
+            ("for the API and another", &t, 3607, true, strings(&["api", "vault"]), None),
+        ];
+        for (what, t, asked, pod, auds, want) in cases {
+            assert_eq!(t.extended_seconds(asked, pod, &auds), want, "{what}");
+        }
+        assert_eq!(
+            with_max(Some(48 * 3600)).extended_seconds(3607, true, &api),
+            Some(48 * 3600),
+            "capped by the maximum"
+        );
+        let off = with_max(None).with_extended_expiration(false);
+        assert_eq!(off.extended_seconds(3607, true, &api), None, "--service-account-extend-token-expiration=false");
     }
 
     #[test]

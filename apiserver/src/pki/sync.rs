@@ -305,6 +305,21 @@ pub struct Round {
 }
 
 /// The record as read.
+/// A record none of this directory's keys open.
+#[derive(Debug, Clone)]
+struct Unopened {
+    revision: storage::Rev,
+    digest: String,
+}
+
+impl std::fmt::Display for Unopened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the record of revision {} opens with none of the sync keys", self.revision)
+    }
+}
+
+impl std::error::Error for Unopened {}
+
 #[derive(Clone)]
 struct Remote {
     revision: storage::Rev,
@@ -387,7 +402,14 @@ impl PkiSync {
         };
         let pki = sync.paths.pki.clone();
         let state = read_state(&pki)?;
-        if let Some(remote) = sync.remote(&state.ring).await? {
+        let remote = match sync.remote_or_refused(&state.ring, state.seen.as_ref()).await? {
+            Ok(remote) => remote,
+            Err(refusal) => {
+                sync.record_unopened(refusal, state.seen.unwrap_or_default()).await?;
+                return Ok(sync);
+            }
+        };
+        if let Some(remote) = remote {
             if let Some(refusal) = sync.refusal(&remote, state.seen.as_ref()) {
                 sync.log_refusal(&remote, &refusal);
                 return Ok(sync);
@@ -410,15 +432,69 @@ impl PkiSync {
         let Some(kv) = self.store.get(RECORD_KEY).await.context("reading the shared PKI from the store")? else {
             return Ok(None);
         };
-        let (opened, key) = ring.open(&kv.value).with_context(|| {
-            format!(
-                "the shared PKI in etcd does not open with {} (nor a {} or {} beside it): copy pki/ (with {SEAL_KEY_FILE}) from an apiserver of this cluster",
-                self.paths.pki.join(SEAL_KEY_FILE).display(),
-                keys::NEXT_KEY,
-                keys::PREV_KEY,
-            )
-        })?;
-        Ok(Some(Remote { revision: kv.mod_rev, digest: kustos_ca::fingerprint(&kv.value), opened, key }))
+        let digest = kustos_ca::fingerprint(&kv.value);
+        let (opened, key) = ring
+            .open(&kv.value)
+            .map_err(|_| anyhow::Error::new(Unopened { revision: kv.mod_rev, digest: digest.clone() }))
+            .with_context(|| {
+                format!(
+                    "the shared PKI in etcd does not open with {} (nor a {} or {} beside it): copy pki/ (with {SEAL_KEY_FILE}) from an apiserver of this cluster",
+                    self.paths.pki.join(SEAL_KEY_FILE).display(),
+                    keys::NEXT_KEY,
+                    keys::PREV_KEY,
+                )
+            })?;
+        Ok(Some(Remote { revision: kv.mod_rev, digest, opened, key }))
+    }
+
+    /// [`Self::remote`], where a record none of this directory's keys open is refused once
+    /// this apiserver has followed one (`seen`): it is not this PKI's record as this apiserver
+    /// knows it (one sealed under a sync key retired since, put back), so the apiserver keeps
+    /// what it has, logs an ERROR and records the refusal for `kustos ca status`. It does not
+    /// seal over it: a record it cannot read may be another cluster's.
+    async fn remote_or_refused(
+        &self,
+        ring: &keys::KeyRing,
+        seen: Option<&generation::Seen>,
+    ) -> anyhow::Result<Result<Option<Remote>, generation::Refusal>> {
+        match self.remote(ring).await {
+            Ok(r) => Ok(Ok(r)),
+            Err(e) => match (e.downcast_ref::<Unopened>(), seen) {
+                (Some(unopened), Some(seen)) => {
+                    let refusal = generation::Refusal {
+                        generation: 0,
+                        highest: seen.generation,
+                        fork: false,
+                        unopened: true,
+                        at: Utc::now(),
+                        resealed_as: None,
+                    };
+                    let mut logged = self.refused_logged.lock().unwrap_or_else(|e| e.into_inner());
+                    if logged.as_deref() != Some(unopened.digest.as_str()) {
+                        *logged = Some(unopened.digest.clone());
+                        tracing::error!(
+                            revision = unopened.revision,
+                            highest_generation = seen.generation,
+                            "refused the shared PKI record in etcd: it does not open with this apiserver's sync keys \
+                             (one sealed under a sync key retired since, put back?); this apiserver keeps the PKI it has"
+                        );
+                    }
+                    Ok(Err(refusal))
+                }
+                _ => Err(e),
+            },
+        }
+    }
+
+    /// Record `refusal` (of a record this apiserver cannot open) in its `seen` state.
+    async fn record_unopened(&self, refusal: generation::Refusal, seen: generation::Seen) -> anyhow::Result<Round> {
+        let pki = self.paths.pki.clone();
+        let mut seen = seen;
+        seen.refused = Some(refusal.clone());
+        tokio::task::spawn_blocking(move || generation::write(&pki, &seen))
+            .await
+            .context("recording the refusal")??;
+        Ok(Round { refused: Some(refusal), ..Round::default() })
     }
 
     /// Why `remote` is refused, when it is.
@@ -432,6 +508,7 @@ impl PkiSync {
             generation: remote.generation(),
             highest: seen.map_or(0, |s| s.generation),
             fork,
+            unopened: false,
             at: Utc::now(),
             resealed_as: None,
         })
@@ -507,7 +584,10 @@ impl PkiSync {
         let pki = self.paths.pki.clone();
         let state =
             tokio::task::spawn_blocking(move || read_state(&pki)).await.context("reading the shared files")??;
-        let mut remote = self.remote(&state.ring).await?;
+        let mut remote = match self.remote_or_refused(&state.ring, state.seen.as_ref()).await? {
+            Ok(remote) => remote,
+            Err(refusal) => return self.record_unopened(refusal, state.seen.unwrap_or_default()).await,
+        };
         if let Some(refusal) = remote.as_ref().and_then(|r| self.refusal(r, state.seen.as_ref())) {
             if let Some(r) = remote.take() {
                 return self.refuse(r, refusal, state).await;

@@ -31,7 +31,10 @@ pub struct CustomStrategy {
 impl Strategy for CustomStrategy {
     fn roundtrip(&self, obj: &Value) -> Result<Value, crate::registry::DecodeError> {
         let mut out = obj.clone();
-        self.schema.apply_defaults(&mut out);
+        let mut budget = super::budget::budget_for(super::budget::json_len(obj), super::budget::BYTES_PER_JSON_BYTE);
+        self.schema
+            .apply_defaults(&mut out, &mut budget)
+            .map_err(|e| <serde_json::Error as serde::de::Error>::custom(e.to_string()))?;
         self.schema.prune(&mut out, true);
         Ok(out)
     }

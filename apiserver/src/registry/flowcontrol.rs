@@ -444,14 +444,13 @@ fn validate_flow_schema_spec(name: &str, spec: &fcv1::FlowSchemaSpec) -> Vec<Fie
 
 /// Conditions of a status: types set and distinct.
 fn validate_conditions(conditions: &[Option<&str>], errs: &mut Vec<FieldError>) {
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (i, t) in conditions.iter().enumerate() {
         let t = t.unwrap_or("");
         let p = format!("status.conditions[{i}].type");
-        if seen.contains(&t) {
+        if !seen.insert(t) {
             errs.push(FieldError::duplicate(p.clone(), &json!(t)));
         }
-        seen.push(t);
         if t.is_empty() {
             errs.push(FieldError::required(p, "must not be empty"));
         }

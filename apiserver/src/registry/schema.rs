@@ -67,6 +67,17 @@ pub struct Structural {
 
 const TYPES: &[&str] = &["array", "boolean", "integer", "number", "object", "string"];
 
+/// The estimated memory one default costs when set, beyond its JSON (a map entry, and the
+/// map's first node when it was empty).
+pub const DEFAULT_COST: usize = 1024;
+/// ... and per byte of its JSON.
+pub const DEFAULT_COST_PER_BYTE: usize = 8;
+
+/// Setting the defaults would take more memory than the object's budget allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the schema's defaults would grow this object past what its size allows")]
+pub struct ExcessiveDefaults;
+
 fn join(path: &str, child: &str) -> String {
     if path.is_empty() {
         child.to_string()
@@ -92,32 +103,33 @@ impl Structural {
     // Defaulting
 
     /// Set the `default` of every absent property (and of nulls where the field is not
-    /// nullable), recursing into objects, maps and arrays.
-    pub fn apply_defaults(&self, v: &mut Value) {
+    /// nullable), recursing into objects, maps and arrays. Each default set costs
+    /// [`DEFAULT_COST`] plus [`DEFAULT_COST_PER_BYTE`] per byte of its JSON out of `budget`
+    /// (bytes of memory, estimated); past it the object is refused: a list of many empty
+    /// items, each given a default, would otherwise grow a small request without bound.
+    pub fn apply_defaults(&self, v: &mut Value, budget: &mut usize) -> Result<(), ExcessiveDefaults> {
         match v {
             Value::Object(m) => {
                 for (k, s) in &self.properties {
-                    match m.get_mut(k) {
-                        None => {
-                            if let Some(d) = &s.default {
-                                m.insert(k.clone(), d.clone());
-                            }
-                        }
-                        Some(Value::Null) if !s.nullable && s.default.is_some() => {
-                            if let Some(d) = &s.default {
-                                m.insert(k.clone(), d.clone());
-                            }
-                        }
-                        Some(_) => {}
+                    let absent = match m.get(k) {
+                        None => true,
+                        Some(Value::Null) => !s.nullable,
+                        Some(_) => false,
+                    };
+                    if let Some(d) = s.default.as_ref().filter(|_| absent) {
+                        let cost = DEFAULT_COST
+                            .saturating_add(super::budget::json_len(d).saturating_mul(DEFAULT_COST_PER_BYTE));
+                        *budget = budget.checked_sub(cost).ok_or(ExcessiveDefaults)?;
+                        m.insert(k.clone(), d.clone());
                     }
                     if let Some(child) = m.get_mut(k) {
-                        s.apply_defaults(child);
+                        s.apply_defaults(child, budget)?;
                     }
                 }
                 if let Some(add) = &self.additional {
                     for (k, child) in m.iter_mut() {
                         if !self.properties.contains_key(k) {
-                            add.apply_defaults(child);
+                            add.apply_defaults(child, budget)?;
                         }
                     }
                 }
@@ -125,12 +137,13 @@ impl Structural {
             Value::Array(items) => {
                 if let Some(s) = &self.items {
                     for item in items {
-                        s.apply_defaults(item);
+                        s.apply_defaults(item, budget)?;
                     }
                 }
             }
             _ => {}
         }
+        Ok(())
     }
 
     // -----------------------------------------------------------------------------------
@@ -254,9 +267,13 @@ impl Structural {
                 format!("{} in body should have at least {min} items", body_path(path)),
             ));
         }
+        // Duplicates are found through a set of each item's canonical JSON (object keys
+        // sorted, numbers as written): linear in the list's size, where comparing every pair
+        // was quadratic.
         if self.unique_items || self.list_type == "set" {
+            let mut seen = std::collections::HashSet::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
-                if items[..i].contains(item) {
+                if !seen.insert(item.to_string()) {
                     errs.push(FieldError::duplicate(format!("{path}[{i}]"), item));
                 }
             }
@@ -265,11 +282,11 @@ impl Structural {
             let key_of = |item: &Value| -> Vec<Value> {
                 self.list_map_keys.iter().map(|k| item.get(k).cloned().unwrap_or(Value::Null)).collect()
             };
+            let mut seen = std::collections::HashSet::with_capacity(items.len());
             for (i, item) in items.iter().enumerate() {
                 let key = key_of(item);
-                if items[..i].iter().any(|o| key_of(o) == key) {
-                    let shown: Map<String, Value> =
-                        self.list_map_keys.iter().cloned().zip(key.iter().cloned()).collect();
+                if !seen.insert(Value::Array(key.clone()).to_string()) {
+                    let shown: Map<String, Value> = self.list_map_keys.iter().cloned().zip(key).collect();
                     errs.push(FieldError::duplicate(format!("{path}[{i}]"), &Value::Object(shown)));
                 }
             }

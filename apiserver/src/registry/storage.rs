@@ -78,7 +78,7 @@ fn validate_csi_driver_name(name: &str, field: &str) -> Vec<FieldError> {
 /// allocatable count.
 pub struct CsiNodeStrategy;
 
-fn validate_csinode_driver(d: &Value, path: &str, names: &mut Vec<String>) -> Vec<FieldError> {
+fn validate_csinode_driver(d: &Value, path: &str, names: &mut std::collections::HashSet<String>) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let name = str_at(d, &["name"]).unwrap_or("");
     errs.extend(validate_csi_driver_name(name, &format!("{path}.name")));
@@ -100,19 +100,17 @@ fn validate_csinode_driver(d: &Value, path: &str, names: &mut Vec<String>) -> Ve
             "must be greater than or equal to 0",
         ));
     }
-    if names.iter().any(|n| n == name) {
+    if !names.insert(name.to_string()) {
         errs.push(FieldError::duplicate(format!("{path}.name"), &json!(name)));
     }
-    names.push(name.to_string());
-    let mut keys: Vec<&str> = Vec::new();
+    let mut keys: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for key in arr(d, &["topologyKeys"]).iter().map(|k| k.as_str().unwrap_or("")) {
         if key.is_empty() {
             errs.push(FieldError::required(path, ""));
         }
-        if keys.contains(&key) {
+        if !keys.insert(key) {
             errs.push(FieldError::duplicate(path, &json!(key)));
         }
-        keys.push(key);
         for m in validation::is_qualified_name(key) {
             errs.push(FieldError::invalid(path, &json!(key), m));
         }
@@ -146,7 +144,7 @@ impl Strategy for CsiNodeStrategy {
 impl WriteStrategy for CsiNodeStrategy {
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
         let _: storagev1::CSINode = crate::typed!(decode(obj));
-        let mut names = Vec::new();
+        let mut names = std::collections::HashSet::new();
         let mut errs = Vec::new();
         for (i, d) in arr(obj, &["spec", "drivers"]).iter().enumerate() {
             errs.extend(validate_csinode_driver(d, &format!("spec.drivers[{i}]"), &mut names));
@@ -156,9 +154,15 @@ impl WriteStrategy for CsiNodeStrategy {
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
         let mut errs = Vec::new();
+        // Each old driver with its new namesakes, by name (linear, not every pair).
+        let name = |d: &Value| d.get("name").map(Value::to_string);
+        let mut new_by_name: std::collections::HashMap<Option<String>, Vec<&Value>> = Default::default();
+        for n in arr(new, &["spec", "drivers"]) {
+            new_by_name.entry(name(n)).or_default().push(n);
+        }
         for o in arr(old, &["spec", "drivers"]) {
-            for n in arr(new, &["spec", "drivers"]) {
-                if o.get("name") == n.get("name") && without_allocatable(o) != without_allocatable(n) {
+            for n in new_by_name.get(&name(o)).map(Vec::as_slice).unwrap_or_default() {
+                if without_allocatable(o) != without_allocatable(n) {
                     errs.push(FieldError::immutable("spec.drivers", &without_allocatable(n)));
                 }
             }
@@ -226,15 +230,14 @@ fn validate_csidriver_spec(spec: &Value) -> Vec<FieldError> {
     if let Some(p) = spec.get("fsGroupPolicy").and_then(Value::as_str).filter(|p| !POLICIES.contains(p)) {
         errs.push(FieldError::not_supported("spec.fsGroupPolicy", &json!(p), POLICIES));
     }
-    let mut audiences: Vec<&str> = Vec::new();
+    let mut audiences: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (i, t) in arr(spec, &["tokenRequests"]).iter().enumerate() {
         let path = format!("spec.tokenRequests[{i}]");
         let audience = str_at(t, &["audience"]).unwrap_or("");
-        if audiences.contains(&audience) {
+        if !audiences.insert(audience) {
             errs.push(FieldError::duplicate(format!("{path}.audience"), &json!(audience)));
             continue;
         }
-        audiences.push(audience);
         if let Some(secs) = t.get("expirationSeconds").and_then(Value::as_i64) {
             if secs < 600 {
                 errs.push(FieldError::invalid(

@@ -216,6 +216,17 @@ impl<'de> de::Deserialize<'de> for StreamDocument {
     }
 }
 
+/// Decode one YAML document into `T` strictly, as a file the server reads (configuration,
+/// kubeconfigs) is: within the same [`Limits`], a duplicate key refused, then `T`'s own rules
+/// (unknown fields where `T` refuses them). The error is the reason, for the caller to frame.
+pub fn from_slice_strict<T: serde::de::DeserializeOwned>(input: &[u8]) -> Result<T, String> {
+    let decoded = from_slice(input).map_err(|e| e.to_string())?;
+    if let Some(first) = decoded.duplicates.first() {
+        return Err(format!("yaml: unmarshal errors:\n  {first}"));
+    }
+    serde_json::from_value(decoded.value).map_err(|e| e.to_string())
+}
+
 /// Decode every document of a YAML stream (empty and null documents are left out), all of
 /// them within one [`Limits`] for the whole input.
 pub fn documents(input: &[u8]) -> Result<Vec<Value>, Error> {

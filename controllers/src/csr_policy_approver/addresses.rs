@@ -187,7 +187,7 @@ pub const APISERVER: &str = "an address of the apiserver";
 
 /// The first SAN of `req` that no kubelet serving certificate may name: one of the apiserver's
 /// names ([`is_apiserver_name`]), or an address in one of `protected` (owners are phrases such
-/// as "the cluster IP of Service default/kubernetes"). A wildcard DNS name is refused when it
+/// as "an IP of Service default/kubernetes"). A wildcard DNS name is refused when it
 /// covers such a name.
 pub fn protected(req: &CertificateRequest, protected: &[&Index]) -> Option<Denial> {
     let first = |a: &Address| protected.iter().find_map(|ix| ix.owners(a).next()).map(str::to_string);
@@ -309,8 +309,8 @@ mod tests {
         let mut apiserver = Index::default();
         apiserver.set(APISERVER, addrs(&["10.0.0.1", "api.cluster.example", "localhost"]));
         let mut services = Index::default();
-        services.set("the cluster IP of Service default/kubernetes", addrs(&["10.96.0.1"]));
-        services.set("the cluster IP of Service web/front", addrs(&["fd00:96::a", "None"]));
+        services.set("an IP of Service default/kubernetes", addrs(&["10.96.0.1"]));
+        services.set("an IP of Service web/front", addrs(&["fd00:96::a", "None"]));
         let protected_ix = [&apiserver, &services];
         type Case<'a> = (&'a str, &'a [&'a str], &'a [&'a str], Option<&'a str>);
         let cases: &[Case<'_>] = &[
@@ -326,8 +326,8 @@ mod tests {
             ("the apiserver's Service name", &["kubernetes.default.svc.cluster.local"], &[], Some("dnsNames[0] \"kubernetes.default.svc.cluster.local\" is refused (it is an address of the apiserver)")),
             ("a wildcard over the apiserver's Service name", &["*.default.svc.cluster.local"], &[], Some("dnsNames[0] \"*.default.svc.cluster.local\" is refused (it is an address of the apiserver)")),
             ("a wildcard over an apiserver SAN", &["*.cluster.example"], &[], Some("dnsNames[0] \"*.cluster.example\" is refused (it is an address of the apiserver)")),
-            ("a Service's cluster IP", &[], &["10.96.0.1"], Some("ipAddresses[0] 10.96.0.1 is refused (it is the cluster IP of Service default/kubernetes)")),
-            ("a Service's IPv6 cluster IP, long form", &[], &["fd00:96:0:0:0:0:0:a"], Some("ipAddresses[0] fd00:96::a is refused (it is the cluster IP of Service web/front)")),
+            ("a Service's cluster IP", &[], &["10.96.0.1"], Some("ipAddresses[0] 10.96.0.1 is refused (it is an IP of Service default/kubernetes)")),
+            ("a Service's IPv6 cluster IP, long form", &[], &["fd00:96:0:0:0:0:0:a"], Some("ipAddresses[0] fd00:96::a is refused (it is an IP of Service web/front)")),
             ("the apiserver first, then the node rules", &["n1"], &["10.0.0.6", "10.0.0.1"], Some("ipAddresses[1] 10.0.0.1 is refused (it is an address of the apiserver)")),
         ];
         for (what, dns, ips, want) in cases {

@@ -110,14 +110,21 @@ fn of_node(node: &Node) -> (String, Vec<Address>) {
     (node.name_any(), node_addresses(addresses).collect())
 }
 
-/// A Service's cluster IPs, under "the cluster IP of Service <namespace>/<name>".
+/// A Service's IPs: its cluster IPs, its `externalIPs` and its load balancers' ingress IPs
+/// (traffic to any of them reaches the Service), under "an IP of Service <namespace>/<name>".
 fn of_service(svc: &Service) -> (String, Vec<Address>) {
     let spec = svc.spec.as_ref();
+    fn strings(v: Option<&Vec<String>>) -> impl Iterator<Item = &str> {
+        v.map(Vec::as_slice).unwrap_or_default().iter().map(String::as_str)
+    }
+    let ingress = svc.status.as_ref().and_then(|s| s.load_balancer.as_ref()).and_then(|l| l.ingress.as_deref());
     let ips = spec
         .and_then(|s| s.cluster_ip.as_deref())
         .into_iter()
-        .chain(spec.and_then(|s| s.cluster_ips.as_deref()).unwrap_or_default().iter().map(String::as_str));
-    let owner = format!("the cluster IP of Service {}/{}", svc.namespace().unwrap_or_default(), svc.name_any());
+        .chain(strings(spec.and_then(|s| s.cluster_ips.as_ref())))
+        .chain(strings(spec.and_then(|s| s.external_ips.as_ref())))
+        .chain(ingress.unwrap_or_default().iter().filter_map(|i| i.ip.as_deref()));
+    let owner = format!("an IP of Service {}/{}", svc.namespace().unwrap_or_default(), svc.name_any());
     (owner, ips.filter_map(Address::parse).collect())
 }
 
@@ -251,11 +258,21 @@ mod tests {
         };
         let (owner, mut addrs) = of_service(&svc);
         addrs.dedup();
-        assert_eq!(owner, "the cluster IP of Service default/kubernetes");
+        assert_eq!(owner, "an IP of Service default/kubernetes");
         assert_eq!(addrs, [Address::parse("10.96.0.1").unwrap(), Address::parse("fd00::1").unwrap()]);
         let headless =
             Service { spec: Some(ServiceSpec { cluster_ip: Some("None".into()), ..Default::default() }), ..svc };
         assert!(of_service(&headless).1.is_empty(), "a headless Service has no cluster IP");
+        let exposed: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "front", "namespace": "web"},
+            "spec": {"clusterIP": "None", "externalIPs": ["192.0.2.7"]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "198.51.100.9"}, {"hostname": "lb.example.com"}]}}}))
+        .unwrap();
+        assert_eq!(
+            of_service(&exposed).1,
+            [Address::parse("192.0.2.7").unwrap(), Address::parse("198.51.100.9").unwrap()],
+            "external IPs and load-balancer ingress IPs are the Service's too"
+        );
         let slice = EndpointSlice {
             metadata: ObjectMeta {
                 name: Some("kubernetes".into()),

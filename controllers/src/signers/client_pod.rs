@@ -8,9 +8,11 @@
 //! (`InvalidUnverifiedUserAnnotations` for any `spec.unverifiedUserAnnotations`: this signer
 //! recognizes none); or `Failed` (the CA cannot issue an hour's certificate).
 //!
-//! Like upstream's design, it checks nothing beyond what the apiserver verified at create
-//! (NodeRestriction: the pod exists on the requesting node, runs as that service account;
-//! the stub request's signature). The certificate carries only those fields: an empty
+//! What the apiserver verified at create (NodeRestriction, for nodes: the pod exists on the
+//! requesting node, runs as that service account; the stub request's signature) is held once
+//! more against the objects before signing, whoever made the request (the caller:
+//! [`crate::pod_certificate_requests::check_named`]; else `Denied`, `PodIdentityMismatch`).
+//! The certificate carries only those fields: an empty
 //! subject, no subjectAltName, the PodIdentity extension ([`kustos_ca::pod_identity`]) with
 //! the request's namespace, service account, pod and node names and UIDs (namespace UID
 //! empty: the request does not carry it). Key usages: digital signature (+ key encipherment

@@ -133,6 +133,7 @@ fn certificates_carry_the_pod_identity_and_nothing_else() {
     let cases = [
         ("p256", Duration::hours(24), false, Duration::hours(12)),
         ("rsa3072", Duration::hours(2), true, Duration::hours(1)),
+        ("p521", Duration::hours(3), false, Duration::minutes(90)),
         ("ed25519", Duration::hours(1), false, Duration::minutes(30)),
     ];
     for (key, lifetime, encipherment, refresh) in cases {

@@ -1,19 +1,23 @@
 //! The `signers` controller's PodCertificateRequests: a Signer with `spec.podCertificates`
 //! signs the requests for its signer name, from its CA, in the version the apiserver serves
-//! (`certificates.k8s.io/v1`, else `v1beta1`: [`crate::pod_certificate_requests::served`]).
+//! (`certificates.k8s.io/v1beta1`, else `v1`: [`crate::pod_certificate_requests::served`]).
 //!
 //! What enters: a request and, when one is ready, the Signer for its `spec.signerName` (its
 //! CA and `podCertificates`), and `now`. What leaves: the request's next status, written
 //! through `/status` — `Issued` with `certificateChain` (the leaf, then the Signer's CA),
 //! `notBefore`, `beginRefreshAt`, `notAfter`; or `Denied` (a key type the Signer does not
-//! sign: `UnsupportedKeyType`, as upstream); or `Failed` (the CA cannot issue an hour's
+//! sign: `UnsupportedKeyType`, as upstream; any `spec.unverifiedUserAnnotations`, of which a
+//! Signer recognizes none: `InvalidUnverifiedUserAnnotations`); or `Failed` (the CA cannot issue an hour's
 //! certificate). Requests already Issued, Denied or Failed are left alone, as are requests
 //! for any other signer name — except `kubernetes.io/kube-apiserver-client-pod`, which
 //! [`super::client_pod`] decides and the apiserver's client CA signs, where given
 //! (`kustos server`).
 //!
-//! The certificate's identity comes only from fields the apiserver verified: the request's
-//! namespace and `spec.serviceAccountName` make the SPIFFE ID
+//! The certificate's identity comes only from fields the apiserver verified, held once more
+//! against the objects before signing ([`pcrs::check_named`]: the pod with its UID, running
+//! as that service account on that node, all three as named; else `Denied`,
+//! `PodIdentityMismatch`): the request's namespace and `spec.serviceAccountName` make the
+//! SPIFFE ID
 //! `spiffe://<trustDomain>/ns/<namespace>/sa/<serviceAccountName>`, its only name (URI
 //! subjectAltName, empty subject); the key is the stub request's (its self-signature
 //! checked again here), or, for a v1beta1 request of the deprecated form, `pkixPublicKey`
@@ -107,6 +111,14 @@ pub fn decide(pcr: &impl Request, signer: Option<&PodCertificates>) -> Decision 
         return Decision::Skip("issued, denied or failed already");
     }
     let spec = pcr.view();
+    // Signers should deny keys they do not recognize (the API's word); a Signer recognizes none.
+    if let Some(keys) = spec.unverified_user_annotations.filter(|a| !a.is_empty()) {
+        let keys: Vec<&str> = keys.keys().map(String::as_str).collect();
+        return Decision::Deny(
+            condition::REASON_INVALID_USER_ANNOTATIONS,
+            format!("the signer recognizes no unverifiedUserAnnotations; got {}", keys.join(", ")),
+        );
+    }
     let (public_key_der, key_type) = match requested_key(spec.key, spec.pod_uid) {
         Ok(k) => k,
         Err(message) => return Decision::Deny("InvalidRequest", message),
@@ -192,6 +204,12 @@ impl runtime::Context for Context {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error("reading the pod, service account and node PodCertificateRequest {name} names: {source}")]
+    Named {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
     #[error("writing the status of PodCertificateRequest {name}: {source}")]
     Status {
         name: String,
@@ -215,9 +233,15 @@ async fn reconcile<K: Request>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action,
                 tracing::info!(controller = NAME, namespace = %namespace, request = %name, reason, "denied the PodCertificateRequest");
                 refused(condition::DENIED, reason, &message, now)
             }
-            client_pod::Decision::Sign(plan) => match client_pod::issue(files.current().signer(), &plan, now) {
-                Ok(status) => status,
-                Err(message) => refused(condition::FAILED, "SignerFailure", &message, now),
+            client_pod::Decision::Sign(plan) => match not_as_named(&*obj, &ctx.client, &namespace).await? {
+                Some(message) => {
+                    tracing::info!(controller = NAME, namespace = %namespace, request = %name, reason = pcrs::REASON_NOT_AS_NAMED, "denied the PodCertificateRequest");
+                    refused(condition::DENIED, pcrs::REASON_NOT_AS_NAMED, &message, now)
+                }
+                None => match client_pod::issue(files.current().signer(), &plan, now) {
+                    Ok(status) => status,
+                    Err(message) => refused(condition::FAILED, "SignerFailure", &message, now),
+                },
             },
         };
         return Ok(write_status(&*obj, status, &ctx, &name, &namespace).await?.unwrap_or(Action::await_change()));
@@ -232,9 +256,14 @@ async fn reconcile<K: Request>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action,
         }
         Decision::Sign(plan) => {
             let Some(signer) = &signer else { return Ok(Action::requeue(RECHECK)) };
-            match issue(&signer.ca, &plan, now) {
-                Ok(status) => (status, PcrOutcome::Issued),
-                Err(message) => (refused(condition::FAILED, "SignerFailure", &message, now), PcrOutcome::Failed),
+            if let Some(message) = not_as_named(&*obj, &ctx.client, &namespace).await? {
+                tracing::info!(controller = NAME, namespace = %namespace, request = %name, reason = pcrs::REASON_NOT_AS_NAMED, "denied the PodCertificateRequest");
+                (refused(condition::DENIED, pcrs::REASON_NOT_AS_NAMED, &message, now), PcrOutcome::Denied)
+            } else {
+                match issue(&signer.ca, &plan, now) {
+                    Ok(status) => (status, PcrOutcome::Issued),
+                    Err(message) => (refused(condition::FAILED, "SignerFailure", &message, now), PcrOutcome::Failed),
+                }
             }
         }
     };
@@ -254,6 +283,16 @@ async fn reconcile<K: Request>(obj: Arc<K>, ctx: Arc<Context>) -> Result<Action,
         }
     }
     Ok(Action::await_change())
+}
+
+/// Why `obj` is not signed because its pod, service account or node are not as it names
+/// them ([`pcrs::check_named`]), if so.
+async fn not_as_named<K: Request>(obj: &K, client: &Client, namespace: &str) -> Result<Option<String>, Error> {
+    let view = obj.view();
+    let named = pcrs::read_named(client, &view, namespace)
+        .await
+        .map_err(|source| Error::Named { name: format!("{namespace}/{}", obj.name_any()), source })?;
+    Ok(pcrs::check_named(&view, namespace, &named).err())
 }
 
 /// Write `status` to the request: `None` once written, else what to do instead.
@@ -277,7 +316,15 @@ async fn write_status<K: Request>(
 
 /// Sign requests until the task is dropped; nothing when the apiserver serves no
 /// PodCertificateRequests.
-pub(super) async fn run(client: Client, signers: Api<Signer>, ready: Ready, cfg: crate::Config) -> anyhow::Result<()> {
+/// `signers_changed` yields when the ready Signers change: every waiting request is looked at
+/// again then.
+pub(super) async fn run(
+    client: Client,
+    signers: Api<Signer>,
+    ready: Ready,
+    cfg: crate::Config,
+    signers_changed: impl futures::Stream<Item = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let Some(version) = pcrs::served(&client).await else {
         tracing::info!(
             controller = NAME,
@@ -308,12 +355,17 @@ pub(super) async fn run(client: Client, signers: Api<Signer>, ready: Ready, cfg:
         client_pod,
     });
     match version {
-        Version::V1 => run_for::<v1::PodCertificateRequest>(client, cfg, ctx).await,
-        Version::V1beta1 => run_for::<v1beta1::PodCertificateRequest>(client, cfg, ctx).await,
+        Version::V1 => run_for::<v1::PodCertificateRequest>(client, cfg, ctx, signers_changed).await,
+        Version::V1beta1 => run_for::<v1beta1::PodCertificateRequest>(client, cfg, ctx, signers_changed).await,
     }
 }
 
-async fn run_for<K: Request>(client: Client, cfg: crate::Config, ctx: Arc<Context>) -> anyhow::Result<()> {
+async fn run_for<K: Request>(
+    client: Client,
+    cfg: crate::Config,
+    ctx: Arc<Context>,
+    signers_changed: impl futures::Stream<Item = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let api: Api<K> = Api::all(client);
     runtime::per_object_watching(
         NAME,
@@ -322,6 +374,7 @@ async fn run_for<K: Request>(client: Client, cfg: crate::Config, ctx: Arc<Contex
         &cfg.metrics,
         ctx,
         reconcile::<K>,
+        signers_changed,
     )
     .await
 }

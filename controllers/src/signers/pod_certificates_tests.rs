@@ -228,6 +228,21 @@ fn decisions() {
                 "spec.stubPKCS10Request: must be a valid DER-serialized PKCS#10 certificate request".into(),
             )),
         ),
+        ("a P-521 key", pcr("p521", None, &[]), Some(cfg(None, &[])), signs(KeyType::EcdsaP521, h(24))),
+        (
+            "unverifiedUserAnnotations, which a Signer does not recognize",
+            {
+                let mut r = pcr("p256", None, &[]);
+                r.spec.unverified_user_annotations =
+                    Some([("evil.example/dns-names".to_string(), "a".to_string())].into());
+                r
+            },
+            Some(cfg(None, &[])),
+            Err(Decision::Deny(
+                "InvalidUnverifiedUserAnnotations",
+                "the signer recognizes no unverifiedUserAnnotations; got evil.example/dns-names".into(),
+            )),
+        ),
         (
             "no service account",
             {
@@ -268,6 +283,7 @@ fn certificates_carry_only_the_verified_identity() {
         ("p256", Duration::hours(24), &[Usage::DigitalSignature, Usage::ClientAuth, Usage::ServerAuth]),
         ("p384", Duration::hours(1), &[Usage::DigitalSignature, Usage::ClientAuth, Usage::ServerAuth]),
         ("ed25519", Duration::hours(5), &[Usage::DigitalSignature, Usage::ClientAuth, Usage::ServerAuth]),
+        ("p521", Duration::hours(2), &[Usage::DigitalSignature, Usage::ClientAuth, Usage::ServerAuth]),
         (
             "rsa3072",
             Duration::hours(24),

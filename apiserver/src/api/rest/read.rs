@@ -210,6 +210,9 @@ pub struct Listed {
     pub remaining: Option<u64>,
 }
 
+/// Objects read from the store at a time by a list with a selector.
+const FILTERED_PAGE: usize = 64;
+
 pub async fn read_list(
     store: &Arc<dyn Storage>,
     def: &ResourceDef,
@@ -262,9 +265,13 @@ pub async fn read_list(
     // Page through the store until `limit` matches are found or the prefix is exhausted.
     loop {
         let need = limit.map(|l| l - raw.len());
+        // A filtered list reads the store a page at a time, whatever `limit` says: only the
+        // matches are kept, so a selector that matches few objects among many large ones
+        // holds one page of them, not all.
         let page_limit = match need {
             Some(n) if filter.is_empty() => Some(n),
-            Some(n) => Some(n.max(256)),
+            Some(n) => Some(n.max(FILTERED_PAGE)),
+            None if !filter.is_empty() => Some(FILTERED_PAGE),
             None => None,
         };
         let page = store
@@ -302,7 +309,9 @@ pub async fn read_list(
             break;
         }
         match page.items.last() {
-            Some(last) if limit.is_some() && page.remaining > 0 => cursor = Some(last.key.clone()),
+            Some(last) if (limit.is_some() || !filter.is_empty()) && page.remaining > 0 => {
+                cursor = Some(last.key.clone())
+            }
             _ => break,
         }
     }

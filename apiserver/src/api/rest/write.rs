@@ -122,8 +122,14 @@ enum Ownership<'a> {
 }
 
 /// `new` with the `managedFields` an Update by `manager` leaves (from `live`, or none on
-/// create).
-fn record_update(c: &Call<'_>, manager: &str, live: Option<&Value>, new: Value) -> Value {
+/// create). An object that cannot be stored for its size is refused (413) first: the
+/// ownership of its fields is the costliest work a write does, and an object at most the
+/// stored limit bounds it.
+fn record_update(c: &Call<'_>, manager: &str, live: Option<&Value>, new: Value) -> Result<Value> {
+    if c.info.subresource.is_empty() {
+        let limit = if live.is_some() { meta::MAX_UPDATE_OBJECT_BYTES } else { meta::MAX_CREATE_OBJECT_BYTES };
+        meta::check_object_size(at_least_stored(&new), limit)?;
+    }
     let schema = apply_schema(c);
     let reset = reset_fields(c);
     let api_version = c.def.api_version();
@@ -135,7 +141,16 @@ fn record_update(c: &Call<'_>, manager: &str, live: Option<&Value>, new: Value) 
         time: &time,
         reset_fields: &reset,
     };
-    apply::update(&schema, live, new, &writer).object
+    Ok(apply::update(&schema, live, new, &writer).object)
+}
+
+/// A lower bound of the stored size of `obj`: its compact JSON less `status` and
+/// `metadata.managedFields`, which the strategy or the field manager may drop.
+fn at_least_stored(obj: &Value) -> usize {
+    let len = crate::registry::budget::json_len;
+    let dropped = [obj.get("status"), obj.pointer("/metadata/managedFields")];
+    // Each dropped entry's key, quotes, colon and comma are left in: a bound, not the size.
+    len(obj).saturating_sub(dropped.into_iter().flatten().map(len).sum())
 }
 
 pub async fn create(c: &Call<'_>, body: &Bytes, content_type: &str) -> Result<Reply> {
@@ -193,7 +208,7 @@ async fn create_object(
         meta::meta_mut(&mut obj).insert("managedFields".into(), managed);
     }
     if let Ownership::Update(manager) = ownership {
-        obj = record_update(c, manager, None, obj);
+        obj = record_update(c, manager, None, obj)?;
     }
     let write = c.def.strategy.write();
     if let Some(write) = write {
@@ -310,7 +325,7 @@ async fn finish_write(
         m.remove("resourceVersion");
     }
     if let Ownership::Update(manager) = ownership {
-        new = record_update(c, manager, Some(old), new);
+        new = record_update(c, manager, Some(old), new)?;
     }
     admit_phase(c, Operation::Update, Phase::Mutating, Some(&new), Some(old)).await?;
     let (write, status) = (c.def.strategy.write(), c.def.strategy.status());
@@ -565,6 +580,11 @@ async fn server_side_apply(c: &Call<'_>, body: &Bytes) -> Result<Reply> {
                 "the namespace of the provided object does not match the namespace sent on the request".into(),
             ));
         }
+    }
+    // What an apply sets all lands in the object: one too big to store is refused before
+    // the costly merge (see `record_update`).
+    if c.info.subresource.is_empty() {
+        meta::check_object_size(at_least_stored(&config), meta::MAX_UPDATE_OBJECT_BYTES)?;
     }
     let schema = apply_schema(c);
     let reset = reset_fields(c);

@@ -148,7 +148,7 @@ pub fn decode(data: &[u8]) -> Result<AuthenticationConfiguration, String> {
         return Err("empty config data".into());
     }
     let cfg: AuthenticationConfiguration =
-        serde_yaml::from_str(text).map_err(|e| format!("strict decoding error: {e}"))?;
+        crate::wire::yaml::from_slice_strict(text.as_bytes()).map_err(|e| format!("strict decoding error: {e}"))?;
     if cfg.kind != KIND {
         return Err(format!("no kind {:?} is registered for version {:?}", cfg.kind, cfg.api_version));
     }
@@ -176,6 +176,12 @@ mod tests {
             (format!("{head}anonymous: {{enabled: true, conditions: [{{path: /livez}}]}}\n"), Ok(())),
             (String::new(), Err("empty config data")),
             ("{\"apiVersion\":\"apiserver.config.k8s.io/v1\",\"kind\":\"AuthenticationConfiguration\"}".into(), Ok(())),
+            (format!("{head}jwt: []\njwt: []\n"), Err("already set in map")),
+            // An alias bomb is refused as a request body's is, not expanded.
+            (
+                format!("{head}x: &a [{}]\ny: [{}]\n", "1,".repeat(1000), "*a,".repeat(3000)),
+                Err("yaml: document contains excessive aliasing"),
+            ),
         ];
         for (text, want) in cases {
             match (decode(text.as_bytes()), want) {

@@ -177,7 +177,8 @@ fn resolve(dir: &Path, p: &str) -> PathBuf {
 
 /// Parse a kubeconfig's text (see the module docs).
 pub fn parse(text: &str, dir: &Path, files: &dyn Files) -> Result<Target, String> {
-    let file: File = serde_yaml::from_str(text).map_err(|e| format!("not a kubeconfig: {e}"))?;
+    let file: File =
+        crate::wire::yaml::from_slice_strict(text.as_bytes()).map_err(|e| format!("not a kubeconfig: {e}"))?;
     if file.current_context.is_empty() {
         return Err("invalid configuration: no current-context is set (the webhook's kubeconfig needs one)".into());
     }
@@ -485,6 +486,14 @@ mod tests {
                 (got, want) => panic!("{name}: got {:?}, want {want:?}", got.map(|t| format!("{t:?}"))),
             }
         }
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_not_expanded() {
+        let text = format!("a: &a [{}]\nb: [{}]\n", "1,".repeat(1000), "*a,".repeat(3000));
+        let files = Mem(HashMap::new());
+        let e = parse(&text, Path::new("/etc/kustos"), &files).unwrap_err();
+        assert!(e.contains("yaml: document contains excessive aliasing"), "{e}");
     }
 
     #[test]

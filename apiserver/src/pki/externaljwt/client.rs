@@ -13,12 +13,13 @@
 //!   fetches are shared: one that starts after a caller asked answers it, and they start at
 //!   most once per [`MISS_REFETCH_INTERVAL`], so tokens with made-up key ids cost the signer
 //!   no more than one `FetchKeys` a second.
-//! - `Sign`'s header must hold only `alg` (RS256, ES256, ES384), `kid` (1 to 1024 characters)
+//! - `Sign`'s header must hold only `alg` (RS256, ES256, ES384, ES512, as kube-apiserver),
+//!   `kid` (1 to 1024 characters)
 //!   and `typ` (`JWT`); the key it names must not be one kept out of discovery
 //!   ([`check_header`]). A `FetchKeys` answer without keys, with a refresh hint of zero or
 //!   less, a bad timestamp or a key id that is empty or longer than 1024 characters is
-//!   refused whole ([`check_keys`]); a well-formed key kustos cannot verify with (P-521,
-//!   Ed25519) is left out with a warning.
+//!   refused whole ([`check_keys`]); a well-formed key kustos cannot verify with (Ed25519, an
+//!   EC point off its curve) is left out with a warning.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex, RwLock};
@@ -168,10 +169,7 @@ pub fn check_header(header: &str, excluded: &BTreeSet<String>) -> Result<String,
         return Err("key id longer than 1 kb".into());
     }
     match h.alg.as_str() {
-        "RS256" | "ES256" | "ES384" => {}
-        "ES512" => {
-            return Err("bad signing algorithm \"ES512\": kustos verifies RS256, ES256 and ES384 tokens".into());
-        }
+        "RS256" | "ES256" | "ES384" | "ES512" => {}
         other => return Err(format!("bad signing algorithm {other:?}")),
     }
     if excluded.contains(&h.kid) {
@@ -389,6 +387,13 @@ impl ExternalSigner {
         if let Err(e) = self.fetch().await {
             tracing::warn!(endpoint = %self.endpoint, error = %e, "fetching the external signer's keys; the keys held stay");
         }
+    }
+
+    /// Seconds until the keys are fetched again (at least 0): how long a copy of the JWKS
+    /// may be kept (kube-apiserver's key cache `GetCacheAgeMaxSeconds`).
+    pub fn cache_max_age_seconds(&self) -> u64 {
+        let next = *self.next_refresh.lock().unwrap_or_else(|e| e.into_inner());
+        next.saturating_duration_since(Instant::now()).as_secs()
     }
 
     /// Fetch the keys every refresh hint while `this` lives, as a loop of `tasks`.

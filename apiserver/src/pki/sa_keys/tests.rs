@@ -300,3 +300,14 @@ fn a_replaced_legacy_token_keeps_authenticating_through_its_secret() {
         assert_eq!(check_legacy(&claims, token, Some(&secret), Some(&sa)).is_ok(), ok, "{what}");
     }
 }
+
+#[test]
+fn only_keys_that_sign_tokens_have_a_kid_here() {
+    let ed25519 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ED25519).unwrap().serialize_pem();
+    let e = kid_of_private(&ed25519).unwrap_err();
+    assert!(format!("{e:#}").contains("Ed25519 keys cannot sign tokens"), "{e:#}");
+    let (_tmp, pki, _) = pki_dir();
+    assert!(target_key(&pki, Some(&ed25519)).is_err(), "a rotation to an Ed25519 key is refused before it starts");
+    let p256 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap().serialize_pem();
+    assert!(kid_of_private(&p256).is_ok());
+}

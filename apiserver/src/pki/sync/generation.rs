@@ -48,6 +48,9 @@ pub struct Refusal {
     /// As old as the highest, but another record.
     #[serde(default)]
     pub fork: bool,
+    /// A record none of this apiserver's sync keys open (its generation is unknown).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub unopened: bool,
     pub at: DateTime<Utc>,
     /// The generation this apiserver sealed its own PKI again as, over the refused record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -56,7 +59,14 @@ pub struct Refusal {
 
 impl std::fmt::Display for Refusal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if self.fork {
+        if self.unopened {
+            write!(
+                f,
+                "refused a record that does not open with this apiserver's sync keys (one sealed under a sync key \
+                 retired since, put back?), after generation {} this apiserver saw",
+                self.highest
+            )?;
+        } else if self.fork {
             write!(
                 f,
                 "refused a record of generation {} that differs from the one this apiserver saw",
@@ -160,7 +170,14 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         assert_eq!(read(tmp.path()).unwrap(), None);
         let s = Seen {
-            refused: Some(Refusal { generation: 2, highest: 5, fork: false, at: Utc::now(), resealed_as: Some(6) }),
+            refused: Some(Refusal {
+                generation: 2,
+                highest: 5,
+                fork: false,
+                unopened: false,
+                at: Utc::now(),
+                resealed_as: Some(6),
+            }),
             ..seen(6, "d")
         };
         write(tmp.path(), &s).unwrap();

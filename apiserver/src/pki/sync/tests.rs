@@ -430,6 +430,36 @@ async fn an_older_record_put_back_is_refused_and_the_newer_pki_sealed_over_it() 
 }
 
 #[tokio::test]
+async fn a_record_no_sync_key_opens_is_refused_once_one_was_followed() {
+    let (_tmp, _a, b, store, _sync_a, sync_b) = two_directories().await;
+    let ca_key = fs::read(b.join("pki/ca.key")).unwrap();
+    let highest = generation_of(&b);
+    // A record sealed under a key b does not hold (as one sealed under a sync key retired
+    // since, put back).
+    let (retired, _) = SealKey::generate().unwrap();
+    let foreign = retired.seal(&files(&[("ca.key", "old key"), ("ca.crt", "old cert")]), highest + 5).unwrap();
+    put_back(&store, foreign.clone()).await;
+    let round = sync_b.round().await.unwrap();
+    assert!(!round.pushed && round.pulled.is_empty(), "{round:?}");
+    let refused = round.refused.expect("refused");
+    assert!(refused.unopened && refused.resealed_as.is_none() && refused.highest == highest, "{refused:?}");
+    assert_eq!(record(&store).await.value, foreign, "not sealed over: it may be another cluster's");
+    assert_eq!(fs::read(b.join("pki/ca.key")).unwrap(), ca_key, "b keeps its PKI");
+    let seen = generation::read(&b.join("pki")).unwrap().unwrap();
+    assert!(seen.refused.as_ref().is_some_and(|r| r.unopened), "recorded for `kustos ca status`");
+    assert!(seen.refused.unwrap().to_string().contains("does not open with this apiserver's sync keys"));
+    // At a restart too: b starts with what it has.
+    let restarted = PkiSync::start(store.clone(), &b).await.expect("starts");
+    assert!(restarted.round().await.unwrap().refused.is_some_and(|r| r.unopened));
+    assert_eq!(fs::read(b.join("pki/ca.key")).unwrap(), ca_key);
+    // A directory that never followed a record still fails to start on it (it has nothing).
+    let fresh = tempfile::tempdir().unwrap();
+    fs::create_dir_all(fresh.path().join("pki")).unwrap();
+    fs::copy(b.join("pki").join(SEAL_KEY_FILE), fresh.path().join("pki").join(SEAL_KEY_FILE)).unwrap();
+    assert!(PkiSync::start(store.clone(), fresh.path()).await.is_err());
+}
+
+#[tokio::test]
 async fn a_record_without_a_generation_is_taken_once_and_sealed_again_with_one() {
     let (_tmp, a, b, store, sync_a, sync_b) = two_directories().await;
     // The record as the code before generations wrote it; a and b forget what they saw.

@@ -211,8 +211,9 @@ fn validate_pod_cidrs(cidrs: &[String]) -> Vec<FieldError> {
                 ));
             }
         }
+        let mut seen = std::collections::HashSet::with_capacity(cidrs.len());
         for (i, c) in cidrs.iter().enumerate() {
-            if cidrs[..i].contains(c) {
+            if !seen.insert(c) {
                 errs.push(FieldError::duplicate(format!("spec.podCIDRs[{i}]"), &json!(c)));
             }
         }
@@ -224,9 +225,16 @@ fn validate_pod_cidrs(cidrs: &[String]) -> Vec<FieldError> {
 fn validate_node_update(new: &Value, old: &Value) -> Vec<FieldError> {
     let mut errs = Vec::new();
     let addresses = array_at(new, &["status", "addresses"]);
+    let mut seen = std::collections::HashSet::with_capacity(addresses.len());
     for (i, a) in addresses.iter().enumerate() {
-        let key = |v: &Value| (v.get("type").cloned(), v.get("address").cloned());
-        if addresses[..i].iter().any(|b| key(b) == key(a)) {
+        let key = |v: &Value| {
+            Value::Array(vec![
+                v.get("type").cloned().unwrap_or_default(),
+                v.get("address").cloned().unwrap_or_default(),
+            ])
+            .to_string()
+        };
+        if !seen.insert(key(a)) {
             let field = |k: &str| a.get(k).and_then(Value::as_str).unwrap_or("").to_string();
             let shown = format!("core.NodeAddress{{Type:{:?}, Address:{:?}}}", field("type"), field("address"));
             errs.push(FieldError {

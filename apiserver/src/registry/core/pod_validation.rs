@@ -302,8 +302,9 @@ fn tolerations_only_added(new: &[Value], old: &[Value]) -> bool {
         }
         t
     };
-    let new: Vec<Value> = new.iter().map(strip).collect();
-    old.iter().map(strip).all(|o| new.contains(&o))
+    // As canonical JSON in a set: linear, where comparing every pair was quadratic.
+    let new: std::collections::HashSet<String> = new.iter().map(|t| strip(t).to_string()).collect();
+    old.iter().all(|o| new.contains(&strip(o).to_string()))
 }
 
 /// `ValidatePodUpdate`'s spec rules: `activeDeadlineSeconds` and the immutable rest.

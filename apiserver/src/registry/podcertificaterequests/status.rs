@@ -76,14 +76,12 @@ fn normalized(status: Option<&Value>) -> Value {
 
 /// `metav1validation.ValidateConditions`.
 fn validate_conditions(conds: &[Value], errs: &mut Vec<FieldError>) {
-    let mut seen: Vec<&str> = Vec::new();
+    let mut seen: std::collections::HashSet<&str> = std::collections::HashSet::new();
     for (i, c) in conds.iter().enumerate() {
         let path = format!("status.conditions[{i}]");
         let t = cond_str(c, "type");
-        if seen.contains(&t) {
+        if !seen.insert(t) {
             errs.push(FieldError::duplicate(format!("{path}.type"), &json!(t)));
-        } else {
-            seen.push(t);
         }
         for m in validation::is_qualified_name(t) {
             errs.push(FieldError::invalid(format!("{path}.type"), &json!(t), m));

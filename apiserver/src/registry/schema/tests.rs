@@ -172,9 +172,24 @@ fn defaults_fill_absent_and_non_nullable_null_fields() {
     ];
     for (name, spec, want) in cases {
         let mut v = obj(spec.clone());
-        s.apply_defaults(&mut v);
+        let mut unbounded = usize::MAX;
+        s.apply_defaults(&mut v, &mut unbounded).unwrap();
         assert_eq!(v, obj(want.clone()), "case {name}");
     }
+    // Each default set is paid for: a list of many empty items stops at the budget.
+    let props: JSONSchemaProps = serde_json::from_value(json!({"type": "object", "properties": {"spec": {
+        "type": "object", "properties": {"d": {"type": "array", "items": {"type": "object", "properties": {
+            "x": {"type": "integer", "default": 7}}}}}}}}))
+    .unwrap();
+    let list = Structural::from_props(&props, "schema").unwrap();
+    let items = |n: usize| json!({"spec": {"d": vec![json!({}); n]}});
+    let cost = DEFAULT_COST + DEFAULT_COST_PER_BYTE;
+    let mut budget = 10 * cost;
+    let mut v = items(10);
+    list.apply_defaults(&mut v, &mut budget).unwrap();
+    assert_eq!((v["spec"]["d"][9]["x"].clone(), budget), (json!(7), 0), "ten defaults fit ten defaults' budget");
+    let mut budget = 10 * cost;
+    assert_eq!(list.apply_defaults(&mut items(11), &mut budget), Err(ExcessiveDefaults), "the eleventh does not");
 }
 
 #[test]
