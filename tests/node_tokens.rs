@@ -161,6 +161,29 @@ async fn nodes_get_tokens_of_their_own_pods_bound_to_pod_and_node() {
     }
     let r = request_token(&kubelet, &s, &ns, "builder", token_request(pod_ref("ghost", "u"), &[])).await;
     assert_status(&r, 404, Some("NotFound"), "a pod that does not exist");
+    // A service account no pod bound to the node runs as: 403 as upstream's Node authorizer
+    // words it, whatever the pod named (none, or another node's), so nothing about other
+    // namespaces' pods shows.
+    let other_ns = unique("hidden");
+    create(&admin, &s, "/api/v1/namespaces", json!({"metadata": {"name": other_ns}})).await;
+    create(&admin, &s, &format!("/api/v1/namespaces/{other_ns}/serviceaccounts"), json!({"metadata": {"name": "db"}}))
+        .await;
+    let theirs = create(&admin, &s, &format!("/api/v1/namespaces/{other_ns}/pods"), pod("db-0", &n2, "db")).await;
+    for (what, bound) in
+        [("no such pod", pod_ref("nobody", "u")), ("another node's pod", pod_ref("db-0", &uid(&theirs)))]
+    {
+        let r = request_token(&kubelet, &s, &other_ns, "db", token_request(bound, &[])).await;
+        assert_status(&r, 403, Some("Forbidden"), what);
+        assert_eq!(
+            r.body["message"],
+            json!(format!(
+                "serviceaccounts \"db\" is forbidden: User \"system:node:{n1}\" cannot create resource \
+                 \"serviceaccounts/token\" in API group \"\" in the namespace \"{other_ns}\": no relationship found \
+                 between node '{n1}' and this object"
+            )),
+            "{what}"
+        );
+    }
 
     // A token bound to the Node itself (an administrator's), refused once the Node is gone
     // and when a Node of the same name replaces it; the pod-bound token lives on (its pod does).

@@ -399,6 +399,28 @@ async fn admit_token_request(
     if node.is_empty() {
         return Err(forbidden(format!("could not determine node from user {:?}", user.name)));
     }
+    // Upstream's Node authorizer allows this only along its graph (a pod bound to the node
+    // runs as the service account) and answers 403 otherwise, before anything here says
+    // whether the pod named exists: so here, read from the stored pods.
+    let related = services
+        .objects
+        .any("", PODS, Some(namespace), |pod| {
+            let spec = pod.get("spec");
+            let on = spec.and_then(|s| s.get("nodeName")).and_then(serde_json::Value::as_str) == Some(node);
+            let runs_as = spec
+                .and_then(|s| s.get("serviceAccountName"))
+                .and_then(serde_json::Value::as_str)
+                .filter(|n| !n.is_empty());
+            on && runs_as.unwrap_or("default") == sa_name
+        })
+        .await?;
+    if !related {
+        let attrs = crate::authz::Attributes { user, info: a.info };
+        return Err(crate::authz::forbidden_with_reason(
+            &attrs,
+            &format!("no relationship found between node '{node}' and this object"),
+        ));
+    }
     let request = a.object_as::<tokens::Request>()?.unwrap_or_default();
     let (pod_name, uid) = tokens::pod_binding(&request).map_err(refuse)?;
     let pod = services.objects.get_as::<Pod>("", PODS, Some(namespace), pod_name).await?;

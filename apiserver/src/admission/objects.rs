@@ -48,6 +48,40 @@ impl<'a> Objects<'a> {
         kv.map(|kv| crate::meta::from_stored(&kv)).transpose()
     }
 
+    /// Whether any stored object of the built-in kind `group`/`resource` in `namespace`
+    /// satisfies `wanted`: read 64 at a time, at one revision, each dropped once looked at.
+    pub async fn any(
+        &self,
+        group: &str,
+        resource: &str,
+        namespace: Option<&str>,
+        wanted: impl Fn(&Value) -> bool,
+    ) -> Result<bool, ApiError> {
+        let def = self.def(group, resource)?;
+        let prefix = def.ns_prefix(namespace);
+        let (mut at_rev, mut start_after) = (None, None);
+        loop {
+            let opts = crate::storage::ListOptions { at_rev, start_after: start_after.take(), limit: Some(64) };
+            let page = self
+                .storage
+                .list(&prefix, opts)
+                .await
+                .map_err(|e| crate::registry::call::map_storage_error(def, "", e))?;
+            for kv in &page.items {
+                if wanted(&crate::meta::from_stored(kv)?) {
+                    return Ok(true);
+                }
+            }
+            match page.items.last() {
+                Some(last) if page.remaining > 0 => {
+                    at_rev = Some(page.rev);
+                    start_after = Some(last.key.clone());
+                }
+                _ => return Ok(false),
+            }
+        }
+    }
+
     /// [`Objects::get`], decoded into `T`.
     pub async fn get_as<T: DeserializeOwned>(
         &self,

@@ -173,7 +173,8 @@ pub fn forbidden(attrs: &Attributes<'_>) -> ApiError {
     }
     let resource =
         if i.subresource.is_empty() { i.resource.clone() } else { format!("{}/{}", i.resource, i.subresource) };
-    let what = if i.name.is_empty() || i.verb == "create" {
+    // The name, when the request has one (a create of a subresource names its parent).
+    let what = if i.name.is_empty() {
         crate::error::group_resource(&i.api_group, &i.resource)
     } else {
         format!("{} \"{}\"", crate::error::group_resource(&i.api_group, &i.resource), i.name)

@@ -4,7 +4,8 @@
 //! Upstream decides reads of Secrets, ConfigMaps, volumes and service-account tokens from a
 //! graph of the Pods bound to the node. kustos keeps no such graph, so those requests get no
 //! opinion (RBAC may still allow them), except a TokenRequest (`serviceaccounts/token`
-//! create), which NodeRestriction admission narrows to the pods bound to the node. A node may manage only its own Lease in
+//! create), which NodeRestriction admission narrows to the pods bound to the node (a service
+//! account none of them runs as gets the 403 this authorizer's graph would give). A node may manage only its own Lease in
 //! `kube-node-lease` and its own CSINode, read only its own Node (a list or watch names it with
 //! a `metadata.name` field selector, as upstream's AuthorizeNodeWithSelectors) and list and
 //! watch only the pods bound to it (`spec.nodeName`); it may create, update and patch Nodes
