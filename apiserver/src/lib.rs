@@ -410,7 +410,10 @@ async fn resource(
     let call = Call { state, def, info, user, params, out: out.clone() };
     let reply: Reply = match (info.verb.as_str(), handler) {
         ("create", _) if def.create_only => api::reviews::create(&call, &body, &content_type).await?,
-        ("create", Some(h)) => audit::with_capture(capture.clone(), h(&call, &body, &content_type)).await?,
+        ("create", Some(h)) => {
+            http::annotations::scoped(capture.as_ref().map(audit::Capture::annotations), h(&call, &body, &content_type))
+                .await?
+        }
         ("get", _) => api::rest::get(&call).await?,
         ("list", _) => return api::rest::list(&call, &headers, pretty).await,
         ("watch", _) => return api::watch::watch(&call).await,

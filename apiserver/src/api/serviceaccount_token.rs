@@ -321,7 +321,7 @@ pub async fn create_token(
             tokens.issue(&claims).await.map_err(|e| ApiError::internal(format!("failed to generate token: {e}")))?;
         // As upstream (KEP-4193): the audit event of the issue names the credential, so that
         // its later uses (credential-id `JTI=<jti>`) can be traced back to it.
-        crate::audit::annotate(ISSUED_CREDENTIAL_ID, format!("JTI={jti}"));
+        crate::http::annotations::annotate(ISSUED_CREDENTIAL_ID, format!("JTI={jti}"));
         token
     };
     let mut metadata = obj.get("metadata").and_then(Value::as_object).cloned().unwrap_or_default();

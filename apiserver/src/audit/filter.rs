@@ -40,6 +40,7 @@ use super::{Auditor, Mode};
 use crate::authn::UserInfo;
 use crate::authz::Decided;
 use crate::error::ApiError;
+use crate::http::annotations::Annotations;
 use crate::http::request_info::RequestInfo;
 
 /// The request and response header of the audit ID.
@@ -70,27 +71,8 @@ struct CaptureInner {
     level: Level,
     request_body: Mutex<Option<Bytes>>,
     response: Mutex<Option<Value>>,
-    /// Annotations the handler added ([`annotate`]).
-    annotations: Mutex<Vec<(String, String)>>,
-}
-
-tokio::task_local! {
-    /// The capture of the request whose handler runs in this task ([`with_capture`]).
-    static CURRENT: Capture;
-}
-
-/// Run `handler` with `capture` as its request's, so that it can [`annotate`] the event.
-pub async fn with_capture<F: std::future::Future>(capture: Option<Capture>, handler: F) -> F::Output {
-    match capture {
-        Some(c) => CURRENT.scope(c, handler).await,
-        None => handler.await,
-    }
-}
-
-/// Add an annotation to the audit event of the request being handled (as upstream's
-/// `audit.AddAuditAnnotation`); nothing when it is not audited.
-pub fn annotate(key: &str, value: String) {
-    let _ = CURRENT.try_with(|c| lock(&c.0.annotations).push((key.to_string(), value)));
+    /// Annotations the handler added (`http::annotations`).
+    annotations: Annotations,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -103,8 +85,13 @@ impl Capture {
             level,
             request_body: Mutex::new(None),
             response: Mutex::new(None),
-            annotations: Mutex::new(Vec::new()),
+            annotations: Annotations::default(),
         }))
+    }
+
+    /// Where the handler's annotations go ([`crate::http::annotations::scoped`]).
+    pub fn annotations(&self) -> Annotations {
+        self.0.annotations.clone()
     }
 
     /// The body the handler read (kept when small enough to be logged).
@@ -348,7 +335,7 @@ pub async fn filter(State(auditor): State<Arc<Auditor>>, mut req: Request, next:
         event.annotations.insert("authorization.k8s.io/decision".into(), decision.into());
         event.annotations.insert("authorization.k8s.io/reason".into(), d.reason.clone());
     }
-    event.annotations.extend(lock(&capture.0.annotations).drain(..));
+    event.annotations.extend(capture.0.annotations.take());
     let acting = lock(&slot.0).take();
     event.impersonated_user = acting.map(|u| User::from(&u)).filter(|u| *u != event.user);
     let mut status_body = None;

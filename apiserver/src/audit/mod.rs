@@ -20,7 +20,7 @@ pub mod sink;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub use filter::{annotate, filter, impersonated, init, with_capture, Capture};
+pub use filter::{filter, impersonated, init, Capture};
 pub use sink::Format;
 
 /// `--audit-log-mode`. Every mode queues events without waiting (see `sink`); `blocking-strict`

@@ -274,7 +274,7 @@ impl X509Authenticator {
                     name: info.common_name,
                     uid,
                     groups: info.organizations,
-                    extra: [(serviceaccount::CREDENTIAL_ID_EXTRA.to_string(), vec![credential_id])].into(),
+                    extra: [(user::CREDENTIAL_ID_EXTRA.to_string(), vec![credential_id])].into(),
                 }))
             }
         };
@@ -714,7 +714,7 @@ mod tests {
                 (Ok(g), Ok(w)) => {
                     // A certificate's user carries its fingerprint as the credential id.
                     let mut g = g.clone();
-                    let id = g.extra.remove(serviceaccount::CREDENTIAL_ID_EXTRA);
+                    let id = g.extra.remove(user::CREDENTIAL_ID_EXTRA);
                     let expected = match cert {
                         Some(der) if *w != UserInfo::anonymous() => {
                             Some(vec![format!("X509SHA256={}", kustos_ca::pod_identity::sha256_hex(der))])
@@ -733,7 +733,7 @@ mod tests {
         // Cached results stay right, and the cache does not make an expired cert valid.
         let mut alice = user("alice", &["devs", "ops", AUTHENTICATED_GROUP]);
         alice.extra.insert(
-            serviceaccount::CREDENTIAL_ID_EXTRA.into(),
+            user::CREDENTIAL_ID_EXTRA.into(),
             vec![format!("X509SHA256={}", kustos_ca::pod_identity::sha256_hex(&valid))],
         );
         assert_eq!(f.chain.authenticate(&request(Some(&valid), None)).await, Ok(alice));

@@ -37,8 +37,7 @@ use crate::storage::{KeyValue, Storage};
 
 /// Group of every service account.
 pub const ALL_SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
-/// The user extra naming the credential (`JTI=<jti>` for bound tokens).
-pub const CREDENTIAL_ID_EXTRA: &str = "authentication.kubernetes.io/credential-id";
+pub use super::user::CREDENTIAL_ID_EXTRA;
 /// The user extras of a pod-bound token: the pod's name and uid.
 pub const POD_NAME_EXTRA: &str = "authentication.kubernetes.io/pod-name";
 pub const POD_UID_EXTRA: &str = "authentication.kubernetes.io/pod-uid";

@@ -17,6 +17,9 @@ pub const ANONYMOUS_USER: &str = "system:anonymous";
 /// The group every service account's identity is in (`system:serviceaccounts` and
 /// `system:serviceaccounts:<namespace>`).
 pub const SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
+/// The user extra naming the credential: `JTI=<jti>` for bound tokens, `X509SHA256=<hex>`
+/// for client certificates.
+pub const CREDENTIAL_ID_EXTRA: &str = "authentication.kubernetes.io/credential-id";
 
 /// The apiserver's own user for its writes (upstream's `user.APIServerUser`).
 pub const APISERVER_USER: &str = "system:apiserver";

@@ -10,6 +10,7 @@
 //! - [`health`]: `/livez`, `/readyz`, `/healthz`.
 //! - [`metrics`]: request and process metrics in kube-apiserver's names.
 
+pub mod annotations;
 pub mod body;
 pub mod health;
 pub mod metrics;

@@ -287,31 +287,32 @@ pub async fn read_list(
                 other => map_storage_error(def, "", other),
             })?;
         read_rev = Some(page.rev);
+        // The page's objects move into the answer (a list holds each stored object once).
+        let (count, last_key) = (page.items.len(), page.items.last().map(|kv| kv.key.clone()));
         let mut filled_at = None;
-        for (i, kv) in page.items.iter().enumerate() {
-            let obj = if decode || !filter.is_empty() { Some(meta::from_stored(kv)?) } else { None };
+        for (i, kv) in page.items.into_iter().enumerate() {
+            let obj = if decode || !filter.is_empty() { Some(meta::from_stored(&kv)?) } else { None };
             if obj.as_ref().is_none_or(|o| filter.matches(def, o)) {
-                raw.push(kv.clone());
+                let key = kv.key.clone();
+                raw.push(kv);
                 if decode {
                     items.extend(obj);
                 }
                 if limit == Some(raw.len()) {
-                    filled_at = Some(i);
+                    filled_at = Some((i, key));
                     break;
                 }
             }
         }
-        if let Some(i) = filled_at {
-            let left = (page.items.len() - i - 1) as u64 + page.remaining;
+        if let Some((i, key)) = filled_at {
+            let left = (count - i - 1) as u64 + page.remaining;
             if left > 0 {
-                more = Some((page.items[i].key.clone(), left));
+                more = Some((key, left));
             }
             break;
         }
-        match page.items.last() {
-            Some(last) if (limit.is_some() || !filter.is_empty()) && page.remaining > 0 => {
-                cursor = Some(last.key.clone())
-            }
+        match last_key {
+            Some(last) if (limit.is_some() || !filter.is_empty()) && page.remaining > 0 => cursor = Some(last),
             _ => break,
         }
     }
@@ -348,7 +349,8 @@ pub async fn list(c: &Call<'_>, headers: &HeaderMap, pretty: bool) -> Result<Res
         out.extend_from_slice(b"{\"apiVersion\":");
         serde_json::to_writer(&mut out, c.def.api_version().as_str()).map_err(ApiError::internal)?;
         out.extend_from_slice(b",\"items\":[");
-        for (i, kv) in l.raw.iter().enumerate() {
+        // Each stored object is freed once written: the list is held about once, not twice.
+        for (i, kv) in l.raw.into_iter().enumerate() {
             if i > 0 {
                 out.push(b',');
             }
