@@ -11,6 +11,7 @@ mod ca_cmd;
 mod ca_signer_cmd;
 mod controller_manager;
 mod delegated_auth;
+mod grpc_authority;
 mod kubeconfig_cmd;
 mod logging;
 mod pki_cmd;

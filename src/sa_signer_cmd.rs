@@ -36,6 +36,8 @@ use crate::{parse_duration, EtcdArgs};
 
 /// Largest request the signer reads (claims are a few hundred bytes).
 const MAX_REQUEST_BYTES: usize = 1 << 20;
+/// Bytes in flight each way between a connection's relay and the server.
+const RELAY_BUFFER: usize = 64 * 1024;
 /// How often the shared PKI record is merged (`--storage etcd`).
 const SYNC_EVERY: Duration = Duration::from_secs(1);
 /// How often retired keys' ends are recorded and keys past them dropped.
@@ -288,7 +290,20 @@ pub async fn run(args: SaSignerArgs) -> anyhow::Result<()> {
     let server = ExternalJwtSignerServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES);
     println!("kustos sa-signer is serving on {endpoint}");
     tracing::info!(socket = %endpoint, "serving k8s.io/externaljwt v1 and v1alpha1");
-    let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+    // Each connection through the `:authority` relay: clients of other gRPC stacks than Go's
+    // send the socket's path there, which the HTTP/2 server refuses (crate::grpc_authority).
+    let incoming =
+        tokio_stream::StreamExt::map(tokio_stream::wrappers::UnixListenerStream::new(listener), |accepted| {
+            accepted.map(|conn| {
+                let (relay_end, server_end) = tokio::io::duplex(RELAY_BUFFER);
+                tokio::spawn(async move {
+                    if let Err(e) = crate::grpc_authority::relay(conn, relay_end).await {
+                        tracing::debug!(error = %e, "a signer connection ended");
+                    }
+                });
+                server_end
+            })
+        });
     let served = tonic::transport::Server::builder()
         .timeout(Duration::from_secs(30))
         .layer(tower::util::MapRequestLayer::new(v1alpha1_as_v1))

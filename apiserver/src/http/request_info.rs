@@ -52,12 +52,24 @@ pub fn url_pairs(q: &str) -> Vec<(String, String)> {
 }
 
 pub fn percent_decode(s: &str) -> String {
+    decode_escapes(s, true)
+}
+
+/// A URL path's `%XX` escapes decoded (`+` is itself in a path), as Go's `URL.Path` holds it.
+pub fn percent_decode_path(s: &str) -> String {
+    decode_escapes(s, false)
+}
+
+fn decode_escapes(s: &str, plus_is_space: bool) -> String {
+    if !s.contains(['%', '+']) {
+        return s.to_string();
+    }
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'+' => {
+            b'+' if plus_is_space => {
                 out.push(b' ');
                 i += 1;
             }
@@ -86,7 +98,10 @@ pub fn percent_decode(s: &str) -> String {
 /// Resolve a request like upstream: `/api/v1/...` and `/apis/<group>/<version>/...`.
 pub fn resolve(method: &Method, path: &str, query: Option<&str>) -> RequestInfo {
     let mut info = RequestInfo { path: path.to_string(), verb: method.as_str().to_lowercase(), ..Default::default() };
-    let parts: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    // Segments are read from the decoded path, as upstream's (Go's `URL.Path`): a name sent
+    // as `system%3Anode` (the Python client escapes `:`) is `system:node`.
+    let decoded = percent_decode_path(path);
+    let parts: Vec<&str> = decoded.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
     let (prefix, rest) = match parts.first() {
         Some(&"api") => ("api", &parts[1..]),
         Some(&"apis") => ("apis", &parts[1..]),
@@ -189,6 +204,20 @@ mod tests {
     fn resolves_paths_like_upstream() {
         // want: (verb, group, namespace, resource, name, subresource)
         let cases = [
+            Case {
+                name: "an escaped name is read decoded",
+                method: Method::GET,
+                path: "/apis/rbac.authorization.k8s.io/v1/clusterroles/system%3Abasic-user",
+                query: None,
+                want: ("get", "rbac.authorization.k8s.io", "", "clusterroles", "system:basic-user", ""),
+            },
+            Case {
+                name: "a plus in a path is a plus",
+                method: Method::GET,
+                path: "/api/v1/namespaces/ns/configmaps/a+b",
+                query: None,
+                want: ("get", "", "ns", "configmaps", "a+b", ""),
+            },
             Case {
                 name: "core list all namespaces",
                 method: Method::GET,
