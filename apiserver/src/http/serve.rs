@@ -106,6 +106,59 @@ where
     }
 }
 
+/// ECDSA P-521 with SHA-512, for a client's proof of its key (TLS `CertificateVerify`):
+/// ring verifies no P-521, and kustos issues P-521 client certificates (as Go's TLS takes
+/// them). Verified with the `p521` crate.
+#[derive(Debug)]
+struct EcdsaP521Sha512;
+
+impl rustls::pki_types::SignatureVerificationAlgorithm for EcdsaP521Sha512 {
+    fn verify_signature(
+        &self,
+        public_key: &[u8],
+        message: &[u8],
+        signature: &[u8],
+    ) -> Result<(), rustls::pki_types::InvalidSignature> {
+        use p521::ecdsa::signature::Verifier as _;
+        let bad = |_| rustls::pki_types::InvalidSignature;
+        let key = p521::ecdsa::VerifyingKey::from_sec1_bytes(public_key).map_err(bad)?;
+        let signature = p521::ecdsa::Signature::from_der(signature).map_err(bad)?;
+        key.verify(message, &signature).map_err(bad)
+    }
+
+    fn public_key_alg_id(&self) -> rustls::pki_types::AlgorithmIdentifier {
+        rustls::pki_types::alg_id::ECDSA_P521
+    }
+
+    fn signature_alg_id(&self) -> rustls::pki_types::AlgorithmIdentifier {
+        rustls::pki_types::alg_id::ECDSA_SHA512
+    }
+}
+
+/// The schemes a client's proof of its key may use: ring's, and ECDSA P-521 with SHA-512.
+fn client_algorithms() -> &'static rustls::crypto::WebPkiSupportedAlgorithms {
+    use rustls::pki_types::SignatureVerificationAlgorithm;
+    static ALGORITHMS: std::sync::LazyLock<rustls::crypto::WebPkiSupportedAlgorithms> =
+        std::sync::LazyLock::new(|| {
+            static P521: &[&dyn SignatureVerificationAlgorithm] = &[&EcdsaP521Sha512];
+            let ring = rustls::crypto::ring::default_provider().signature_verification_algorithms;
+            // Built once, for the life of the process.
+            let all: &'static [&'static dyn SignatureVerificationAlgorithm] =
+                Box::leak(ring.all.iter().chain(P521).copied().collect::<Vec<_>>().into_boxed_slice());
+            let mapping: &'static [(SignatureScheme, &'static [&'static dyn SignatureVerificationAlgorithm])] =
+                Box::leak(
+                    ring.mapping
+                        .iter()
+                        .copied()
+                        .chain([(SignatureScheme::ECDSA_NISTP521_SHA512, P521)])
+                        .collect::<Vec<_>>()
+                        .into_boxed_slice(),
+                );
+            rustls::crypto::WebPkiSupportedAlgorithms { all, mapping }
+        });
+    &ALGORITHMS
+}
+
 /// Requests a client certificate and accepts any, checking only the handshake signature
 /// (proof that the client holds the certificate's key).
 #[derive(Debug)]
@@ -190,10 +243,7 @@ pub fn tls_config_with(
     for der in client_ca_der {
         roots.add(CertificateDer::from(der.clone())).context("adding a CA certificate to the client CA hints")?;
     }
-    let verifier = Arc::new(RequestAnyClientCert {
-        hints: roots.subjects(),
-        algorithms: provider.signature_verification_algorithms,
-    });
+    let verifier = Arc::new(RequestAnyClientCert { hints: roots.subjects(), algorithms: *client_algorithms() });
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .context("TLS protocol versions")?
