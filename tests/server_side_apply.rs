@@ -411,6 +411,17 @@ fn apply_after_client_side_apply(s: &Server, kubectl: &PathBuf) {
     let out = ok(s, kubectl, &["apply", "--server-side", "-f", "-"], Some(&server_side));
     assert!(out.contains("serverside-applied"), "{out}");
     assert_eq!(get(&[])["data"], json!({"color": "blue", "size": "small", "shape": "round"}), "{kubectl:?}");
+    // A Secret written with stringData: the client-side manager owns data (stringData is
+    // data once decoded, as upstream's conversion makes it), so no conflict either.
+    let secret = |pass: &str| {
+        format!("apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\n  namespace: {ns}\nstringData:\n  user: app\n  pass: {pass}\n")
+    };
+    ok(s, kubectl, &["apply", "-f", "-"], Some(&secret("one")));
+    let out = ok(s, kubectl, &["apply", "--server-side", "-f", "-"], Some(&secret("two")));
+    assert!(out.contains("secret/creds serverside-applied"), "{kubectl:?}: {out}");
+    let obj: Value = serde_json::from_str(&ok(s, kubectl, &["get", "secret", "creds", "-n", &ns, "-o", "json"], None))
+        .unwrap_or_else(|e| panic!("not JSON: {e}"));
+    assert_eq!(obj["data"]["pass"], "dHdv", "{kubectl:?}: {obj}");
     ok(s, kubectl, &["delete", "namespace", &ns, "--wait=false"], None);
 }
 

@@ -169,6 +169,8 @@ pub fn typed_check(
     }
     unknown_fields(&for_check, &pruned, &mut FieldPath::default(), &mut found);
     drop(for_check);
+    let mut pruned = pruned;
+    def.strategy.converted(&mut pruned);
     let problems = found.into_vec();
     match mode {
         FieldValidation::Strict if !problems.is_empty() => Err(ApiError::BadRequest(format!(

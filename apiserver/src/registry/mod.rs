@@ -137,6 +137,11 @@ pub trait Strategy: Send + Sync + 'static {
     /// Decode the object into its typed form and back: Ok(pruned) with unknown fields removed,
     /// Err if a known field has the wrong type (→ 400 BadRequest).
     /// The caller compares input and output to find unknown fields (fieldValidation).
+    /// Upstream's conversion into the internal form, once a body is decoded and its fields
+    /// checked (a Secret's `stringData` merged into `data`): what the field manager and the
+    /// rest of the write see. Nothing by default.
+    fn converted(&self, _obj: &mut Value) {}
+
     fn roundtrip(&self, obj: &Value) -> Result<Value, DecodeError>;
 
     /// See [`Role`].

@@ -126,6 +126,12 @@ impl Strategy for SecretStrategy {
         typed_roundtrip::<corev1::Secret>(obj)
     }
 
+    /// As upstream's conversion of a v1 Secret: `stringData` is in `data` once decoded, so the
+    /// field manager sees (and owns) `data` as it is stored, never `stringData`.
+    fn converted(&self, obj: &mut Value) {
+        normalize_secret(obj);
+    }
+
     fn write(&self) -> Option<&dyn WriteStrategy> {
         Some(self)
     }
