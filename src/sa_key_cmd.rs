@@ -124,17 +124,20 @@ fn rotate(a: &RotateArgs) -> anyhow::Result<()> {
         Some(p) => Some(std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?),
         None => None,
     };
-    let (pem, kid) = sa_keys::target_key(&pki, import.as_deref())?;
-    let abort_after: Option<usize> = std::env::var(ABORT_AFTER_ENV).ok().and_then(|v| v.parse().ok());
-    let mut n = 0usize;
-    let steps = sa_keys::run(&pki, &pem, &kid, Utc::now(), |step| {
-        println!("{step}");
-        n += 1;
-        if abort_after == Some(n) {
-            std::process::abort();
-        }
-    })
-    .with_context(|| format!("rotating the service-account key in {}", pki.display()))?;
+    let (kid, steps) = sa_keys::as_only_rotation(&pki, || {
+        let (pem, kid) = sa_keys::target_key(&pki, import.as_deref())?;
+        let abort_after: Option<usize> = std::env::var(ABORT_AFTER_ENV).ok().and_then(|v| v.parse().ok());
+        let mut n = 0usize;
+        let steps = sa_keys::run(&pki, &pem, &kid, Utc::now(), |step| {
+            println!("{step}");
+            n += 1;
+            if abort_after == Some(n) {
+                std::process::abort();
+            }
+        })
+        .with_context(|| format!("rotating the service-account key in {}", pki.display()))?;
+        Ok((kid, steps))
+    })?;
     if steps.is_empty() {
         println!("nothing to do: the key {kid} signs already");
     } else {

@@ -9,6 +9,7 @@
 //! | `sa-next.key` | the new key, while a rotation is under way (0600) |
 //! | `sa-keys.json` | the retired keys: `{"retired": [{"kid", "publicKey", "retiredAt", "tokensExpireBy", "revokedAt"}]}` |
 //! | `sa-keys.lock` | taken (`flock`) by whoever rewrites `sa-keys.json` |
+//! | `sa-rotate.lock` | taken (`flock`) by a `kustos sa-key rotate` for its whole run: one at a time |
 //!
 //! A key verifies while it signs, or while it is retired and its end has not passed and it
 //! was not revoked ([`verifies`]): the JWKS serves the same set.
@@ -306,6 +307,31 @@ pub fn update_state(pki: &Path, change: impl FnOnce(&mut KeyState) -> bool) -> a
     })
 }
 
+/// `sa-rotate.lock`: held (`flock`) by a `kustos sa-key rotate` for its whole run.
+pub const ROTATE_LOCK_FILE: &str = "sa-rotate.lock";
+
+/// Run `f` as the one rotation of `pki`: refused while another holds [`ROTATE_LOCK_FILE`]
+/// (two at once would each take the other's steps for their own).
+pub fn as_only_rotation<T>(pki: &Path, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
+    let lock_path = at(pki, ROTATE_LOCK_FILE);
+    let lock = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .with_context(|| format!("opening {}", lock_path.display()))?;
+    match lock.try_lock() {
+        Ok(()) => {}
+        Err(fs::TryLockError::WouldBlock) => {
+            bail!("another `kustos sa-key rotate` is running on {}: let it finish", pki.display())
+        }
+        Err(fs::TryLockError::Error(e)) => return Err(e).with_context(|| format!("locking {}", lock_path.display())),
+    }
+    let result = f();
+    drop(lock);
+    result
+}
+
 /// Run `f` holding `sa-keys.lock`: whoever rewrites `sa-keys.json` does it under the lock.
 pub fn with_lock<T>(pki: &Path, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
     let lock_path = at(pki, LOCK_FILE);
@@ -424,6 +450,12 @@ pub fn target_key(pki: &Path, import: Option<&str>) -> anyhow::Result<(String, S
         Some(pem) => Some((pem.to_string(), kid_of_private(pem).context("the key given with --key")?)),
         None => None,
     };
+    // A revoked key (one leaked, say) does not come back by being imported.
+    if let Some((_, kid)) = &imported {
+        if read_state(pki)?.retired.iter().any(|k| k.kid == *kid && k.revoked_at.is_some()) {
+            bail!("the key given with --key ({kid}) was revoked: it cannot sign again");
+        }
+    }
     if let Some(pem) = read_optional(&at(pki, NEXT_KEY))? {
         let Ok(kid) = kid_of_private(&pem) else {
             // Half a key never reaches sa-next.key (it is written whole); this is foreign.

@@ -311,3 +311,22 @@ fn only_keys_that_sign_tokens_have_a_kid_here() {
     let p256 = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap().serialize_pem();
     assert!(kid_of_private(&p256).is_ok());
 }
+
+#[test]
+fn a_revoked_key_is_not_imported_again_and_rotations_run_one_at_a_time() {
+    let (_tmp, pki, kid) = pki_dir();
+    let old_pem = fs::read_to_string(pki.join(SIGNING_KEY)).unwrap();
+    // The key that signed is retired, then revoked; importing it again is refused.
+    let state = KeyState { retired: vec![revoked(&kid, t0(), None, t0())] };
+    write_state(&pki, &state).unwrap();
+    let e = target_key(&pki, Some(&old_pem)).unwrap_err();
+    assert!(format!("{e:#}").contains("was revoked: it cannot sign again"), "{e:#}");
+    // Another key imports.
+    let other = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap().serialize_pem();
+    assert!(target_key(&pki, Some(&other)).is_ok());
+    // While one rotation holds the lock, another is refused at once.
+    let inner = as_only_rotation(&pki, || Ok(as_only_rotation(&pki, || Ok(())))).unwrap();
+    let e = inner.unwrap_err();
+    assert!(format!("{e:#}").contains("another `kustos sa-key rotate` is running"), "{e:#}");
+    assert!(as_only_rotation(&pki, || Ok(())).is_ok(), "free again once the first is done");
+}

@@ -256,6 +256,18 @@ impl Strategy for PodStrategy {
         typed_roundtrip::<corev1::Pod>(obj)
     }
 
+    /// As upstream's v1 conversion: a pod that names its service account only through the
+    /// deprecated `spec.serviceAccount` runs as that one.
+    fn converted(&self, obj: &mut Value) {
+        let Some(spec) = obj.get_mut("spec").and_then(Value::as_object_mut) else { return };
+        let named = |v: Option<&Value>| v.and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string);
+        if named(spec.get("serviceAccountName")).is_none() {
+            if let Some(deprecated) = named(spec.get("serviceAccount")) {
+                spec.insert("serviceAccountName".into(), Value::String(deprecated));
+            }
+        }
+    }
+
     fn merge_keys(&self) -> MergeKeys {
         &[
             (&["spec", "containers"], ListStrategy::MergeByKey("name")),
@@ -438,6 +450,20 @@ mod tests {
         json!({"apiVersion": "v1", "kind": "Pod",
                "metadata": {"name": "web", "namespace": "default", "creationTimestamp": "2024-05-01T11:00:00Z"},
                "spec": {"nodeName": "n1", "containers": [{"name": "app", "image": "nginx"}]}})
+    }
+
+    #[test]
+    fn the_deprecated_service_account_field_names_the_service_account() {
+        let with = |spec: Value| {
+            let mut p = pod();
+            p["spec"].as_object_mut().unwrap().extend(spec.as_object().unwrap().clone());
+            PodStrategy.converted(&mut p);
+            p["spec"]["serviceAccountName"].clone()
+        };
+        assert_eq!(with(json!({"serviceAccount": "web"})), json!("web"));
+        assert_eq!(with(json!({"serviceAccount": "old", "serviceAccountName": "new"})), json!("new"));
+        assert_eq!(with(json!({"serviceAccount": "web", "serviceAccountName": ""})), json!("web"));
+        assert_eq!(with(json!({})), Value::Null, "no service account named: none made up here");
     }
 
     #[test]
