@@ -108,8 +108,12 @@ async fn read_frame<R: AsyncRead + Unpin>(from: &mut R) -> io::Result<Option<(u8
         Err(e) => return Err(e),
     }
     let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
-    let mut payload = vec![0u8; len];
-    from.read_exact(&mut payload).await?;
+    // Grown as the bytes come, not as the header claims: 9 bytes do not reserve 16 MiB.
+    let mut payload = Vec::new();
+    (&mut *from).take(len as u64).read_to_end(&mut payload).await?;
+    if payload.len() < len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
     Ok(Some((head[3], head[4], [head[5], head[6], head[7], head[8]], payload)))
 }
 

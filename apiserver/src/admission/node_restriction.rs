@@ -401,19 +401,24 @@ async fn admit_token_request(
     }
     // Upstream's Node authorizer allows this only along its graph (a pod bound to the node
     // runs as the service account) and answers 403 otherwise, before anything here says
-    // whether the pod named exists: so here, read from the stored pods.
-    let related = services
-        .objects
-        .any("", PODS, Some(namespace), |pod| {
-            let spec = pod.get("spec");
-            let on = spec.and_then(|s| s.get("nodeName")).and_then(serde_json::Value::as_str) == Some(node);
-            let runs_as = spec
-                .and_then(|s| s.get("serviceAccountName"))
-                .and_then(serde_json::Value::as_str)
-                .filter(|n| !n.is_empty());
-            on && runs_as.unwrap_or("default") == sa_name
-        })
-        .await?;
+    // whether the pod named exists. The pod the request names shows it in the common case (a
+    // kubelet asking for its own pod); else the namespace's stored pods are read.
+    let runs_here = |pod: &serde_json::Value| {
+        let spec = pod.get("spec");
+        let on = spec.and_then(|s| s.get("nodeName")).and_then(serde_json::Value::as_str) == Some(node);
+        let runs_as = spec
+            .and_then(|s| s.get("serviceAccountName"))
+            .and_then(serde_json::Value::as_str)
+            .filter(|n| !n.is_empty());
+        on && runs_as.unwrap_or("default") == sa_name
+    };
+    let request = a.object_as::<tokens::Request>()?.unwrap_or_default();
+    let named = match tokens::pod_binding(&request) {
+        Ok((pod_name, _)) => services.objects.get("", PODS, Some(namespace), pod_name).await?,
+        Err(_) => None,
+    };
+    let related =
+        named.as_ref().is_some_and(runs_here) || services.objects.any("", PODS, Some(namespace), runs_here).await?;
     if !related {
         let attrs = crate::authz::Attributes { user, info: a.info };
         return Err(crate::authz::forbidden_with_reason(
@@ -421,9 +426,11 @@ async fn admit_token_request(
             &format!("no relationship found between node '{node}' and this object"),
         ));
     }
-    let request = a.object_as::<tokens::Request>()?.unwrap_or_default();
     let (pod_name, uid) = tokens::pod_binding(&request).map_err(refuse)?;
-    let pod = services.objects.get_as::<Pod>("", PODS, Some(namespace), pod_name).await?;
+    let pod: Option<Pod> = named
+        .map(|v| crate::admission::decode(&v))
+        .transpose()
+        .map_err(|e| ApiError::internal(format!("the stored pod {pod_name:?} does not decode: {e}")))?;
     if let Some(r) = tokens::pod_problem(node, pod_name, uid, pod.as_ref()) {
         return Err(refuse(r));
     }

@@ -307,19 +307,25 @@ pub fn update_state(pki: &Path, change: impl FnOnce(&mut KeyState) -> bool) -> a
     })
 }
 
+/// The lock file `name` of `pki`, opened (made when missing), and its path.
+fn open_lock(pki: &Path, name: &str) -> anyhow::Result<(fs::File, PathBuf)> {
+    let path = at(pki, name);
+    let file = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    Ok((file, path))
+}
+
 /// `sa-rotate.lock`: held (`flock`) by a `kustos sa-key rotate` for its whole run.
 pub const ROTATE_LOCK_FILE: &str = "sa-rotate.lock";
 
 /// Run `f` as the one rotation of `pki`: refused while another holds [`ROTATE_LOCK_FILE`]
 /// (two at once would each take the other's steps for their own).
 pub fn as_only_rotation<T>(pki: &Path, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
-    let lock_path = at(pki, ROTATE_LOCK_FILE);
-    let lock = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .with_context(|| format!("opening {}", lock_path.display()))?;
+    let (lock, lock_path) = open_lock(pki, ROTATE_LOCK_FILE)?;
     match lock.try_lock() {
         Ok(()) => {}
         Err(fs::TryLockError::WouldBlock) => {
@@ -334,13 +340,7 @@ pub fn as_only_rotation<T>(pki: &Path, f: impl FnOnce() -> anyhow::Result<T>) ->
 
 /// Run `f` holding `sa-keys.lock`: whoever rewrites `sa-keys.json` does it under the lock.
 pub fn with_lock<T>(pki: &Path, f: impl FnOnce() -> anyhow::Result<T>) -> anyhow::Result<T> {
-    let lock_path = at(pki, LOCK_FILE);
-    let lock = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .with_context(|| format!("opening {}", lock_path.display()))?;
+    let (lock, lock_path) = open_lock(pki, LOCK_FILE)?;
     lock.lock().with_context(|| format!("locking {}", lock_path.display()))?;
     let result = f();
     drop(lock);
