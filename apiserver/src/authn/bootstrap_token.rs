@@ -9,9 +9,10 @@
 //! audiences only.
 //!
 //! The Secrets are read from a cache that a watch on `kube-system/bootstrap-token-*` keeps
-//! current (as upstream reads them from an informer): a storm of kubelets on one token costs
-//! no storage read per request, before flow control has had a say. A token the cache does not
-//! know (just created, or not a token at all) is looked up in storage.
+//! current (as upstream reads them from an informer), each decoded once per change: a storm
+//! of kubelets on one token costs no storage read and no decode per request, before flow
+//! control has had a say. A token the cache does not know (just created, or not a token at
+//! all) is looked up in storage.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -64,27 +65,39 @@ pub struct BootstrapTokenAuthenticator {
     cache: Arc<TokenCache>,
 }
 
-/// The bootstrap-token Secrets by storage key, as stored (None until the first list is in).
+/// A stored token Secret, decoded once per change: the Secret, or why its bytes do not read.
+type Decoded = Arc<Result<Secret, String>>;
+
+fn decode(stored: &[u8]) -> Decoded {
+    Arc::new(serde_json::from_slice(stored).map_err(|e| e.to_string()))
+}
+
+/// The bootstrap-token Secrets by storage key, decoded (None until the first list is in).
 #[derive(Default)]
 struct TokenCache {
-    secrets: RwLock<Option<HashMap<String, Arc<Vec<u8>>>>>,
+    secrets: RwLock<Option<HashMap<String, Decoded>>>,
 }
 
 impl TokenCache {
-    fn get(&self, key: &str) -> Option<Arc<Vec<u8>>> {
+    fn get(&self, key: &str) -> Option<Decoded> {
         self.secrets.read().unwrap_or_else(|e| e.into_inner()).as_ref()?.get(key).cloned()
     }
 
-    fn replace(&self, all: HashMap<String, Arc<Vec<u8>>>) {
+    fn replace(&self, all: HashMap<String, Decoded>) {
         *self.secrets.write().unwrap_or_else(|e| e.into_inner()) = Some(all);
     }
 
     fn apply(&self, kind: EventKind, key: String, value: Vec<u8>) {
+        // Decoded before the lock is taken: readers never wait on a decode.
+        let decoded = match kind {
+            EventKind::Deleted => None,
+            EventKind::Created | EventKind::Updated => Some(decode(&value)),
+        };
         let mut guard = self.secrets.write().unwrap_or_else(|e| e.into_inner());
         if let Some(map) = guard.as_mut() {
-            match kind {
-                EventKind::Deleted => map.remove(&key),
-                EventKind::Created | EventKind::Updated => map.insert(key, Arc::new(value)),
+            match decoded {
+                None => map.remove(&key),
+                Some(secret) => map.insert(key, secret),
             };
         }
     }
@@ -105,7 +118,7 @@ async fn follow(storage: Arc<dyn Storage>, prefix: String, cache: std::sync::Wea
         let listed = storage.list(&prefix, ListOptions::default()).await;
         let watched = match listed {
             Ok(page) => {
-                c.replace(page.items.into_iter().map(|kv| (kv.key, Arc::new(kv.value))).collect());
+                c.replace(page.items.into_iter().map(|kv| (kv.key, decode(&kv.value))).collect());
                 storage.watch(&prefix, page.rev).await
             }
             Err(e) => Err(e),
@@ -165,7 +178,7 @@ impl TokenAuthenticator for BootstrapTokenAuthenticator {
         let stored = match self.cache.get(&key) {
             Some(value) => value,
             None => match self.storage.get(&key).await {
-                Ok(Some(kv)) => Arc::new(kv.value),
+                Ok(Some(kv)) => decode(&kv.value),
                 Ok(None) => {
                     return TokenResult::Invalid(format!(
                         "no secret of name {NAMESPACE}/{SECRET_NAME_PREFIX}{id} to match bootstrap bearer token"
@@ -174,11 +187,11 @@ impl TokenAuthenticator for BootstrapTokenAuthenticator {
                 Err(e) => return TokenResult::Invalid(format!("bootstrap token {id}: reading its secret: {e}")),
             },
         };
-        let secret: Secret = match serde_json::from_slice(&stored) {
+        let secret = match stored.as_ref() {
             Ok(s) => s,
             Err(e) => return TokenResult::Invalid(format!("bootstrap token {id}: unreadable secret: {e}")),
         };
-        match check(&secret, id, secret_part, Utc::now()) {
+        match check(secret, id, secret_part, Utc::now()) {
             Ok(user) => TokenResult::Authenticated { user, audiences: auds },
             Err(why) => TokenResult::Invalid(why.to_string()),
         }

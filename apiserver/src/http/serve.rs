@@ -135,6 +135,27 @@ impl rustls::pki_types::SignatureVerificationAlgorithm for EcdsaP521Sha512 {
     }
 }
 
+/// The cipher suites the server offers, in the order it chooses among those a client offers
+/// (the server's order, not the client's: `ignore_client_order`), as Go's `crypto/tls` server
+/// of kube-apiserver does on a machine with AES hardware: AES-128-GCM before AES-256-GCM
+/// before ChaCha20-Poly1305, TLS 1.3 before TLS 1.2, ECDSA before RSA. The set is ring's.
+/// A client whose first choice is ChaCha20 (no AES hardware) gets AES-128-GCM here, where
+/// Go's server would honour that choice: rustls has no such rule.
+fn server_cipher_suites() -> Vec<rustls::SupportedCipherSuite> {
+    use rustls::crypto::ring::cipher_suite as cs;
+    vec![
+        cs::TLS13_AES_128_GCM_SHA256,
+        cs::TLS13_AES_256_GCM_SHA384,
+        cs::TLS13_CHACHA20_POLY1305_SHA256,
+        cs::TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+        cs::TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+        cs::TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+        cs::TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+        cs::TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+        cs::TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+    ]
+}
+
 /// The schemes a client's proof of its key may use: ring's, and ECDSA P-521 with SHA-512.
 fn client_algorithms() -> &'static rustls::crypto::WebPkiSupportedAlgorithms {
     use rustls::pki_types::SignatureVerificationAlgorithm;
@@ -229,7 +250,10 @@ pub fn tls_config_with(
     serving_key_pem: &str,
     client_ca_der: &[Vec<u8>],
 ) -> anyhow::Result<Arc<ServerConfig>> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::CryptoProvider {
+        cipher_suites: server_cipher_suites(),
+        ..rustls::crypto::ring::default_provider()
+    });
     let certs: Vec<CertificateDer<'static>> = rustls_pemfile::certs(&mut serving_cert_pem.as_bytes())
         .collect::<Result<_, _>>()
         .context("parsing the serving certificate")?;
@@ -251,6 +275,15 @@ pub fn tls_config_with(
         .with_single_cert(certs, key)
         .context("the serving certificate and key do not form a usable pair")?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    config.ignore_client_order = true;
+    // No session tickets and no session cache. Kubernetes clients (client-go, kubectl, the
+    // Python client) keep no TLS session cache, so a ticket is never used; rustls' default
+    // of two tickets cost each connection two random IDs, two cache insertions holding the
+    // client's chain, two encrypted records and a socket write of their own
+    // (docs/BENCHMARKS.md, "TLS session tickets"). Clients that would resume do a full
+    // handshake, as they do against a restarted server.
+    config.send_tls13_tickets = 0;
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
     Ok(Arc::new(config))
 }
 
@@ -500,6 +533,60 @@ mod tests {
 
         let _ = s.stop.take().unwrap().send(());
         tokio::time::timeout(Duration::from_secs(5), &mut s.task).await.unwrap().unwrap();
+    }
+
+    /// The server picks the cipher suite by its own order (AES-128-GCM first, as Go's server
+    /// does), among the suites a client offers, and issues no session tickets: a second
+    /// connection from a client that keeps its sessions is a full handshake again.
+    #[tokio::test]
+    async fn the_server_chooses_the_suite_and_issues_no_session_tickets() {
+        use rustls::crypto::ring::cipher_suite as cs;
+        let s = start(SHUTDOWN_GRACE).await;
+        let config = |suites: Vec<rustls::SupportedCipherSuite>| {
+            let mut roots = RootCertStore::empty();
+            roots.add(CertificateDer::from(s.pki.ca().cert_der().to_vec())).unwrap();
+            let provider =
+                rustls::crypto::CryptoProvider { cipher_suites: suites, ..rustls::crypto::ring::default_provider() };
+            let mut c = rustls::ClientConfig::builder_with_provider(Arc::new(provider))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            c.alpn_protocols = vec![b"http/1.1".to_vec()];
+            Arc::new(c)
+        };
+        let exchange = |config: Arc<rustls::ClientConfig>| async move {
+            let tcp = TcpStream::connect(s.addr).await.unwrap();
+            let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+            let mut tls = tokio_rustls::TlsConnector::from(config).connect(name, tcp).await.unwrap();
+            let req = "GET /whoami HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n";
+            tls.write_all(req.as_bytes()).await.unwrap();
+            let mut out = Vec::new();
+            let _ = tls.read_to_end(&mut out).await;
+            assert!(out.starts_with(b"HTTP/1.1 200 OK\r\n"), "{}", String::from_utf8_lossy(&out));
+            let (_, conn) = tls.get_ref();
+            (conn.negotiated_cipher_suite().map(|c| c.suite()), conn.handshake_kind())
+        };
+        // rustls' client lists AES-256-GCM first; the server's order wins.
+        let default_order = config(rustls::crypto::ring::default_provider().cipher_suites);
+        assert_eq!(default_order.crypto_provider().cipher_suites[0].suite(), cs::TLS13_AES_256_GCM_SHA384.suite());
+        for round in ["first", "second"] {
+            let (suite, kind) = exchange(default_order.clone()).await;
+            assert_eq!(suite, Some(cs::TLS13_AES_128_GCM_SHA256.suite()), "{round} connection");
+            assert_eq!(kind, Some(rustls::HandshakeKind::Full), "{round} connection: no ticket to resume with");
+        }
+        // A client that offers only another suite of the set still gets it.
+        for only in [cs::TLS13_AES_256_GCM_SHA384, cs::TLS13_CHACHA20_POLY1305_SHA256] {
+            let (suite, _) = exchange(config(vec![only])).await;
+            assert_eq!(suite, Some(only.suite()));
+        }
+        // The server's set is ring's, reordered: nothing a client could use before is refused.
+        let mut ours: Vec<_> = server_cipher_suites().iter().map(|c| c.suite()).collect();
+        let mut ring: Vec<_> =
+            rustls::crypto::ring::default_provider().cipher_suites.iter().map(|c| c.suite()).collect();
+        ours.sort_by_key(|c| u16::from(*c));
+        ring.sort_by_key(|c| u16::from(*c));
+        assert_eq!(ours, ring);
     }
 
     /// The settings of the server's first HTTP/2 SETTINGS frame: (identifier, value).
