@@ -12,7 +12,8 @@
 //! header block carrying the same headers in the same order (an `:authority` replaced), each
 //! in a HEADERS frame (padding dropped, priority kept) and as many CONTINUATION frames as the
 //! default frame size needs. A connection that does not speak HTTP/2 as it should (a bad
-//! preface, a header block that does not decode, one over [`MAX_HEADER_BLOCK`]) is closed.
+//! preface, a header block that does not decode, one over [`MAX_HEADER_BLOCK`] or decoding
+//! to over [`MAX_HEADER_LIST`]) is closed.
 
 use std::io;
 
@@ -29,6 +30,10 @@ const PRIORITY: u8 = 0x20;
 const FRAME_SIZE: usize = 16_384;
 /// The largest header block taken (a gRPC call's headers are a few hundred bytes).
 pub const MAX_HEADER_BLOCK: usize = 256 * 1024;
+/// The largest header list a block may decode to, counted as HTTP/2 counts it (each field's
+/// name and value plus 32 bytes). HPACK lets one byte name an entry of the dynamic table of
+/// up to 4 KiB, so a block may not decode to more than this, whatever its own size.
+pub const MAX_HEADER_LIST: usize = 256 * 1024;
 /// The `:authority` given where the client's does not parse.
 const AUTHORITY: &[u8] = b"localhost";
 
@@ -78,6 +83,9 @@ where
             continue;
         }
         let (priority, mut block) = headers_payload(flags, &payload)?;
+        if block.len() > MAX_HEADER_BLOCK {
+            return Err(refused("a header block over the size taken"));
+        }
         let mut end_headers = flags & END_HEADERS != 0;
         while !end_headers {
             let Some((kind, more_flags, more_stream, more)) = read_frame(from).await? else {
@@ -92,10 +100,29 @@ where
             block.extend_from_slice(&more);
             end_headers = more_flags & END_HEADERS != 0;
         }
-        let headers = decoder.decode(&block).map_err(|e| refused(&format!("a header block does not decode: {e:?}")))?;
+        let headers = decode(&mut decoder, &block)?;
         let encoded = encoder.encode(with_authority(&headers).iter().map(|(n, v)| (n.as_slice(), v.as_slice())));
         to.write_all(&headers_frames(flags & END_STREAM, stream, priority.as_deref(), &encoded)).await?;
     }
+}
+
+/// The fields of a header block, refused when they come to over [`MAX_HEADER_LIST`]: past
+/// it nothing more is copied, so what a block costs stays a bounded multiple of its size.
+fn decode(decoder: &mut loona_hpack::Decoder<'_>, block: &[u8]) -> io::Result<Vec<(Vec<u8>, Vec<u8>)>> {
+    let mut headers = Vec::new();
+    let mut size = 0usize;
+    decoder
+        .decode_with_cb(block, |name, value| {
+            size = size.saturating_add(name.len() + value.len() + 32);
+            if size <= MAX_HEADER_LIST {
+                headers.push((name.into_owned(), value.into_owned()));
+            }
+        })
+        .map_err(|e| refused(&format!("a header block does not decode: {e:?}")))?;
+    if size > MAX_HEADER_LIST {
+        return Err(refused("a header block decodes to over the header list size taken"));
+    }
+    Ok(headers)
 }
 
 /// The next frame: type, flags, stream id (reserved bit included) and payload; None at a
@@ -299,15 +326,35 @@ mod tests {
         interrupted.extend(frame(0x0, 0, [0, 0, 0, 1], b"x"));
         let mut bad_padding = PREFACE.to_vec();
         bad_padding.extend(frame(HEADERS, PADDED | END_HEADERS, [0, 0, 0, 1], &[9, 1]));
+        // One literal of 4 KB put in the dynamic table, then named by one byte 100,000 times:
+        // 100 KB of block that would decode to 400 MB.
+        let mut amplified_block =
+            loona_hpack::Encoder::new().encode([(&b"x-big"[..], &[b'v'; 4_000][..])].iter().copied());
+        amplified_block.extend(std::iter::repeat_n(0xbe_u8, 100_000)); // indexed: dynamic entry 1 (62)
+        let mut amplified = PREFACE.to_vec();
+        amplified.extend(frame(HEADERS, 0, [0, 0, 0, 1], &amplified_block[..FRAME_SIZE]));
+        for (i, chunk) in amplified_block[FRAME_SIZE..].chunks(FRAME_SIZE).enumerate() {
+            let last = FRAME_SIZE + (i + 1) * FRAME_SIZE >= amplified_block.len();
+            amplified.extend(frame(CONTINUATION, if last { END_HEADERS } else { 0 }, [0, 0, 0, 1], chunk));
+        }
+        // A block over the size taken in its first frame alone, though it decodes to little:
+        // table size updates (one byte each, no field), then one field.
+        let mut one_big_frame = PREFACE.to_vec();
+        let mut big_block = vec![0x20u8; MAX_HEADER_BLOCK];
+        big_block.extend(block(&[(":path", "/")]));
+        one_big_frame.extend(frame(HEADERS, END_HEADERS, [0, 0, 0, 1], &big_block));
         let cases = [
             ("not HTTP/2", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec()),
             ("a block that does not decode", bad_block),
             ("a block interrupted by another frame", interrupted),
             ("padding longer than the frame", bad_padding),
+            ("a block decoding to 400 MB", amplified),
+            ("one HEADERS frame over the block size taken", one_big_frame),
         ];
         for (what, bytes) in cases {
-            let (result, _) = through(bytes).await;
+            let (result, seen) = through(bytes).await;
             assert!(result.is_err(), "{what}");
+            assert!(seen.len() <= PREFACE.len(), "{what}: no header block reached the server");
         }
     }
 }
