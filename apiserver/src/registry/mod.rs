@@ -134,14 +134,14 @@ pub use crate::machinery::patch::ListStrategy;
 /// method answers `None` by default, and `None` means the generic request path does what
 /// the capability trait's defaults do (see the module doc for the list).
 pub trait Strategy: Send + Sync + 'static {
-    /// Decode the object into its typed form and back: Ok(pruned) with unknown fields removed,
-    /// Err if a known field has the wrong type (→ 400 BadRequest).
-    /// The caller compares input and output to find unknown fields (fieldValidation).
     /// Upstream's conversion into the internal form, once a body is decoded and its fields
     /// checked (a Secret's `stringData` merged into `data`): what the field manager and the
     /// rest of the write see. Nothing by default.
     fn converted(&self, _obj: &mut Value) {}
 
+    /// Decode the object into its typed form and back: Ok(pruned) with unknown fields removed,
+    /// Err if a known field has the wrong type (→ 400 BadRequest).
+    /// The caller compares input and output to find unknown fields (fieldValidation).
     fn roundtrip(&self, obj: &Value) -> Result<Value, DecodeError>;
 
     /// See [`Role`].
