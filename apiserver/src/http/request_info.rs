@@ -61,7 +61,8 @@ pub fn percent_decode_path(s: &str) -> String {
 }
 
 fn decode_escapes(s: &str, plus_is_space: bool) -> String {
-    if !s.contains('%') && !(plus_is_space && s.contains('+')) {
+    let escaped = s.contains('%') || (plus_is_space && s.contains('+'));
+    if !escaped {
         return s.to_string();
     }
     let bytes = s.as_bytes();
