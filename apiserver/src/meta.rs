@@ -37,9 +37,21 @@ fn decode_counted(bytes: &[u8], rev: Rev, site: Site) -> Result<Value, ApiError>
 /// The output equals `serde_json::to_vec(&decode_at(bytes, rev))`. Counted as one decode
 /// (`storage`) and one encode (`response`): it writes a list response's item.
 pub fn write_with_rv(out: &mut Vec<u8>, bytes: &[u8], rev: Rev) -> Result<(), ApiError> {
-    use serde_json::value::RawValue;
     work::decoded(Format::Json, Site::Storage);
     work::encoded(Format::Json, Site::Response);
+    splice_rv(out, bytes, rev)
+}
+
+/// [`write_with_rv`] for a watch event's object: counted as one decode and one encode at
+/// the `watch` site.
+pub fn write_event_with_rv(out: &mut Vec<u8>, bytes: &[u8], rev: Rev) -> Result<(), ApiError> {
+    work::decoded(Format::Json, Site::Watch);
+    work::encoded(Format::Json, Site::Watch);
+    splice_rv(out, bytes, rev)
+}
+
+fn splice_rv(out: &mut Vec<u8>, bytes: &[u8], rev: Rev) -> Result<(), ApiError> {
+    use serde_json::value::RawValue;
     let corrupt = |e: serde_json::Error| ApiError::internal(format!("corrupt stored object: {e}"));
     let top: std::collections::BTreeMap<String, &RawValue> = serde_json::from_slice(bytes).map_err(corrupt)?;
     let mut metadata: Map<String, Value> = match top.get("metadata") {

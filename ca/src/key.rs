@@ -122,9 +122,56 @@ impl KeyPair {
         self.inner.public_key_raw()
     }
 
-    pub(crate) fn rcgen(&self) -> &rcgen::KeyPair {
-        &self.inner
+    /// This key as the signer of what the CA issues. Every signature made with the key goes
+    /// through it (tests count them: [`signatures_made`]).
+    pub(crate) fn signer(&self) -> Signer<'_> {
+        Signer { key: &self.inner, draft: false }
     }
+
+    /// This key's public half, as the issuer of a draft certificate: its signature is empty.
+    /// rcgen signs every certificate it writes; the CA signs each draft again once its exact
+    /// names are in (`Ca::rewrite_names`), so a signature on the draft would be thrown away.
+    pub(crate) fn unsigned(&self) -> Signer<'_> {
+        Signer { key: &self.inner, draft: true }
+    }
+}
+
+/// The CA key as rcgen's issuer (see [`KeyPair::signer`] and [`KeyPair::unsigned`]).
+pub(crate) struct Signer<'k> {
+    key: &'k rcgen::KeyPair,
+    draft: bool,
+}
+
+impl rcgen::PublicKeyData for Signer<'_> {
+    fn der_bytes(&self) -> &[u8] {
+        self.key.der_bytes()
+    }
+
+    fn algorithm(&self) -> &'static rcgen::SignatureAlgorithm {
+        self.key.algorithm()
+    }
+}
+
+impl rcgen::SigningKey for Signer<'_> {
+    fn sign(&self, msg: &[u8]) -> Result<Vec<u8>, rcgen::Error> {
+        if self.draft {
+            return Ok(Vec::new());
+        }
+        #[cfg(test)]
+        SIGNATURES.with(|n| n.set(n.get() + 1));
+        rcgen::SigningKey::sign(self.key, msg)
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    static SIGNATURES: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Signatures made with CA keys on this thread ([`Signer`]).
+#[cfg(test)]
+pub(crate) fn signatures_made() -> u64 {
+    SIGNATURES.with(std::cell::Cell::get)
 }
 
 /// PKCS#1 RSAPrivateKey → PKCS#8 PrivateKeyInfo.

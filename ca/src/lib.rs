@@ -410,7 +410,7 @@ impl Ca {
             rcgen::KeyUsagePurpose::KeyCertSign,
             rcgen::KeyUsagePurpose::CrlSign,
         ];
-        let cert = params.self_signed(key.rcgen())?;
+        let cert = params.self_signed(&key.signer())?;
         Self::from_parts(cert.der().to_vec(), key)
     }
 
@@ -519,7 +519,7 @@ impl Ca {
             issuer_params.key_identifier_method = rcgen::KeyIdMethod::PreSpecified(ski.clone());
         }
         issuer_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
-        let issuer = rcgen::Issuer::new(issuer_params, self.key.rcgen());
+        let issuer = rcgen::Issuer::new(issuer_params, self.key.unsigned());
         let draft = cp.signed_by(&spki, &issuer)?;
         let cert_der = self.rewrite_names(draft.der(), &other.subject_der, None)?;
         if !self.signed(&cert_der) {
@@ -644,7 +644,7 @@ impl Ca {
             issuer_params.key_identifier_method = rcgen::KeyIdMethod::PreSpecified(ski.clone());
         }
         issuer_params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
-        let issuer = rcgen::Issuer::new(issuer_params, self.key.rcgen());
+        let issuer = rcgen::Issuer::new(issuer_params, self.key.unsigned());
         let draft = cp.signed_by(&spki, &issuer)?;
         let cert_der = self.rewrite_names(draft.der(), &subject, p521.then_some(spki_der.as_slice()))?;
         if !self.signed(&cert_der) {
@@ -684,7 +684,7 @@ impl Ca {
             raw[6] = spki;
         }
         let new_tbs = der::constructed(der::TAG_SEQUENCE, &raw);
-        let signature = self.key.rcgen().sign(&new_tbs)?;
+        let signature = self.key.signer().sign(&new_tbs)?;
         let mut bits = Vec::with_capacity(signature.len() + 1);
         bits.push(0);
         bits.extend_from_slice(&signature);

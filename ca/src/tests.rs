@@ -1,4 +1,5 @@
 use super::*;
+use crate::key::signatures_made;
 use chrono::TimeZone as _;
 use x509_parser::prelude::*;
 
@@ -85,6 +86,43 @@ fn the_check_of_an_issued_certificate_is_counted() {
     let before = signed_by_checks();
     ca.issue(IssueParams::client("counted", vec![], Duration::hours(1)), t0()).unwrap();
     assert!(signed_by_checks() > before, "the CA's check of what it issued is counted");
+}
+
+/// Each certificate the CA issues or cross-signs costs one signature by its key: rcgen's draft
+/// is written with the key's public half only ([`KeyPair::unsigned`]), and the certificate is
+/// signed once its names are in. Every signature by a CA key goes through
+/// [`KeyPair::signer`], which counts it.
+#[test]
+fn issuing_signs_once_whatever_the_keys() {
+    let now = t0();
+    let requested = KeyPair::generate().unwrap().public_key_der();
+    for alg in [KeyAlgorithm::EcdsaP256, KeyAlgorithm::EcdsaP384, KeyAlgorithm::Ed25519] {
+        let key = KeyPair::generate_with(alg).unwrap();
+        let mut params = rcgen::CertificateParams::default();
+        params.distinguished_name.push(rcgen::DnType::CommonName, "signs-once");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+        let before = signatures_made();
+        let cert = params.self_signed(&key.signer()).unwrap();
+        assert_eq!(signatures_made() - before, 1, "{alg:?}: the self-signed CA certificate");
+        let ca = Ca::from_parts(cert.der().to_vec(), key).unwrap();
+        let other = Ca::generate("other-ca", Duration::days(1), now).unwrap();
+        let cases = [
+            ("a generated key", SubjectKey::Generate),
+            ("the requested key", SubjectKey::PublicKey(requested.clone())),
+        ];
+        for (what, subject_key) in cases {
+            let params = IssueParams { key: subject_key, ..IssueParams::client("jane", vec![], Duration::hours(1)) };
+            let before = signatures_made();
+            let issued = ca.issue(params, now).unwrap();
+            assert_eq!(signatures_made() - before, 1, "{alg:?}, {what}: one signature");
+            assert!(ca.signed(&issued.cert_der), "{alg:?}, {what}: signed by the CA");
+        }
+        let before = signatures_made();
+        let cross = ca.cross_sign(other.cert_der(), now).unwrap();
+        assert_eq!(signatures_made() - before, 1, "{alg:?}: the cross-signed certificate");
+        assert!(ca.signed(&cross.cert_der), "{alg:?}: cross-signed by the CA");
+    }
 }
 
 #[test]

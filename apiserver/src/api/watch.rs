@@ -254,16 +254,23 @@ impl Encoder {
         };
         let (protobuf, form) = (self.protobuf, self.form);
         // An object that does not decode is kept as no frame (every watcher skips it).
-        let line = ev.memo.get_or_render(slot, || match decode(decoded) {
-            Some(obj) => {
-                // Encoded once per change and slot, whatever the number of watchers.
-                work::encoded(if protobuf { Format::Protobuf } else { Format::Json }, Site::Watch);
-                match form {
-                    Form::Metadata { api_version } => frame(protobuf, kind, &metadata_object(&obj, api_version)),
-                    _ => frame(protobuf, kind, &obj),
-                }
+        let line = ev.memo.get_or_render(slot, || {
+            if decoded.is_none() && !protobuf && matches!(form, Form::Full) {
+                // The stored bytes with the resourceVersion put in: what decoding and encoding
+                // again would write, without building the object.
+                return json_line(kind, ev).unwrap_or_default();
             }
-            None => Bytes::new(),
+            match decode(decoded) {
+                Some(obj) => {
+                    // Encoded once per change and slot, whatever the number of watchers.
+                    work::encoded(if protobuf { Format::Protobuf } else { Format::Json }, Site::Watch);
+                    match form {
+                        Form::Metadata { api_version } => frame(protobuf, kind, &metadata_object(&obj, api_version)),
+                        _ => frame(protobuf, kind, &obj),
+                    }
+                }
+                None => Bytes::new(),
+            }
         });
         if line.is_empty() {
             return None;
@@ -307,6 +314,21 @@ fn frame(protobuf: bool, kind: &str, object: &Value) -> Bytes {
     let mut line = serde_json::to_vec(&Line { object, kind }).unwrap_or_default();
     line.push(b'\n');
     Bytes::from(line)
+}
+
+/// A JSON watch event of a stored change: the bytes of [`frame`] for the decoded object (the
+/// keys of `{"object", "type"}` in the order [`Line`] writes them), its object written from
+/// the stored bytes (`meta::write_event_with_rv`). None for an object that does not decode.
+fn json_line(kind: &str, ev: &storage::Event) -> Option<Bytes> {
+    #[cfg(test)]
+    ENCODED.with(|n| n.set(n.get() + 1));
+    let mut line = Vec::with_capacity(ev.value.len() + 40);
+    line.extend_from_slice(b"{\"object\":");
+    meta::write_event_with_rv(&mut line, &ev.value, ev.rev).ok()?;
+    line.extend_from_slice(b",\"type\":");
+    serde_json::to_writer(&mut line, kind).ok()?;
+    line.extend_from_slice(b"}\n");
+    Some(Bytes::from(line))
 }
 
 /// A JSON watch event, written straight from the borrowed object: the bytes of

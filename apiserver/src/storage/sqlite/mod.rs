@@ -27,7 +27,8 @@
 //!
 //! A small pool of query-only connections, used from `spawn_blocking`. Every read that needs
 //! more than one statement runs in one read transaction (a WAL snapshot), and checks the
-//! compaction revision from `meta` inside that snapshot.
+//! compaction revision from `meta` inside that snapshot. `get`, and `get_at` of the current
+//! revision, first look among the values the writer committed last (`current.rs`).
 //!
 //! # Compaction
 //!
@@ -42,8 +43,10 @@
 //! This file holds the schema, the store's handle and its [`Storage`] implementation;
 //! `read.rs` the read pool and the queries; `watch.rs` the watch streams and the state they
 //! share with the writer; `writer.rs` the writer thread (group commit, compaction steps);
+//! `current.rs` the values it committed last, for reads of the current state;
 //! `file.rs` the database file's creation and the throwaway directory.
 
+mod current;
 mod file;
 mod read;
 mod watch;
@@ -200,6 +203,7 @@ impl SqliteStorage {
             events,
             keyed: Mutex::new(KeyWatchers::default()),
             closed: AtomicBool::new(false),
+            current: current::Current::default(),
         });
         let writer =
             Writer { conn, shared: shared.clone(), rev, compacted, cursor, compact_step: cfg.compact_step.max(1) };
@@ -275,6 +279,9 @@ impl Drop for SqliteStorage {
 impl Storage for SqliteStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         work::storage_read(Counted::Get);
+        if let Some((kv, _)) = self.shared.current.get(key) {
+            return Ok(Some(kv));
+        }
         let key = key.to_owned();
         self.reads.run_small(move |conn| get_current(conn, &key)).await
     }
@@ -287,6 +294,11 @@ impl Storage for SqliteStorage {
 
     async fn get_at(&self, key: &str, at_rev: Option<Rev>) -> Result<(Option<KeyValue>, Rev)> {
         work::storage_read(Counted::GetAt);
+        if at_rev.is_none() {
+            if let Some((kv, rev)) = self.shared.current.get(key) {
+                return Ok((Some(kv), rev));
+            }
+        }
         let keys = Keys::Exact(key.to_owned());
         let opts = ListOptions { at_rev, ..Default::default() };
         let page = self.reads.run_small(move |conn| list_at(conn, &keys, &opts)).await?;

@@ -2,6 +2,7 @@ use super::read::{history_after, prefix_end, rev_at, Keys, GET_CURRENT};
 use super::WATCH_CHUNK;
 use super::*;
 use crate::storage::EventKind;
+use rusqlite::OptionalExtension as _;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::PoisonError;
 
@@ -116,6 +117,37 @@ async fn get_returns_the_value_with_its_create_and_mod_revisions() {
     let c2 = s.create("/r/a", b"v3".to_vec()).await.expect("recreate");
     let kv = s.get("/r/a").await.expect("get").expect("present");
     assert_eq!((kv.create_rev, kv.mod_rev), (c2, c2));
+}
+
+/// `get` and `get_at` of the current revision answer from the values the writer committed
+/// last when it kept them, and always what the database file holds: checked after every step
+/// against a connection of its own on the file.
+#[tokio::test]
+async fn reads_of_the_current_state_match_the_file_whether_kept_or_not() {
+    async fn check(s: &SqliteStorage, file: &Connection, step: &str, key: &str, kept: bool) {
+        assert_eq!(s.shared.current.get(key).is_some(), kept, "{step}: kept");
+        let want = file.query_row(GET_CURRENT, [key], super::read::key_value).optional().expect("read the file");
+        assert_eq!(s.get(key).await.expect("get"), want, "{step}: get");
+        let (got, rev) = s.get_at(key, None).await.expect("get_at");
+        assert_eq!(got, want, "{step}: get_at");
+        assert_eq!(rev, s.shared.rev.load(Ordering::SeqCst), "{step}: read at the current revision");
+    }
+    let (dir, s) = durable_store();
+    let file = Connection::open(dir.path().join("kustos.db")).expect("open the file");
+    check(&s, &file, "never written", "/r/a", false).await;
+    let c = s.create("/r/a", b"v1".to_vec()).await.expect("create");
+    check(&s, &file, "created", "/r/a", true).await;
+    let m = s.update("/r/a", b"v2".to_vec(), c).await.expect("update");
+    check(&s, &file, "updated", "/r/a", true).await;
+    assert!(s.update("/r/a", b"lost".to_vec(), c).await.is_err(), "a stale compare-and-swap fails");
+    check(&s, &file, "a failed update", "/r/a", true).await;
+    s.create("/r/b", vec![b'x'; 100 << 10]).await.expect("create big");
+    check(&s, &file, "a value too large to keep", "/r/b", false).await;
+    s.delete("/r/a", m).await.expect("delete");
+    check(&s, &file, "deleted", "/r/a", false).await;
+    s.create("/r/a", b"v3".to_vec()).await.expect("recreate");
+    check(&s, &file, "created again", "/r/a", true).await;
+    assert_eq!(s.get("/r/a").await.expect("get").map(|kv| kv.value), Some(b"v3".to_vec()));
 }
 
 #[tokio::test]
@@ -678,6 +710,31 @@ async fn a_write_that_sqlite_rejects_fails_alone_and_leaves_nothing_behind() {
     assert_eq!(s.get("/p/bad").await.expect("get"), None);
     assert!(raw_rows(&path).iter().all(|r| r.1 != "/p/bad"));
     assert_eq!(s.create("/p/d", Vec::new()).await, Ok(4));
+}
+
+/// A batch whose commit fails drops every value the reads kept: what the file holds is read
+/// again, and writes after it are kept again.
+#[tokio::test]
+async fn a_failed_commit_drops_the_values_kept_for_reads() {
+    let (dir, s) = durable_store();
+    let file = Connection::open(dir.path().join("kustos.db")).expect("open raw");
+    let a = s.create("/p/a", b"a1".to_vec()).await.expect("create");
+    s.create("/p/b", b"b1".to_vec()).await.expect("create");
+    assert!(s.shared.current.get("/p/a").is_some() && s.shared.current.get("/p/b").is_some());
+    // The batch's last statement, the revision's record, fails: the whole batch is undone.
+    file.execute_batch(
+        "CREATE TRIGGER inject BEFORE UPDATE ON meta WHEN NEW.name = 'rev' \
+         BEGIN SELECT RAISE(ABORT, 'injected'); END;",
+    )
+    .expect("trigger");
+    assert!(matches!(s.update("/p/a", b"a2".to_vec(), a).await, Err(Error::Backend(_))));
+    assert!(s.shared.current.get("/p/a").is_none() && s.shared.current.get("/p/b").is_none(), "nothing kept");
+    assert_eq!(s.get("/p/a").await.expect("get").map(|kv| kv.value), Some(b"a1".to_vec()));
+    file.execute_batch("DROP TRIGGER inject").expect("drop trigger");
+    let a2 = s.update("/p/a", b"a2".to_vec(), a).await.expect("update");
+    let kept = s.shared.current.get("/p/a").map(|(kv, rev)| (kv.value, kv.mod_rev, rev));
+    assert_eq!(kept, Some((b"a2".to_vec(), a2, a2)));
+    assert_eq!(s.get("/p/a").await.expect("get").map(|kv| kv.value), Some(b"a2".to_vec()));
 }
 
 #[test]

@@ -24,6 +24,8 @@ pub(super) struct Shared {
     pub(super) keyed: Mutex<KeyWatchers>,
     /// The writer has stopped: no event will come any more.
     pub(super) closed: AtomicBool,
+    /// The values the writer committed last (reads of the current state).
+    pub(super) current: super::current::Current,
 }
 
 /// The single-key watches: key → (watch id, its inbox).

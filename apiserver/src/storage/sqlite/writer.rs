@@ -6,11 +6,12 @@ use std::sync::{mpsc, Arc};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
+use super::current::Newest;
 use super::read::{read_meta_value, rev_at, SqlRev};
 use super::watch::Shared;
 use super::MAX_BATCH;
 use crate::storage::memo::Memo;
-use crate::storage::{Error, Event, EventKind, Result, Rev};
+use crate::storage::{Error, Event, EventKind, KeyValue, Result, Rev};
 
 pub(super) enum WriteOp {
     Create { key: String, value: Vec<u8> },
@@ -96,6 +97,7 @@ impl Writer {
         }
         let mut rev = self.rev;
         let mut events = Vec::new();
+        let mut newest: Vec<Newest> = Vec::new();
         let mut results = Vec::with_capacity(writes.len());
         let mut broken = None;
         for (op, reply) in writes {
@@ -104,8 +106,15 @@ impl Writer {
                 continue;
             }
             match self.apply_in_savepoint(op, rev + 1) {
-                Ok(Ok(ev)) => {
+                Ok(Ok((ev, create_rev))) => {
                     rev = ev.rev;
+                    let kv = (ev.kind != EventKind::Deleted).then(|| KeyValue {
+                        key: ev.key.clone(),
+                        value: ev.value.clone(),
+                        create_rev,
+                        mod_rev: ev.rev,
+                    });
+                    newest.push((ev.key.clone(), kv));
                     events.push(ev);
                     results.push((reply, Ok(rev)));
                 }
@@ -130,8 +139,10 @@ impl Writer {
             // watchers see its events; the callers still get the error (an ambiguous outcome,
             // as with any store).
             let landed = read_meta_value(&self.conn, "rev").is_ok_and(|stored| stored == rev && rev > self.rev);
+            // Whatever was kept of the current values may no longer be: read them again.
+            self.shared.current.clear();
             if landed {
-                self.publish(rev, events);
+                self.publish(rev, events, Vec::new());
             }
             // Even the CAS failures were judged against writes that may be gone.
             for (reply, _) in results {
@@ -139,14 +150,15 @@ impl Writer {
             }
             return;
         }
-        self.publish(rev, events);
+        self.publish(rev, events, newest);
         for (reply, res) in results {
             let _ = reply.send(res);
         }
     }
 
-    fn publish(&mut self, rev: Rev, events: Vec<Event>) {
+    fn publish(&mut self, rev: Rev, events: Vec<Event>, newest: Vec<Newest>) {
         self.rev = rev;
+        self.shared.current.committed(rev, newest);
         self.shared.rev.store(rev, Ordering::SeqCst);
         // One allocation per change, shared by the single-key and the prefix watches.
         let events: Vec<Arc<Event>> = events.into_iter().map(Arc::new).collect();
@@ -160,7 +172,7 @@ impl Writer {
     /// Apply one write as revision `rev`, undoing its partial effects if SQLite fails midway.
     /// Outer error: the transaction is in an unknown state and the whole batch must be
     /// abandoned. Inner error: this request failed (compare-and-swap, or SQLite, undone).
-    fn apply_in_savepoint(&self, op: WriteOp, rev: Rev) -> Result<Result<Event>> {
+    fn apply_in_savepoint(&self, op: WriteOp, rev: Rev) -> Result<Result<(Event, Rev)>> {
         self.conn.prepare_cached("SAVEPOINT w")?.execute([])?;
         let res = self.apply(op, rev).and_then(|outcome| {
             self.conn.prepare_cached("RELEASE w")?.execute([])?;
@@ -176,7 +188,8 @@ impl Writer {
     }
 
     /// Outer error: SQLite failed. Inner error: the compare-and-swap failed (nothing written).
-    fn apply(&self, op: WriteOp, rev: Rev) -> rusqlite::Result<Result<Event>> {
+    /// Beside the change's event, the key's create revision.
+    fn apply(&self, op: WriteOp, rev: Rev) -> rusqlite::Result<Result<(Event, Rev)>> {
         match op {
             WriteOp::Create { key, value } => {
                 let exists: Option<Rev> = self
@@ -191,7 +204,10 @@ impl Writer {
                 self.conn
                     .prepare_cached("INSERT INTO cur (key, rev) VALUES (?1, ?2)")?
                     .execute(params![key, SqlRev(rev)])?;
-                Ok(Ok(Event { kind: EventKind::Created, rev, key, value, prev_value: None, memo: Memo::default() }))
+                Ok(Ok((
+                    Event { kind: EventKind::Created, rev, key, value, prev_value: None, memo: Memo::default() },
+                    rev,
+                )))
             }
             WriteOp::Update { key, value, expected_rev } => {
                 let (create_rev, prev) = match self.current(&key, expected_rev)? {
@@ -202,14 +218,9 @@ impl Writer {
                 self.conn
                     .prepare_cached("UPDATE cur SET rev = ?2 WHERE key = ?1")?
                     .execute(params![key, SqlRev(rev)])?;
-                Ok(Ok(Event {
-                    kind: EventKind::Updated,
-                    rev,
-                    key,
-                    value,
-                    prev_value: Some(prev),
-                    memo: Memo::default(),
-                }))
+                let ev =
+                    Event { kind: EventKind::Updated, rev, key, value, prev_value: Some(prev), memo: Memo::default() };
+                Ok(Ok((ev, create_rev)))
             }
             WriteOp::Delete { key, expected_rev } => {
                 let (create_rev, prev) = match self.current(&key, expected_rev)? {
@@ -218,14 +229,15 @@ impl Writer {
                 };
                 self.insert_row(rev, &key, create_rev, true, &prev)?;
                 self.conn.prepare_cached("DELETE FROM cur WHERE key = ?1")?.execute([&key])?;
-                Ok(Ok(Event {
+                let ev = Event {
                     kind: EventKind::Deleted,
                     rev,
                     key,
                     value: prev.clone(),
                     prev_value: Some(prev),
                     memo: Memo::default(),
-                }))
+                };
+                Ok(Ok((ev, create_rev)))
             }
         }
     }
