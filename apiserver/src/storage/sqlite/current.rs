@@ -9,6 +9,10 @@
 //! entry is read from the database. Readers never add entries (a value read from a snapshot
 //! may already be superseded). After a commit whose outcome is unknown, everything is
 //! dropped. Bounded in entries and bytes, the oldest first out; a large value is not kept.
+//!
+//! This rests on what the store already assumes: its writer thread is the file's only writer.
+//! Another process writing the same file (`kustos storage migrate` into the data dir of a
+//! running server) is not supported; its revisions would collide with the writer's own.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
