@@ -24,7 +24,7 @@ const MAX_ENTRIES: usize = 4096;
 /// Most bytes of values (and keys) kept.
 const MAX_BYTES: usize = 4 << 20;
 /// A larger value is read from the database.
-const MAX_VALUE_BYTES: usize = 64 << 10;
+pub(super) const MAX_VALUE_BYTES: usize = 64 << 10;
 
 /// See the module documentation.
 #[derive(Default)]

@@ -6,7 +6,7 @@ use std::sync::{mpsc, Arc};
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
 
-use super::current::Newest;
+use super::current::{Newest, MAX_VALUE_BYTES};
 use super::read::{read_meta_value, rev_at, SqlRev};
 use super::watch::Shared;
 use super::MAX_BATCH;
@@ -108,7 +108,9 @@ impl Writer {
             match self.apply_in_savepoint(op, rev + 1) {
                 Ok(Ok((ev, create_rev))) => {
                     rev = ev.rev;
-                    let kv = (ev.kind != EventKind::Deleted).then(|| KeyValue {
+                    // Only what the reads may keep is copied.
+                    let kept = ev.kind != EventKind::Deleted && ev.value.len() <= MAX_VALUE_BYTES;
+                    let kv = kept.then(|| KeyValue {
                         key: ev.key.clone(),
                         value: ev.value.clone(),
                         create_rev,
