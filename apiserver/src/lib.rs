@@ -58,7 +58,7 @@ use std::sync::Arc;
 
 use ::http::{header, HeaderValue, StatusCode};
 use axum::extract::{Request, State};
-use axum::middleware::{self, Next};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Router;
 use serde_json::json;
@@ -169,25 +169,34 @@ impl AppState {
 }
 
 /// The one way to build the HTTP service, in `main` and in tests.
+///
+/// The layers are stacked on the handler once, outermost first, and the stack is the router's
+/// one service. (`Router::layer` would box each layer around the one before it, so that every
+/// request cloned the whole chain of boxes again at each layer.)
 pub fn router(state: Arc<AppState>) -> Router {
+    use axum::middleware::{from_fn, from_fn_with_state};
     let authn = state.security.authn.clone();
     let authz = state.security.authz.clone();
-    let impersonate_authz = authz.clone();
     let auditor = state.audit.get().cloned();
-    let app = Router::new()
-        .fallback(dispatch)
-        .with_state(state.clone())
-        .layer(middleware::from_fn_with_state(authz, authz::authorize))
-        .layer(middleware::from_fn_with_state(state.clone(), flowcontrol::filter::filter::<AppState>))
-        .layer(middleware::from_fn_with_state(state, api::observe::observe));
-    audit::around_impersonation(app, auditor.as_ref(), impersonate_authz)
-        .layer(middleware::from_fn_with_state(authn, authn::authenticate))
+    let handler = Router::new().fallback(dispatch).with_state(state.clone());
+    let stack = tower::ServiceBuilder::new()
+        .layer(from_fn(resolve_request_info))
+        .layer(from_fn_with_state(auditor.clone(), audit::init))
+        .layer(from_fn(api::rest::status_errors_negotiated))
         .layer(tower_http::catch_panic::CatchPanicLayer::custom(|_| {
             ApiError::internal("the server panicked while handling the request").into_response()
         }))
-        .layer(middleware::from_fn(api::rest::status_errors_negotiated))
-        .layer(middleware::from_fn_with_state(auditor, audit::init))
-        .layer(middleware::from_fn(resolve_request_info))
+        .layer(from_fn_with_state(authn, authn::authenticate))
+        // With the log on, impersonation sits between the audit filter (outside) and the layer
+        // recording who the request acts as (inside).
+        .option_layer(auditor.clone().map(|a| from_fn_with_state(a, audit::filter)))
+        .layer(from_fn_with_state(authz.clone(), authn::impersonation::impersonate))
+        .option_layer(auditor.map(|_| from_fn(audit::impersonated)))
+        .layer(from_fn_with_state(state.clone(), api::observe::observe))
+        .layer(from_fn_with_state(state, flowcontrol::filter::filter::<AppState>))
+        .layer(from_fn_with_state(authz, authz::authorize))
+        .service(handler);
+    Router::new().fallback_service(stack)
 }
 
 async fn resolve_request_info(mut req: Request, next: Next) -> Response {

@@ -90,21 +90,6 @@ impl Default for Config {
     }
 }
 
-/// The impersonation layer over `app`; when the log is on, between the audit filter (outside)
-/// and the layer recording who the request acts as (inside).
-pub fn around_impersonation(
-    app: axum::Router,
-    auditor: Option<&Arc<Auditor>>,
-    authz: Arc<dyn crate::authz::Authorizer>,
-) -> axum::Router {
-    use axum::middleware::{from_fn, from_fn_with_state};
-    let impersonate = from_fn_with_state(authz, crate::authn::impersonation::impersonate);
-    match auditor {
-        Some(a) => app.layer(from_fn(impersonated)).layer(impersonate).layer(from_fn_with_state(a.clone(), filter)),
-        None => app.layer(impersonate),
-    }
-}
-
 /// The policy and the backend of a server that audits.
 #[derive(Debug)]
 pub struct Auditor {

@@ -12,6 +12,7 @@
 
 pub mod annotations;
 pub mod body;
+pub mod first_flight;
 pub mod health;
 pub mod metrics;
 pub mod request_info;

@@ -373,6 +373,7 @@ async fn serve_connection(
         _ = stop.wait_for(|stopping| *stopping) => return,
     };
     let peer = PeerCertificates(stream.get_ref().1.peer_certificates().map(<[_]>::to_vec).unwrap_or_default());
+    let h2 = stream.get_ref().1.alpn_protocol() == Some(b"h2");
     let service = hyper::service::service_fn(move |mut req: http::Request<Incoming>| {
         req.extensions_mut().insert(peer.clone());
         req.extensions_mut().insert(ConnectInfo(remote));
@@ -381,7 +382,7 @@ async fn serve_connection(
     let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     builder.http1().max_buf_size(MAX_HEADER_BYTES);
     builder.http2().max_concurrent_streams(HTTP2_MAX_STREAMS).max_header_list_size(MAX_HEADER_BYTES as u32);
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    let conn = builder.serve_connection(TokioIo::new(super::first_flight::FirstFlight::new(stream, h2)), service);
     tokio::pin!(conn);
     let mut draining = *stop.borrow();
     if draining {

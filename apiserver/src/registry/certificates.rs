@@ -378,6 +378,23 @@ fn find_conditions<'a>(csr: &'a Csr, type_: &str) -> Vec<&'a Condition> {
 }
 
 /// The update-only half of `validateCertificateSigningRequestUpdate`.
+/// Everything an update of a CSR through `sub` ("" for the main resource) is checked for, from
+/// one decode of the two objects: the object's own rules, as at create but without checking an
+/// unchanged request again, then the update's, with what `sub` may change.
+fn validate_replacing(new_wire: &Value, old: &Value, sub: &str) -> Vec<FieldError> {
+    let (new, old): (Csr, Csr) = crate::typed!(decode_update(new_wire, old));
+    let own = Options { request_already_checked: new.spec.request == old.spec.request, ..Options::default() };
+    let mut errs = validate_csr(new_wire, &new, own);
+    let mut opts = options(&new, Some(&old));
+    match sub {
+        "status" => opts.allow_setting_certificate = true,
+        "approval" => opts.allow_setting_approval_conditions = true,
+        _ => {}
+    }
+    errs.extend(validate_csr_update(&new, &old, opts));
+    errs
+}
+
 fn validate_csr_update(new: &Csr, old: &Csr, opts: Options) -> Vec<FieldError> {
     let mut errs = Vec::new();
     for t in condition::BUILT_IN {
@@ -601,15 +618,15 @@ impl WriteStrategy for CertificateSigningRequestStrategy {
         validate_csr(obj, &csr, options(&csr, None))
     }
 
-    fn validate_on_update(&self, new_obj: &Value, old: &Value) -> Vec<FieldError> {
-        let (new, old): (Csr, Csr) = crate::typed!(decode_update(new_obj, old));
-        let opts = Options { request_already_checked: new.spec.request == old.spec.request, ..Options::default() };
-        validate_csr(new_obj, &new, opts)
+    /// Nothing here: every update of a CSR, of the main resource or of a subresource, reaches
+    /// `validate_update` or `validate_subresource`, which check all of it from one decode of
+    /// the two objects ([`validate_replacing`]).
+    fn validate_on_update(&self, _new: &Value, _old: &Value) -> Vec<FieldError> {
+        Vec::new()
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
-        let (new, old): (Csr, Csr) = crate::typed!(decode_update(new, old));
-        validate_csr_update(&new, &old, options(&new, Some(&old)))
+        validate_replacing(new, old, "")
     }
 }
 
@@ -633,14 +650,7 @@ impl StatusStrategy for CertificateSigningRequestStrategy {
     }
 
     fn validate_subresource(&self, sub: &str, new: &Value, old: &Value) -> Vec<FieldError> {
-        let (new, old): (Csr, Csr) = crate::typed!(decode_update(new, old));
-        let mut opts = options(&new, Some(&old));
-        match sub {
-            "status" => opts.allow_setting_certificate = true,
-            "approval" => opts.allow_setting_approval_conditions = true,
-            _ => {}
-        }
-        validate_csr_update(&new, &old, opts)
+        validate_replacing(new, old, sub)
     }
 }
 

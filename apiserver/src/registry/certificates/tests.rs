@@ -192,7 +192,11 @@ fn updates_trust_the_stored_request_and_check_everything_else() {
     for (name, old, mutate, want) in cases {
         let mut new = old.clone();
         mutate(&mut new);
-        assert_eq!(rendered(&s.validate_on_update(&new, &old)), want, "{name}");
+        assert!(s.validate_on_update(&new, &old).is_empty(), "{name}: checked by the next call");
+        assert_eq!(rendered(&s.validate_update(&new, &old)), want, "{name}");
+        for sub in ["status", "approval"] {
+            assert_eq!(rendered(&s.validate_subresource(sub, &new, &old)), want, "{name} (/{sub})");
+        }
     }
     assert_eq!(rendered(&s.validate(&stored_bad)), vec![bad_request], "a create checks it");
 }
@@ -327,9 +331,7 @@ fn approval_subresource() {
         let old = with_conditions(base(), old_c);
         let mut new = with_conditions(base(), new_c);
         prepare_approval(&mut new, &old, NOW);
-        let mut errs = s.validate(&new);
-        errs.extend(s.validate_subresource("approval", &new, &old));
-        assert_eq!(rendered(&errs), want, "{name}");
+        assert_eq!(rendered(&s.validate_subresource("approval", &new, &old)), want, "{name}");
     }
 }
 
@@ -362,9 +364,7 @@ fn status_subresource() {
             new["status"]["certificate"] = json!(c);
         }
         prepare_status(&mut new, &old, NOW);
-        let mut errs = s.validate(&new);
-        errs.extend(s.validate_subresource("status", &new, &old));
-        assert_eq!(rendered(&errs), want, "{name}");
+        assert_eq!(rendered(&s.validate_subresource("status", &new, &old)), want, "{name}");
     }
     // Approved/Denied instances are preserved as stored; other conditions get timestamps.
     let old = with_conditions(base(), approved.clone());
