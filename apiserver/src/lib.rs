@@ -204,7 +204,8 @@ async fn resolve_request_info(mut req: Request, next: Next) -> Response {
     if let Some(agent) = req.headers().get(header::USER_AGENT) {
         info.user_agent = String::from_utf8_lossy(agent.as_bytes()).into_owned();
     }
-    req.extensions_mut().insert(info);
+    // Shared, not copied, by the layers that keep it past the handler's answer.
+    req.extensions_mut().insert(Arc::new(info));
     next.run(req).await
 }
 
@@ -215,9 +216,10 @@ fn not_found_path() -> ApiError {
     }
 }
 
-async fn dispatch(State(state): State<Arc<AppState>>, req: Request) -> Response {
+async fn dispatch(State(state): State<Arc<AppState>>, mut req: Request) -> Response {
+    // Taken out: nothing below the handler reads them from the request.
     let (Some(info), Some(user)) =
-        (req.extensions().get::<RequestInfo>().cloned(), req.extensions().get::<UserInfo>().cloned())
+        (req.extensions_mut().remove::<Arc<RequestInfo>>(), req.extensions_mut().remove::<UserInfo>())
     else {
         return ApiError::internal("request without identity").into_response();
     };

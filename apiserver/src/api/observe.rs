@@ -92,7 +92,7 @@ fn unserved_key(info: &RequestInfo, path: &str) -> String {
 /// asked and what for, and outside flow control and authorization, so their refusals count.
 pub async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let start = Instant::now();
-    let Some(info) = req.extensions().get::<RequestInfo>().cloned() else { return next.run(req).await };
+    let Some(info) = req.extensions().get::<Arc<RequestInfo>>().cloned() else { return next.run(req).await };
     let user = req.extensions().get::<UserInfo>().map(|u| u.name.clone()).unwrap_or_default();
     let method = req.method().clone();
     let is_apply = req

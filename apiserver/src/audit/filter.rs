@@ -220,7 +220,7 @@ pub async fn init(State(auditor): State<Option<Arc<Auditor>>>, mut req: Request,
     req.extensions_mut().insert(AuditId(id.clone()));
     // Only what a 401 event needs, and only when the log is on.
     let before = auditor.as_ref().and_then(|_| {
-        let info = req.extensions().get::<RequestInfo>()?.clone();
+        let info = req.extensions().get::<Arc<RequestInfo>>()?.clone();
         let ips = source_ips(req.headers(), remote(&req));
         let bearer = req.headers().contains_key(http::header::AUTHORIZATION);
         Some((chrono::Utc::now(), info, req.uri().clone(), ips, bearer))
@@ -283,9 +283,11 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// The audit filter: see the module doc.
 pub async fn filter(State(auditor): State<Arc<Auditor>>, mut req: Request, next: Next) -> Response {
     let received = chrono::Utc::now();
-    let (Some(info), Some(user), Some(id)) =
-        (req.extensions().get::<RequestInfo>(), req.extensions().get::<UserInfo>(), req.extensions().get::<AuditId>())
-    else {
+    let (Some(info), Some(user), Some(id)) = (
+        req.extensions().get::<Arc<RequestInfo>>(),
+        req.extensions().get::<UserInfo>(),
+        req.extensions().get::<AuditId>(),
+    ) else {
         return next.run(req).await;
     };
     let decision = auditor.policy.evaluate(&attributes(info, Some(user)));

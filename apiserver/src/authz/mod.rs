@@ -215,10 +215,11 @@ pub async fn authorize(
     req: Request,
     next: Next,
 ) -> Response {
-    let (Some(user), Some(info)) = (req.extensions().get::<UserInfo>(), req.extensions().get::<RequestInfo>()) else {
+    let (Some(user), Some(info)) = (req.extensions().get::<UserInfo>(), req.extensions().get::<Arc<RequestInfo>>())
+    else {
         return ApiError::internal("request reached authorization without identity").into_response();
     };
-    let attrs = Attributes { user, info };
+    let attrs = Attributes { user, info: info.as_ref() };
     let verdict = authz.authorize(&attrs).await;
     if verdict.allowed() {
         let mut resp = next.run(req).await;

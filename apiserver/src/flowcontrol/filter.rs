@@ -74,18 +74,20 @@ pub trait Limited: Send + Sync + 'static {
 
 pub async fn filter<S: Limited>(State(state): State<Arc<S>>, req: Request, next: Next) -> Response {
     let Some(limiter) = state.limiter() else { return next.run(req).await };
-    let (Some(user), Some(info)) =
-        (req.extensions().get::<UserInfo>().cloned(), req.extensions().get::<RequestInfo>().cloned())
-    else {
-        return next.run(req).await;
-    };
     match limiter {
-        Limiter::Apf(fc) => apf(fc, &user, &info, req, next).await,
-        Limiter::MaxInFlight(m) => max_in_flight(m, &user, &info, req, next).await,
+        Limiter::Apf(fc) => apf(fc, req, next).await,
+        Limiter::MaxInFlight(m) => max_in_flight(m, req, next).await,
     }
 }
 
-async fn apf(fc: &Arc<FlowControl>, user: &UserInfo, info: &RequestInfo, req: Request, next: Next) -> Response {
+/// The user and the request's information, borrowed from the request: a request without
+/// them is not limited.
+fn identity(req: &Request) -> Option<(&UserInfo, &RequestInfo)> {
+    Some((req.extensions().get::<UserInfo>()?, req.extensions().get::<Arc<RequestInfo>>()?))
+}
+
+async fn apf(fc: &Arc<FlowControl>, req: Request, next: Next) -> Response {
+    let Some((user, info)) = identity(&req) else { return next.run(req).await };
     let digest = RequestDigest {
         user: &user.name,
         groups: &user.groups,
@@ -149,7 +151,8 @@ async fn apf(fc: &Arc<FlowControl>, user: &UserInfo, info: &RequestInfo, req: Re
     resp
 }
 
-async fn max_in_flight(m: &MaxInFlight, user: &UserInfo, info: &RequestInfo, req: Request, next: Next) -> Response {
+async fn max_in_flight(m: &MaxInFlight, req: Request, next: Next) -> Response {
+    let Some((user, info)) = identity(&req) else { return next.run(req).await };
     if info.verb == "watch" || user.groups.iter().any(|g| g == crate::authn::MASTERS_GROUP) {
         return next.run(req).await;
     }
