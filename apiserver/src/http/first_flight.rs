@@ -68,7 +68,7 @@ impl<S: AsyncWrite + Unpin> FirstFlight<S> {
         Poll::Ready(Ok(()))
     }
 
-    /// Whether `len` more bytes are held (and held they are, when true).
+    /// Whether `bufs` are held (and held they are, when true).
     fn hold(&mut self, bufs: &[io::IoSlice<'_>]) -> bool {
         let held = match self.phase {
             Phase::Before => Phase::Holding { read_since: false, waited: false },
@@ -144,8 +144,10 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for FirstFlight<S> {
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if let Phase::Holding { read_since: false, .. } = this.phase {
-            return Poll::Ready(Ok(()));
+        match this.phase {
+            Phase::Holding { read_since: false, .. } => return Poll::Ready(Ok(())),
+            Phase::Before => return Pin::new(&mut this.inner).poll_flush(cx),
+            Phase::Holding { .. } | Phase::Through => {}
         }
         ready!(this.poll_release(cx))?;
         Pin::new(&mut this.inner).poll_flush(cx)
@@ -271,6 +273,14 @@ mod tests {
                 &[Some(b"preface"), Some(b"client SETTINGS")],
                 &[R, W("SETTINGS"), F, R, W("ACK"), F, W("reply"), F],
                 &["write SETTINGSACK", "flush", "write reply", "flush"],
+                &["read preface", "read client SETTINGS"],
+            ),
+            (
+                "a flush before anything is written goes through and holds nothing back",
+                true,
+                &[Some(b"preface"), Some(b"client SETTINGS")],
+                &[F, R, W("SETTINGS"), F, R, W("ACK"), F],
+                &["flush", "write SETTINGSACK", "flush"],
                 &["read preface", "read client SETTINGS"],
             ),
             (
