@@ -377,7 +377,6 @@ fn find_conditions<'a>(csr: &'a Csr, type_: &str) -> Vec<&'a Condition> {
     conditions(csr).iter().filter(|c| c.type_ == type_).collect()
 }
 
-/// The update-only half of `validateCertificateSigningRequestUpdate`.
 /// Everything an update of a CSR through `sub` ("" for the main resource) is checked for, from
 /// one decode of the two objects: the object's own rules, as at create but without checking an
 /// unchanged request again, then the update's, with what `sub` may change.
@@ -395,6 +394,7 @@ fn validate_replacing(new_wire: &Value, old: &Value, sub: &str) -> Vec<FieldErro
     errs
 }
 
+/// The update-only half of `validateCertificateSigningRequestUpdate`.
 fn validate_csr_update(new: &Csr, old: &Csr, opts: Options) -> Vec<FieldError> {
     let mut errs = Vec::new();
     for t in condition::BUILT_IN {
