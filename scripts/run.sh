@@ -5,13 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The etcd client's gRPC code is generated at build time with protoc.
-if ! command -v protoc >/dev/null 2>&1; then
-  echo "installing protobuf-compiler (protoc, needed to build the etcd client)"
-  SUDO=""
-  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-  $SUDO apt-get install -y -q protobuf-compiler >/dev/null 2>&1 \
-    || { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q protobuf-compiler >/dev/null; }
-fi
+# protoc: the etcd client's gRPC code is generated at build time.
+source scripts/ensure-protoc.sh
 
 exec cargo run --release --locked -- server --data-dir ./kustos-data "$@"
