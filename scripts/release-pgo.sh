@@ -103,6 +103,8 @@ counts=("$raw"/server-*.profraw)
 "$profdata" merge -o "$pgo/kustos.profdata" "${counts[@]}"
 
 echo "4/4 optimised build (target/pgo/use)"
+# From scratch: cargo does not see new counts in the same file as a reason to build again.
+rm -rf "$pgo/use"
 RUSTFLAGS="-Cprofile-use=$pgo/kustos.profdata -Clink-arg=-Wl,-z,keep-text-section-prefix" \
   cargo build --release --locked --bin kustos --target-dir "$pgo/use"
 cp "$pgo/use/release/kustos" "$pgo/kustos"
