@@ -73,8 +73,10 @@ impl Proc {
     /// file-backed pages (the executable's code, libraries) that came back meanwhile. `VmHWM`
     /// counts those pages too: code that the kernel dropped under memory pressure from other
     /// work on the machine is read back in as the case runs it, and that is not memory the
-    /// case cost. Anonymous memory, which is what a request can make the server hold, counts
-    /// whole.
+    /// case cost. The one error the other way: file-backed pages that were out at the moment
+    /// of the peak and back by the end are subtracted although the peak did not hold them, so
+    /// anonymous memory is under-counted by at most the file-backed pages read in between the
+    /// peak and the end of the case; with nothing else pressing the page cache, none are.
     fn growth_since(&self, before: Resident) -> u64 {
         let peak = self.bytes("VmHWM").saturating_sub(before.all);
         peak.saturating_sub(self.bytes("RssFile").saturating_sub(before.file))
