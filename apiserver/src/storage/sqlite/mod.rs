@@ -21,7 +21,10 @@
 //! (each compare-and-swap checked on its own, inside a savepoint, so one failing request
 //! fails alone), commits (WAL + `synchronous=FULL`: the commit is fsynced), then publishes
 //! the events in revision order and answers the callers. Nothing is acknowledged before it
-//! is durable.
+//! is durable. While writes come from several callers at once (a write was already waiting
+//! when the last transaction ended), a batch first waits `LINGER` (1 ms) for more to join it,
+//! so that one `fsync` serves more writes; a caller writing alone never waits.
+//! docs/BENCHMARKS.md ("Group commit that waits a millisecond") has the counts.
 //!
 //! # Reads
 //!
@@ -77,6 +80,9 @@ use writer::{Msg, WriteOp, Writer};
 
 /// Most write requests committed in one transaction.
 const MAX_BATCH: usize = 1024;
+/// How long a batch waits for more writes before its commit while several callers write
+/// (`writer.rs`, `lingers`); not at all on a store that does not sync.
+const LINGER: Duration = Duration::from_millis(1);
 /// Read connections in the pool.
 const READERS: usize = 4;
 /// History rows a watch reads per query while catching up.
@@ -205,8 +211,15 @@ impl SqliteStorage {
             closed: AtomicBool::new(false),
             current: current::Current::default(),
         });
-        let writer =
-            Writer { conn, shared: shared.clone(), rev, compacted, cursor, compact_step: cfg.compact_step.max(1) };
+        let writer = Writer {
+            conn,
+            shared: shared.clone(),
+            rev,
+            compacted,
+            cursor,
+            compact_step: cfg.compact_step.max(1),
+            linger: cfg.durable.then_some(LINGER),
+        };
         let (tx, rx) = mpsc::channel();
         let handle = thread::Builder::new()
             .name("kustos-sqlite-writer".to_string())

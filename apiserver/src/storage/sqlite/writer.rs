@@ -2,6 +2,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
+use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension};
 use tokio::sync::oneshot;
@@ -44,13 +45,37 @@ pub(super) struct Writer {
     /// Superseded rows with revision ≤ cursor are deleted.
     pub(super) cursor: Rev,
     pub(super) compact_step: u64,
+    /// How long a batch waits for more writes while writes come from several callers at once
+    /// ([`lingers`]); `None` for a store that does not sync.
+    pub(super) linger: Option<Duration>,
+}
+
+/// Whether a batch waits before its commit for more writes to join it: only when its first
+/// write was already waiting as the last transaction ended. A caller that writes alone sends
+/// its next write only once the last one was answered, after the commit, so such a write comes
+/// from another caller that wrote meanwhile: writes are arriving from several at once, more are
+/// on their way, and each commit (one `fsync`, the WAL frames of every page it touched, the
+/// revision row) is then shared by more writes. A lone caller, and the first write after a
+/// quiet spell, never wait.
+fn lingers(waiting_at_last_commit: bool, batch: usize) -> bool {
+    waiting_at_last_commit && batch > 0 && batch < MAX_BATCH
 }
 
 type Pending = (WriteOp, oneshot::Sender<Result<Rev>>);
 
 impl Writer {
     pub(super) fn run(mut self, rx: mpsc::Receiver<Msg>) {
-        while let Ok(first) = rx.recv() {
+        loop {
+            // Taken without blocking: the message was there when the last transaction ended.
+            let (first, waiting) = match rx.try_recv() {
+                Ok(msg) => (msg, true),
+                Err(mpsc::TryRecvError::Disconnected) => break,
+                Err(mpsc::TryRecvError::Empty) => match rx.recv() {
+                    Ok(msg) => (msg, false),
+                    Err(_) => break,
+                },
+            };
+            let mut linger = self.linger;
             let mut writes: Vec<Pending> = Vec::new();
             let mut others = Vec::new();
             let mut next = Some(first);
@@ -60,6 +85,13 @@ impl Writer {
                     other => others.push(other),
                 }
                 next = if writes.len() < MAX_BATCH { rx.try_recv().ok() } else { None };
+                if next.is_none() && lingers(waiting, writes.len()) {
+                    // Sleep rather than wait on the channel: the callers' sends then wake no one.
+                    if let Some(wait) = linger.take() {
+                        std::thread::sleep(wait);
+                        next = rx.try_recv().ok();
+                    }
+                }
             }
             if !writes.is_empty() {
                 self.commit_batch(writes);
@@ -324,5 +356,25 @@ impl Writer {
         })?;
         self.cursor = hi;
         Ok(hi >= self.compacted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_batch_waits_only_when_writes_were_waiting_as_the_last_commit_ended() {
+        let cases: [(&str, bool, usize, bool); 6] = [
+            ("a write waiting at the last commit's end", true, 1, true),
+            ("several waiting", true, 40, true),
+            ("the first write after a quiet spell, or a lone caller's next", false, 1, false),
+            ("nothing waiting, several taken since", false, 3, false),
+            ("only compaction steps waiting (no write)", true, 0, false),
+            ("the batch full", true, MAX_BATCH, false),
+        ];
+        for (name, waiting, batch, want) in cases {
+            assert_eq!(lingers(waiting, batch), want, "{name}");
+        }
     }
 }
