@@ -255,4 +255,12 @@ async fn work_counters_count_what_requests_cause() {
     for (line, want) in at_least {
         assert!(delta(line) >= *want, "{line}: {} (want at least {want}):\n{after}", delta(line));
     }
+    // The update was sent after the create's answer: two commits at least (either may hold
+    // other writes too). The etcd backend commits nothing of its own.
+    let commits =
+        delta("kustos_sqlite_commits_total{waited=\"false\"}") + delta("kustos_sqlite_commits_total{waited=\"true\"}");
+    match common::storage_backend() {
+        "sqlite" => assert!(commits >= 2.0, "SQLite commits: {commits}:\n{after}"),
+        _ => assert_eq!(commits, 0.0, "no SQLite store:\n{after}"),
+    }
 }

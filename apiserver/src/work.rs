@@ -19,6 +19,7 @@
 //! | `kustos_object_decodes_total` | `format` (`json`, `yaml`, `protobuf`, `typed`), `site` | bytes (or a `serde_json::Value`, for `typed`) read into an object |
 //! | `kustos_object_encodes_total` | `format`, `site` | an object written as bytes (or into a `serde_json::Value`, for `typed`) |
 //! | `kustos_signature_checks_total` | `what` | public-key signature verifications |
+//! | `kustos_sqlite_commits_total` | `waited` (`false`, `true`) | write transactions the embedded SQLite store committed (one `fsync` each when durable); `true`: the batch first waited for more writes to join it (`storage/sqlite/writer.rs`) |
 //!
 //! Sites of decodes and encodes:
 //! - `request`: a request body decoded for the generic REST handlers and the kinds' own
@@ -186,6 +187,8 @@ static DECODES: [[AtomicU64; FORMATS]; SITES] = [ZERO_ROW; SITES];
 static ENCODES: [[AtomicU64; FORMATS]; SITES] = [ZERO_ROW; SITES];
 static READS: [AtomicU64; Read::ALL.len()] = [ZERO; Read::ALL.len()];
 static SIGNATURES: [AtomicU64; Signature::ALL.len()] = [ZERO; Signature::ALL.len()];
+/// SQLite commits: [at once, after waiting for more writes].
+static SQLITE_COMMITS: [AtomicU64; 2] = [ZERO; 2];
 
 /// Writes per resource label, each with a count per [`Write`].
 type WriteCounts = Arc<[AtomicU64; Write::ALL.len()]>;
@@ -214,6 +217,12 @@ pub fn storage_read(op: Read) {
 /// Count a signature verification.
 pub fn signature_checked(what: Signature) {
     SIGNATURES[what as usize].fetch_add(1, Relaxed);
+}
+
+/// Count a write transaction the SQLite store committed; `waited`: its batch first waited
+/// for more writes.
+pub fn sqlite_commit(waited: bool) {
+    SQLITE_COMMITS[usize::from(waited)].fetch_add(1, Relaxed);
 }
 
 /// The part of a storage key naming its kind: `/registry/<group>/<resource>/...` →
@@ -354,6 +363,15 @@ pub fn encode(issued_certificate_checks: u64) -> String {
         );
     }
     let _ = writeln!(text, "kustos_signature_checks_total{{what=\"issued_certificate\"}} {issued_certificate_checks}");
+    header(
+        &mut text,
+        "kustos_sqlite_commits",
+        "Write transactions the SQLite store committed, by whether the batch first waited for more writes.",
+    );
+    for (waited, label) in [(false, "false"), (true, "true")] {
+        let n = SQLITE_COMMITS[usize::from(waited)].load(Relaxed);
+        let _ = writeln!(text, "kustos_sqlite_commits_total{{waited=\"{label}\"}} {n}");
+    }
     text
 }
 
@@ -431,11 +449,14 @@ mod tests {
         let before = encode(0);
         storage_read(Read::Count);
         signature_checked(Signature::TlsCertificateVerify);
+        sqlite_commit(true);
         decoded(Format::Yaml, Site::Roundtrip);
         encoded(Format::Protobuf, Site::Validation);
         let after = encode(0);
         assert!(read(&after) > read(&before), "a count read is counted");
         assert!(sig(&after) > sig(&before), "a handshake signature is counted");
+        let waited = |t: &str| value(t, "kustos_sqlite_commits_total{waited=\"true\"}");
+        assert!(waited(&after) > waited(&before), "a commit after a wait is counted");
         // No code path of the crate decodes YAML in a roundtrip nor encodes protobuf in
         // validation: these samples are this test's alone.
         assert_eq!(value(&after, "kustos_object_decodes_total{format=\"yaml\",site=\"roundtrip\"}"), 1);

@@ -1,5 +1,5 @@
 //! The work a storm caused per certified node: what the server's `/metrics` counted between
-//! two scrapes (requests, storage writes and reads, watch events, object decodes and
+//! two scrapes (requests, storage writes and reads, SQLite commits, watch events, object decodes and
 //! encodes, signature checks, the CSR counters), and the allocation calls `perf stat`
 //! counted on uprobes when asked (`BENCH_PERF_EVENTS`, docs/BENCHMARKS.md), each divided by
 //! the nodes.
@@ -85,6 +85,12 @@ pub fn rows(before: &[Sample], after: &[Sample], nodes: u64, allocations: &[(Str
         &mut rows,
         "storage reads",
         deltas(before, after, named("kustos_storage_reads_total"), |s| label(s, "operation")),
+        n,
+    );
+    group(
+        &mut rows,
+        "SQLite commits",
+        deltas(before, after, named("kustos_sqlite_commits_total"), |s| format!("waited {}", label(s, "waited"))),
         n,
     );
     group(
@@ -190,7 +196,8 @@ mod tests {
              apiserver_watch_events_total{group=\"certificates.k8s.io\",version=\"v1\",resource=\"certificatesigningrequests\"} 90\n\
              kustos_object_decodes_total{format=\"json\",site=\"storage\"} 5\n\
              kustos_signature_checks_total{what=\"issued_certificate\"} 21\n\
-             kustos_csr_parse_total{stage=\"create\"} 60\n",
+             kustos_csr_parse_total{stage=\"create\"} 60\n\
+             kustos_sqlite_commits_total{waited=\"true\"} 30\n",
         );
         let rows = super::rows(&before, &after, 20, &[("probe_kustos:mi_malloc_aligned".into(), 2000.0)]);
         let get = |k: &str| rows.iter().find(|(r, _)| r == k).map(|(_, v)| v.as_str()).unwrap_or("missing");
@@ -200,6 +207,7 @@ mod tests {
         assert_eq!(get("watch events: certificatesigningrequests.certificates.k8s.io"), "4.50");
         assert_eq!(get("decodes: storage json"), "0.25");
         assert_eq!(get("signature checks: issued_certificate"), "1.00");
+        assert_eq!(get("SQLite commits: waited true"), "1.50");
         assert_eq!(get("kustos_csr_parse: kustos_csr_parse_total{stage=create}"), "3.00");
         assert_eq!(get("allocation calls (perf uprobes): probe_kustos:mi_malloc_aligned"), "100.00");
         assert_eq!(get("**requests**"), "**0.00**", "a group with nothing counted still shows");

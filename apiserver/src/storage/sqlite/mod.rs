@@ -23,7 +23,8 @@
 //! the events in revision order and answers the callers. Nothing is acknowledged before it
 //! is durable. While writes come from several callers at once (a write was already waiting
 //! when the last transaction ended), a batch first waits `LINGER` (1 ms) for more to join it,
-//! so that one `fsync` serves more writes; a caller writing alone never waits.
+//! so that one `fsync` serves more writes; a caller writing alone never waits. Commits are
+//! counted, with or without a wait (`kustos_sqlite_commits_total`, `work.rs`);
 //! docs/BENCHMARKS.md ("Group commit that waits a millisecond") has the counts.
 //!
 //! # Reads
@@ -210,6 +211,7 @@ impl SqliteStorage {
             keyed: Mutex::new(KeyWatchers::default()),
             closed: AtomicBool::new(false),
             current: current::Current::default(),
+            commits: Default::default(),
         });
         let writer = Writer {
             conn,

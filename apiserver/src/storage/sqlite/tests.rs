@@ -654,6 +654,68 @@ async fn concurrent_creates_all_succeed_with_distinct_revisions() {
     assert_eq!(s.count("/p/").await.expect("count"), 200);
 }
 
+/// Write transactions the store committed: (at once, after waiting for more writes).
+fn commits(s: &SqliteStorage) -> (u64, u64) {
+    let [at_once, waited] = &s.shared.commits;
+    (at_once.load(Ordering::Relaxed), waited.load(Ordering::Relaxed))
+}
+
+/// `callers` tasks at once, each creating `each` keys under `/p/<round>/` one after another.
+async fn callers_at_once(s: &Arc<SqliteStorage>, round: usize, callers: usize, each: usize) {
+    let tasks: Vec<_> = (0..callers)
+        .map(|c| {
+            let s = s.clone();
+            tokio::spawn(async move {
+                for i in 0..each {
+                    s.create(&format!("/p/{round}/{c}/{i}"), vec![0; 256]).await?;
+                }
+                Ok::<_, Error>(())
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("task").expect("creates");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lone_caller_never_waits_for_more_writes() {
+    let (_dir, s) = durable_store();
+    for i in 0..40 {
+        let key = format!("/p/{i:02}");
+        let rev = s.create(&key, b"v".to_vec()).await.expect("create");
+        s.update(&key, b"w".to_vec(), rev).await.expect("update");
+    }
+    assert_eq!(commits(&s), (80, 0), "a commit each, none after a wait");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn writes_from_several_callers_at_once_wait_to_share_a_commit() {
+    let (_dir, s) = durable_store();
+    let s = Arc::new(s);
+    // A batch waits when a write arrived while the last one was being committed; when one
+    // does is the scheduler's doing, so up to ten rounds of 16 callers.
+    for round in 0..10 {
+        callers_at_once(&s, round, 16, 20).await;
+        let (at_once, waited) = commits(&s);
+        assert_eq!(s.current_rev(), (round as u64 + 1) * 320, "every write committed");
+        if waited > 0 {
+            assert!(at_once + waited < s.current_rev(), "commits shared: {:?}", commits(&s));
+            return;
+        }
+    }
+    panic!("no batch waited in ten rounds of 16 callers writing at once: {:?}", commits(&s));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_that_does_not_sync_never_waits() {
+    let s = Arc::new(fast_store(Config::default()));
+    callers_at_once(&s, 0, 16, 20).await;
+    let (at_once, waited) = commits(&s);
+    assert_eq!((s.current_rev(), waited), (320, 0));
+    assert!(at_once > 0 && at_once <= 320, "{at_once}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_updates_with_the_same_expected_revision_have_one_winner() {
     let (_dir, s) = durable_store();

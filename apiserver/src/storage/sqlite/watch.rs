@@ -26,6 +26,8 @@ pub(super) struct Shared {
     pub(super) closed: AtomicBool,
     /// The values the writer committed last (reads of the current state).
     pub(super) current: super::current::Current,
+    /// Write transactions committed: [at once, after the batch waited for more writes].
+    pub(super) commits: [AtomicU64; 2],
 }
 
 /// The single-key watches: key → (watch id, its inbox).

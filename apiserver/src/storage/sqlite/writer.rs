@@ -13,6 +13,7 @@ use super::watch::Shared;
 use super::MAX_BATCH;
 use crate::storage::memo::Memo;
 use crate::storage::{Error, Event, EventKind, KeyValue, Result, Rev};
+use crate::work;
 
 pub(super) enum WriteOp {
     Create { key: String, value: Vec<u8> },
@@ -51,31 +52,33 @@ pub(super) struct Writer {
 }
 
 /// Whether a batch waits before its commit for more writes to join it: only when its first
-/// write was already waiting as the last transaction ended. A caller that writes alone sends
-/// its next write only once the last one was answered, after the commit, so such a write comes
-/// from another caller that wrote meanwhile: writes are arriving from several at once, more are
-/// on their way, and each commit (one `fsync`, the WAL frames of every page it touched, the
-/// revision row) is then shared by more writes. A lone caller, and the first write after a
-/// quiet spell, never wait.
+/// write was already waiting as the last transaction ended. The writer looks for one right
+/// after that commit, before it answers its callers, so the write came from a caller that was
+/// not answered then: writes are arriving from several at once, more are on their way, and
+/// each commit (one `fsync`, the WAL frames of every page it touched, the revision row) is
+/// then shared by more writes. A caller writing alone, which sends its next write only once
+/// answered, and the first write after a quiet spell never wait.
 fn lingers(waiting_at_last_commit: bool, batch: usize) -> bool {
     waiting_at_last_commit && batch > 0 && batch < MAX_BATCH
 }
 
-type Pending = (WriteOp, oneshot::Sender<Result<Rev>>);
+type Reply = oneshot::Sender<Result<Rev>>;
+type Pending = (WriteOp, Reply);
 
 impl Writer {
     pub(super) fn run(mut self, rx: mpsc::Receiver<Msg>) {
+        // A message taken as the last transaction ended, before its callers were answered.
+        let mut carried: Option<Msg> = None;
         loop {
-            // Taken without blocking: the message was there when the last transaction ended.
-            let (first, waiting) = match rx.try_recv() {
-                Ok(msg) => (msg, true),
-                Err(mpsc::TryRecvError::Disconnected) => break,
-                Err(mpsc::TryRecvError::Empty) => match rx.recv() {
+            let (first, waiting) = match carried.take() {
+                Some(msg) => (msg, true),
+                None => match rx.recv() {
                     Ok(msg) => (msg, false),
                     Err(_) => break,
                 },
             };
             let mut linger = self.linger;
+            let mut waited = false;
             let mut writes: Vec<Pending> = Vec::new();
             let mut others = Vec::new();
             let mut next = Some(first);
@@ -89,12 +92,16 @@ impl Writer {
                     // Sleep rather than wait on the channel: the callers' sends then wake no one.
                     if let Some(wait) = linger.take() {
                         std::thread::sleep(wait);
+                        waited = true;
                         next = rx.try_recv().ok();
                     }
                 }
             }
-            if !writes.is_empty() {
-                self.commit_batch(writes);
+            let answers = if writes.is_empty() { Vec::new() } else { self.commit_batch(writes, waited) };
+            // Looked for before the answers go out: none of their callers can have sent it.
+            carried = rx.try_recv().ok();
+            for (reply, res) in answers {
+                let _ = reply.send(res);
             }
             for msg in others {
                 match msg {
@@ -120,12 +127,11 @@ impl Writer {
         Ok(())
     }
 
-    fn commit_batch(&mut self, writes: Vec<Pending>) {
+    /// Apply and commit one batch; the callers' answers, to be sent once the events are
+    /// published. `waited`: the batch waited for more writes first (counted with the commit).
+    fn commit_batch(&mut self, writes: Vec<Pending>, waited: bool) -> Vec<(Reply, Result<Rev>)> {
         if let Err(e) = self.begin() {
-            for (_, reply) in writes {
-                let _ = reply.send(Err(e.clone()));
-            }
-            return;
+            return writes.into_iter().map(|(_, reply)| (reply, Err(e.clone()))).collect();
         }
         let mut rev = self.rev;
         let mut events = Vec::new();
@@ -179,15 +185,14 @@ impl Writer {
                 self.publish(rev, events, Vec::new());
             }
             // Even the CAS failures were judged against writes that may be gone.
-            for (reply, _) in results {
-                let _ = reply.send(Err(e.clone()));
-            }
-            return;
+            return results.into_iter().map(|(reply, _)| (reply, Err(e.clone()))).collect();
+        }
+        if rev != self.rev {
+            self.shared.commits[usize::from(waited)].fetch_add(1, Ordering::Relaxed);
+            work::sqlite_commit(waited);
         }
         self.publish(rev, events, newest);
-        for (reply, res) in results {
-            let _ = reply.send(res);
-        }
+        results
     }
 
     fn publish(&mut self, rev: Rev, events: Vec<Event>, newest: Vec<Newest>) {
