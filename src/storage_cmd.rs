@@ -28,7 +28,7 @@ const MIGRATE_ABOUT: &str = "\
 Copy every object from one store into another: SQLite → etcd, or etcd → SQLite.
 
 Stop every server using the source first: the source is read at one revision, and writes made
-to it after that are not copied.
+to it after that are not copied. A SQLite store that a server holds open is refused.
 
 Objects are copied byte for byte: uids, creationTimestamps and all contents are kept. Their
 resourceVersions become the target's revisions, so clients relist after the move (watches

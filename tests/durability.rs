@@ -110,3 +110,50 @@ async fn sigterm_exits_cleanly_and_a_restart_serves_the_same_data() {
     let ready = send(s.anonymous().get(format!("{}/readyz", s.url))).await;
     ready.expect_code(200, "/readyz after restart");
 }
+
+/// One process writes a store: a second `kustos server` on a data dir in use, and a
+/// migration from it, are refused at once with an error naming the lock, and the first
+/// server keeps serving with nothing lost. Once the first has stopped, the data dir opens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_process_on_a_data_dir_in_use_is_refused_and_the_first_keeps_serving() {
+    // SQLite named: the lock is the embedded store's, whatever the suite runs on.
+    let mut s = Server::start_with(&["--storage", "sqlite"]);
+    let http = s.http();
+    let ns = s.create_namespace("lock").await;
+    let url = format!("{}/api/v1/namespaces/{ns}/configmaps", s.url);
+    send(http.post(&url).json(&configmap("before", json!({"k": "1"})))).await.expect_code(201, "create");
+
+    let dir = s.data_dir.display().to_string();
+    let in_use = format!(
+        "{} is in use: another process holds {}",
+        s.data_dir.join("kustos.db").display(),
+        s.data_dir.join("kustos.db.lock").display()
+    );
+    let refused = |args: &[&str], what: &str| {
+        let out = common::kustos(args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{what}: exit code; stderr:\n{stderr}");
+        let last = stderr.lines().last().unwrap_or_default();
+        assert!(last.starts_with("error: ") && last.contains(&in_use), "{what}: {last:?}\nwhole stderr:\n{stderr}");
+    };
+    refused(&["server", "--data-dir", &dir, "--secure-port", "0"], "a second server");
+    refused(&["storage", "migrate", "--from", &format!("sqlite:{dir}"), "--to", "etcd:http://127.0.0.1:1"], "migrate");
+
+    // The first still reads and writes.
+    let got = send(http.get(format!("{url}/before"))).await;
+    got.expect_code(200, "GET after the refusals");
+    assert_eq!(got.body["data"]["k"], "1");
+    send(http.post(&url).json(&configmap("after", json!({"k": "2"})))).await.expect_code(201, "create after");
+
+    // A server that stopped, even by kill -9, holds nothing: the data dir starts again.
+    s.restart();
+    let http = s.http();
+    let list = send(http.get(format!("{}/api/v1/namespaces/{ns}/configmaps", s.url))).await;
+    list.expect_code(200, "list after restart");
+    let names: Vec<&str> = list.body["items"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|i| i["metadata"]["name"].as_str()).collect())
+        .unwrap_or_default();
+    // Besides kube-root-ca.crt, which the controllers publish in every namespace.
+    assert!(names.contains(&"before") && names.contains(&"after"), "{names:?}");
+}

@@ -1,5 +1,5 @@
 //! The data directory is private to the user running kustos: the directory and `pki/` 0700,
-//! the store (`kustos.db`, `-wal`, `-shm`) and the admin kubeconfig 0600, on a fresh start
+//! the store (`kustos.db`, `-wal`, `-shm`, `.lock`) and the admin kubeconfig 0600, on a fresh start
 //! and, tightened at start, on an install that was left open to other users.
 
 mod common;
@@ -29,6 +29,7 @@ fn private_paths(data_dir: &Path) -> Vec<(std::path::PathBuf, u32)> {
         (data_dir.join("kustos.db"), 0o600),
         (data_dir.join("kustos.db-wal"), 0o600),
         (data_dir.join("kustos.db-shm"), 0o600),
+        (data_dir.join("kustos.db.lock"), 0o600),
         (data_dir.join("admin.kubeconfig"), 0o600),
         (data_dir.join("pki").join("ca.key"), 0o600),
     ]
@@ -70,7 +71,7 @@ async fn a_fresh_data_dir_is_private_and_an_open_one_is_tightened_at_start() {
     let log = std::fs::read_to_string(s.work_dir().join("stderr-1.log")).expect("reading the second log");
     let lines: Vec<&str> = log.lines().filter(|l| l.contains(TIGHTENED)).collect();
     assert_eq!(lines.len(), 1, "one line says what was tightened:\n{log}");
-    for name in ["kustos.db", "kustos.db-wal", "kustos.db-shm"] {
+    for name in ["kustos.db", "kustos.db-wal", "kustos.db-shm", "kustos.db.lock"] {
         assert!(lines[0].contains(&*s.data_dir.join(name).to_string_lossy()), "{name} named in: {}", lines[0]);
     }
 }

@@ -1,5 +1,6 @@
-//! The database file and the throwaway directory of `open_in_memory`.
+//! The database file, its lock, and the throwaway directory of `open_in_memory`.
 
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,6 +15,41 @@ pub(super) fn create_private(path: &Path) -> Result<()> {
         Ok(_) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(Error::Backend(format!("creating {}: {e}", path.display()))),
+    }
+}
+
+/// The lock file of the database at `db`: `<db>.lock` (`kustos.db.lock`).
+pub(super) fn lock_path(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Take the database's lock file (created 0600 when absent), exclusively, for as long as the
+/// returned file is open: one process writes a store. Two writers would each count the
+/// revisions from what they read at start, answer reads from what they wrote themselves and
+/// tell their watchers only of their own writes. A store in use is refused at once, naming the
+/// file. The lock is `flock`'s, released by the kernel when the process ends however it ends;
+/// it is apart from SQLite's own locks on the database file, which it leaves alone.
+pub(super) fn lock_exclusive(db: &Path) -> Result<File> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let path = lock_path(db);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| Error::Backend(format!("opening {}: {e}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Backend(format!(
+            "{} is in use: another process holds {} (a kustos server, or `kustos storage migrate`, on this data \
+             dir); stop it first",
+            db.display(),
+            path.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::Backend(format!("locking {}: {e}", path.display()))),
     }
 }
 

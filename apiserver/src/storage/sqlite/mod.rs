@@ -48,7 +48,8 @@
 //! `read.rs` the read pool and the queries; `watch.rs` the watch streams and the state they
 //! share with the writer; `writer.rs` the writer thread (group commit, compaction steps);
 //! `current.rs` the values it committed last, for reads of the current state;
-//! `file.rs` the database file's creation and the throwaway directory.
+//! `file.rs` the database file's creation, its lock (`kustos.db.lock`: one process opens a
+//! store at a time) and the throwaway directory.
 
 mod current;
 mod file;
@@ -72,7 +73,7 @@ use super::compactor::{self, Compact, COMPACT_INTERVAL};
 use super::fanout::Scope;
 use super::{Error, Event, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
 use crate::work::{self, Read as Counted, Write as Written};
-use file::{create_private, TempDir};
+use file::{create_private, lock_exclusive, TempDir};
 use read::{
     get_current, history_after, key_filter, list_at, open_reader, read_meta_value, stable_plans, Keys, ReadPool, SqlRev,
 };
@@ -150,6 +151,9 @@ pub struct SqliteStorage {
     writer: Option<thread::JoinHandle<()>>,
     /// Directory removed on drop (stores from [`SqliteStorage::open_in_memory`]).
     temp_dir: Option<TempDir>,
+    /// The database's lock file, held while the store is open (`file.rs`, [`lock_exclusive`]);
+    /// closed after the writer has stopped.
+    _lock: std::fs::File,
 }
 
 impl std::fmt::Debug for SqliteStorage {
@@ -163,7 +167,8 @@ impl std::fmt::Debug for SqliteStorage {
 
 impl SqliteStorage {
     /// Open (creating if needed) the database file at `path`. Writes are durable when
-    /// acknowledged (WAL, `synchronous=FULL`).
+    /// acknowledged (WAL, `synchronous=FULL`). One process at a time: a store another process
+    /// holds open is refused (`<path>.lock`, `file.rs`).
     pub fn open(path: &Path) -> Result<Self> {
         Self::open_with(path, Config::default(), None)
     }
@@ -182,6 +187,7 @@ impl SqliteStorage {
     }
 
     fn open_with(path: &Path, cfg: Config, temp_dir: Option<TempDir>) -> Result<Self> {
+        let lock = lock_exclusive(path)?;
         create_private(path)?;
         let conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
@@ -227,7 +233,7 @@ impl SqliteStorage {
             .name("kustos-sqlite-writer".to_string())
             .spawn(move || writer.run(rx))
             .map_err(|e| Error::Backend(format!("spawning the sqlite writer thread: {e}")))?;
-        Ok(Self { shared, reads, tx: Some(tx), writer: Some(handle), temp_dir })
+        Ok(Self { shared, reads, tx: Some(tx), writer: Some(handle), temp_dir, _lock: lock })
     }
 
     /// Periodically compact the history, keeping the last `keep_revisions` revisions

@@ -608,6 +608,29 @@ async fn the_database_and_its_wal_and_shm_are_created_private() {
 }
 
 #[tokio::test]
+async fn a_store_open_elsewhere_is_refused_until_it_is_closed() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("kustos.db");
+    let s = SqliteStorage::open(&path).expect("open");
+    s.create("/p/a", b"1".to_vec()).await.expect("create");
+    let lock = dir.path().join("kustos.db.lock");
+    assert_eq!(std::fs::metadata(&lock).expect("the lock file").permissions().mode() & 0o777, 0o600);
+    match SqliteStorage::open(&path) {
+        Err(Error::Backend(msg)) => {
+            let want = format!("{} is in use: another process holds {}", path.display(), lock.display());
+            assert!(msg.starts_with(&want), "{msg}");
+        }
+        other => panic!("a second open of a store in use: {other:?}"),
+    }
+    // The first is untouched by the refused one.
+    assert_eq!(s.create("/p/b", b"2".to_vec()).await, Ok(2));
+    drop(s);
+    let s = SqliteStorage::open(&path).expect("reopen once closed");
+    assert_eq!(s.count("/p/").await, Ok(2));
+}
+
+#[tokio::test]
 async fn reopening_the_file_keeps_data_and_revisions() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("kustos.db");
