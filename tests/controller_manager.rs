@@ -223,6 +223,11 @@ fn bad_flags_are_a_one_line_error_and_a_non_zero_exit() {
         ),
         ("half a serving pair", vec![format!("--tls-cert-file={missing}")], "--tls-private-key-file go together"),
         ("csrsigning without a CA", vec![], "csrsigning needs a signing CA"),
+        (
+            "csrsigning by upstream's name, without a CA",
+            vec!["--controllers=certificatesigningrequest-signing-controller".into()],
+            "csrsigning needs a signing CA",
+        ),
         ("signing files that do not exist", signing.to_vec(), missing),
         (
             "a service-account key that is not a key",
@@ -232,6 +237,15 @@ fn bad_flags_are_a_one_line_error_and_a_non_zero_exit() {
         (
             "a kubeconfig that does not exist",
             vec!["--controllers=-csrsigning".into(), "--leader-elect=false".into()],
+            "does not exist",
+        ),
+        (
+            // csrsigning left out by upstream's name: no CA is asked for.
+            "a kubeconfig that does not exist, upstream's names",
+            vec![
+                "--controllers=*,-certificatesigningrequest-signing-controller,bootstrap-signer-controller".into(),
+                "--leader-elect=false".into(),
+            ],
             "does not exist",
         ),
     ];

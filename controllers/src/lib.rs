@@ -80,23 +80,67 @@ pub const ALL: &[&str] = &[
 /// names it in its default `--controllers`).
 pub const DISABLED_BY_DEFAULT: &[&str] = &["tokencleaner", "bootstrapsigner", "nodelifecycle"];
 
-/// `--controllers`: `*` (every controller on by default), `name`, `-name`. Unknown names are
-/// an error. The result keeps the order of [`ALL`].
+/// kube-controller-manager's other names for the controllers of [`ALL`], each with the name
+/// kustos gives it: its canonical names since 1.29 (`...-controller`, the only names of the
+/// ClusterTrustBundle publisher and the PodCertificateRequest cleaner) and the one older
+/// alias that is not kustos's own. `--controllers` takes either, as upstream takes both.
+pub const UPSTREAM_NAMES: &[(&str, &str)] = &[
+    ("certificatesigningrequest-approving-controller", "csrapproving"),
+    ("certificatesigningrequest-signing-controller", "csrsigning"),
+    ("certificatesigningrequest-cleaner-controller", "csrcleaner"),
+    ("token-cleaner-controller", "tokencleaner"),
+    ("bootstrap-signer-controller", "bootstrapsigner"),
+    ("serviceaccount-controller", "serviceaccount"),
+    ("serviceaccount-token-controller", "serviceaccount-token"),
+    ("legacy-serviceaccount-token-cleaner-controller", "legacy-serviceaccount-token-cleaner"),
+    ("legacy-service-account-token-cleaner", "legacy-serviceaccount-token-cleaner"),
+    ("root-ca-certificate-publisher-controller", "root-ca-cert-publisher"),
+    ("clusterrole-aggregation-controller", "clusterrole-aggregation"),
+    (
+        "kube-apiserver-serving-clustertrustbundle-publisher-controller",
+        "kube-apiserver-serving-clustertrustbundle-publisher",
+    ),
+    ("node-lifecycle-controller", "nodelifecycle"),
+    ("podcertificaterequest-cleaner-controller", "podcertificaterequest-cleaner"),
+];
+
+/// The name in [`ALL`] that `name` (kustos's, or one of [`UPSTREAM_NAMES`]) stands for.
+fn known_name(name: &str) -> Option<&'static str> {
+    ALL.iter().copied().find(|n| *n == name).or_else(|| UPSTREAM_NAMES.iter().find(|(u, _)| *u == name).map(|p| p.1))
+}
+
+/// `--controllers`: `*` (every controller on by default), `name`, `-name`, each name kustos's
+/// or upstream's ([`UPSTREAM_NAMES`]). Unknown names are an error. The result keeps the order
+/// of [`ALL`], in kustos's names.
 pub fn resolve_controllers(spec: &[String]) -> Result<Vec<String>, String> {
-    let items: Vec<&str> = spec.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()).collect();
-    for item in &items {
-        let name = item.strip_prefix('-').unwrap_or(item);
-        if *item != "*" && !ALL.contains(&name) {
-            return Err(format!("{name:?} is not in the list of known controllers ({})", ALL.join(", ")));
+    let mut star = false;
+    let (mut on, mut off) = (Vec::new(), Vec::new());
+    for item in spec.iter().flat_map(|s| s.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
+        if item == "*" {
+            star = true;
+            continue;
+        }
+        let (name, list) = match item.strip_prefix('-') {
+            Some(name) => (name, &mut off),
+            None => (item, &mut on),
+        };
+        match known_name(name) {
+            Some(known) => list.push(known),
+            None => {
+                return Err(format!(
+                    "{name:?} is not in the list of known controllers ({}; or upstream's names, such as \
+                     certificatesigningrequest-signing-controller)",
+                    ALL.join(", ")
+                ))
+            }
         }
     }
-    let star = items.contains(&"*");
     Ok(ALL
         .iter()
         .filter(|name| {
-            if items.contains(&format!("-{name}").as_str()) {
+            if off.contains(name) {
                 false
-            } else if items.contains(name) {
+            } else if on.contains(name) {
                 true
             } else {
                 star && !DISABLED_BY_DEFAULT.contains(name)
@@ -318,10 +362,36 @@ mod tests {
             (s(&[]), Ok(vec![])),
             (s(&["nope"]), Err(())),
             (s(&["*,-nope"]), Err(())),
+            // Upstream's names, as kube-controller-manager 1.37 takes them.
+            (
+                s(&["*,bootstrap-signer-controller,token-cleaner-controller"]),
+                resolve_controllers(&s(&["*,bootstrapsigner,tokencleaner"])).map_err(|_| ()),
+            ),
+            (
+                s(&["*", "-certificatesigningrequest-signing-controller", "-podcertificaterequest-cleaner-controller"]),
+                Ok(defaults
+                    .iter()
+                    .filter(|n| *n != "csrsigning" && *n != "podcertificaterequest-cleaner")
+                    .cloned()
+                    .collect()),
+            ),
+            (s(&["legacy-service-account-token-cleaner"]), Ok(s(&["legacy-serviceaccount-token-cleaner"]))),
+            (s(&["node-lifecycle-controller,nodelifecycle"]), Ok(s(&["nodelifecycle"]))),
+            (s(&["certificatesigningrequest-approving-controller,-csrapproving"]), Ok(vec![])),
+            (s(&["csrsigning-controller"]), Err(())),
+            (s(&["-controller"]), Err(())),
         ];
         for (spec, want) in cases {
             let got = resolve_controllers(&spec).map_err(|_| ());
             assert_eq!(got, want, "{spec:?}");
+        }
+    }
+
+    #[test]
+    fn every_upstream_name_stands_for_a_known_controller_and_none_is_kustos_own() {
+        for (upstream, ours) in UPSTREAM_NAMES {
+            assert!(ALL.contains(ours), "{upstream} -> {ours}");
+            assert!(!ALL.contains(upstream), "{upstream} is already a name of kustos");
         }
     }
 }
