@@ -255,7 +255,8 @@ pub async fn status(kubeconfig: &Path, name: &str) -> anyhow::Result<()> {
         for count in cluster_rotation::count_issued(&cas, &issued, now) {
             println!(
                 "{}\t{role}\t{}\t{}\t{}",
-                count.common_name,
+                // From the Signer's CA Secret: shown escaped (crate::logging::escape).
+                crate::logging::escape(&count.common_name),
                 count.not_after.to_rfc3339(),
                 count.valid_issued,
                 count.latest_expiry.map(|t| t.to_rfc3339()).unwrap_or_else(|| "-".into())

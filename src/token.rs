@@ -14,6 +14,7 @@ use kustos_ca::bootstrap_token::{
 use kustos_controllers::bootstrap_tokens as token_secrets;
 
 use crate::kubeconfig_cmd;
+use crate::logging::escape;
 
 #[derive(Args)]
 pub struct TokenCommand {
@@ -223,8 +224,10 @@ fn row(info: &TokenInfo, now: DateTime<Utc>) -> Vec<String> {
         format!("{ttl:<9}"),
         expires,
         format!("{:<22}", or_none(info.usages.join(","))),
-        format!("{:<56}", or_none(info.description.clone())),
-        or_none(info.groups.join(",")),
+        // Whoever may write Secrets in kube-system wrote these: shown escaped, so that no
+        // terminal escape or line break in them reaches the terminal (crate::logging::escape).
+        format!("{:<56}", or_none(escape(&info.description).into_owned())),
+        or_none(escape(&info.groups.join(",")).into_owned()),
     ]
 }
 
@@ -405,7 +408,13 @@ mod tests {
             usages: vec!["authentication".into(), "signing".into()],
             groups: vec!["system:bootstrappers:kubeadm:default-node-token".into()],
         };
-        let forever = TokenInfo { token, description: "rack 7".into(), expires: None, usages: vec![], groups: vec![] };
+        let forever = TokenInfo {
+            token: token.clone(),
+            description: "rack 7".into(),
+            expires: None,
+            usages: vec![],
+            groups: vec![],
+        };
         let header: Vec<String> = COLUMNS.iter().map(|c| c.to_string()).collect();
         let first = tabwrite(&[header, row(&info, now)]);
         let want_first = format!(
@@ -430,5 +439,17 @@ mod tests {
             "abcdef.0123456789abcdef", "<forever>", "<never>", "<none>", "rack 7", "<none>"
         );
         assert_eq!(second, want_second, "a later token, laid out on its own");
+        let forged = TokenInfo {
+            token,
+            description: "rack 7\x1b[2J\r\nabcdef.x \u{202e}".into(),
+            expires: None,
+            usages: vec![],
+            groups: vec!["system:bootstrappers:a\u{9b}31m".into()],
+        };
+        let line = tabwrite(&[row(&forged, now)]);
+        assert_eq!(line.lines().count(), 1, "{line:?}");
+        assert!(!line.trim_end_matches('\n').chars().any(crate::logging::needs_escape), "{line:?}");
+        assert!(line.contains("rack 7\\x1b[2J\\r\\nabcdef.x \\u{202e}"), "{line:?}");
+        assert!(line.trim_end().ends_with("system:bootstrappers:a\\u{9b}31m"), "{line:?}");
     }
 }
