@@ -98,8 +98,9 @@ impl Writer {
                 }
             }
             let answers = if writes.is_empty() { Vec::new() } else { self.commit_batch(writes, waited) };
-            // Looked for before the answers go out: none of their callers can have sent it.
-            carried = rx.try_recv().ok();
+            // Looked for before the answers go out, so none of their callers can have sent it;
+            // only after writes (a compaction step answers no writer).
+            carried = if answers.is_empty() { None } else { rx.try_recv().ok() };
             for (reply, res) in answers {
                 let _ = reply.send(res);
             }
