@@ -19,7 +19,7 @@ pub(super) fn create_private(path: &Path) -> Result<()> {
 }
 
 /// The lock file of the database at `db`: `<db>.lock` (`kustos.db.lock`).
-pub(super) fn lock_path(db: &Path) -> PathBuf {
+fn lock_path(db: &Path) -> PathBuf {
     let mut name = db.as_os_str().to_owned();
     name.push(".lock");
     PathBuf::from(name)
