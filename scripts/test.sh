@@ -12,11 +12,13 @@ export CARGO_INCREMENTAL=0
 
 # System packages: etcd (the second pass stores objects in it), protoc (building the
 # etcd-client crate needs it, so before clippy and nextest compile anything) and prlimit
-# (the hostile-input corpus runs its server under a memory limit).
+# (the hostile-input corpus runs its server under a memory limit), strace (a durability test
+# watches how SQLite syncs).
 missing=()
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v protoc >/dev/null 2>&1 || missing+=(protobuf-compiler)
 command -v prlimit >/dev/null 2>&1 || missing+=(util-linux)
+command -v strace >/dev/null 2>&1 || missing+=(strace)
 if ((${#missing[@]})); then
   echo "installing ${missing[*]}"
   apt_log="$(mktemp)"
@@ -31,7 +33,7 @@ if ((${#missing[@]})); then
     fi
   fi
   rm -f "$apt_log"
-  for tool in etcd protoc prlimit; do
+  for tool in etcd protoc prlimit strace; do
     command -v "$tool" >/dev/null 2>&1 || { echo "error: $tool is still not on PATH after apt-get install" >&2; exit 1; }
   done
 fi

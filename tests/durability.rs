@@ -157,3 +157,60 @@ async fn a_second_process_on_a_data_dir_in_use_is_refused_and_the_first_keeps_se
     // Besides kube-root-ca.crt, which the controllers publish in every namespace.
     assert!(names.contains(&"before") && names.contains(&"after"), "{names:?}");
 }
+
+/// SQLite's writer syncs each commit with `fdatasync`, as SQLite's own Linux build does:
+/// `.cargo/config.toml` gives the bundled amalgamation `HAVE_FDATASYNC`, without which it calls
+/// `fsync` and so also journals the WAL file's timestamps on every commit. Watched with
+/// strace on the writer thread (`kustos-sqlite-w`) while one client creates objects one by one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sqlite_writer_syncs_commits_with_fdatasync() {
+    const CREATES: usize = 5;
+    let s = Server::start_with(&["--storage", "sqlite"]);
+    let http = s.http();
+    let ns = s.create_namespace("sync").await;
+    let url = format!("{}/api/v1/namespaces/{ns}/configmaps", s.url);
+    let pid = s.pid();
+    let tasks = std::path::PathBuf::from(format!("/proc/{pid}/task"));
+    let writer = std::fs::read_dir(&tasks)
+        .expect("reading the server's threads")
+        .filter_map(|t| t.ok())
+        .find(|t| std::fs::read_to_string(t.path().join("comm")).is_ok_and(|c| c.trim() == "kustos-sqlite-w"))
+        .and_then(|t| t.file_name().to_str().map(str::to_owned))
+        .expect("the server has a thread named kustos-sqlite-w");
+
+    let trace = s.work_dir().join("sync.strace");
+    let mut strace = std::process::Command::new("strace")
+        .args(["-qq", "-f", "-e", "trace=fsync,fdatasync", "-o"])
+        .arg(&trace)
+        .args(["-p", &writer])
+        .spawn()
+        .expect("running strace (scripts/test.sh installs it: apt-get install strace)");
+    // Attached once the kernel names a tracer for the thread.
+    let status = tasks.join(&writer).join("status");
+    let attached = || {
+        std::fs::read_to_string(&status)
+            .ok()
+            .and_then(|st| st.lines().find_map(|l| l.strip_prefix("TracerPid:").map(|v| v.trim() != "0")))
+            .unwrap_or(false)
+    };
+    for _ in 0..200 {
+        if attached() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(attached(), "strace did not attach to the writer thread {writer} within 10 s");
+
+    for i in 0..CREATES {
+        let name = format!("s{i}");
+        send(http.post(&url).json(&configmap(&name, json!({"k": "v"})))).await.expect_code(201, "create");
+    }
+    let stopped = std::process::Command::new("kill").args(["-INT", &strace.id().to_string()]).status();
+    assert!(stopped.is_ok_and(|st| st.success()), "stopping strace");
+    let done = strace.wait().expect("waiting for strace");
+    let text = std::fs::read_to_string(&trace).expect("reading strace's output");
+    let count =
+        |call: &str| text.lines().filter(|l| l.split_whitespace().nth(1).is_some_and(|c| c.starts_with(call))).count();
+    assert!(count("fdatasync(") >= CREATES, "one fdatasync per commit at least ({done}):\n{text}");
+    assert_eq!(count("fsync("), 0, "no fsync on the writer thread:\n{text}");
+}

@@ -70,14 +70,21 @@ impl NodeAuthorizer {
         }
         if info.is_resource_request {
             let gr = (info.api_group.as_str(), info.resource.as_str());
-            if gr == ("", "serviceaccounts") && info.subresource == "token" && info.verb == "create" {
+            if gr == ("", "serviceaccounts") && info.subresource == "token" {
                 // Upstream allows this along the graph (a pod bound to the node runs as the
                 // service account); here NodeRestriction admission holds the request to a
                 // token bound to a pod bound to the node, and the registry to that pod's
-                // service account: the same set.
+                // service account: the same set. As upstream, only a create naming one
+                // service account (a SubjectAccessReview without a name gets no opinion).
+                if info.verb != "create" || info.name.is_empty() {
+                    return Verdict {
+                        reason: "can only create tokens for individual service accounts".into(),
+                        ..Verdict::no_opinion()
+                    };
+                }
                 return Verdict::allow("");
             }
-            if GRAPH_RESOURCES.contains(&gr) || (gr == ("", "serviceaccounts") && info.subresource == "token") {
+            if GRAPH_RESOURCES.contains(&gr) {
                 return Verdict {
                     reason: format!("no relationship found between node '{node}' and this object"),
                     ..Verdict::no_opinion()
@@ -330,5 +337,32 @@ mod tests {
         }
         assert_eq!(node_name(&n1), Some("n1"));
         assert_eq!(node_name(&other), None);
+    }
+
+    /// A SubjectAccessReview's attributes need not name an object: a token request for no
+    /// service account in particular gets no opinion, as upstream's graph answers it.
+    #[tokio::test]
+    async fn token_requests_must_name_a_service_account() {
+        let a = NodeAuthorizer::from_default_policy();
+        let n1 = user("system:node:n1", &["system:nodes", "system:authenticated"]);
+        let cases = [
+            ("create", "s", Decision::Allow, ""),
+            ("create", "", Decision::NoOpinion, "can only create tokens for individual service accounts"),
+            ("get", "s", Decision::NoOpinion, "can only create tokens for individual service accounts"),
+        ];
+        for (verb, name, want, reason) in cases {
+            let info = crate::http::request_info::RequestInfo {
+                is_resource_request: true,
+                verb: verb.into(),
+                api_version: "v1".into(),
+                namespace: "a".into(),
+                resource: "serviceaccounts".into(),
+                subresource: "token".into(),
+                name: name.into(),
+                ..Default::default()
+            };
+            let got = a.authorize(&Attributes { user: &n1, info: &info }).await;
+            assert_eq!((got.decision, got.reason.as_str()), (want, reason), "{verb} {name:?}");
+        }
     }
 }
