@@ -56,7 +56,7 @@ for line in sys.stdin:
 storm="$(bench_exe bootstrap_storm)"
 load="$(bench_exe load)"
 [ -x "$storm" ] && [ -x "$load" ] || { echo "error: the benchmark executables were not built" >&2; exit 1; }
-RUSTFLAGS="-Cprofile-generate=$raw" cargo build --release --locked --bin kustos --target-dir "$pgo/gen"
+KUSTOS_LINK_ORDER=0 RUSTFLAGS="-Cprofile-generate=$raw" cargo build --release --locked --bin kustos --target-dir "$pgo/gen"
 # The build ran instrumented build scripts, which wrote counts of their own: only the
 # server's are wanted.
 rm -rf "$raw" && mkdir -p "$raw"
@@ -105,7 +105,7 @@ counts=("$raw"/server-*.profraw)
 echo "4/4 optimised build (target/pgo/use)"
 # From scratch: cargo does not see new counts in the same file as a reason to build again.
 rm -rf "$pgo/use"
-RUSTFLAGS="-Cprofile-use=$pgo/kustos.profdata -Clink-arg=-Wl,-z,keep-text-section-prefix" \
+KUSTOS_LINK_ORDER=0 RUSTFLAGS="-Cprofile-use=$pgo/kustos.profdata -Clink-arg=-Wl,-z,keep-text-section-prefix" \
   cargo build --release --locked --bin kustos --target-dir "$pgo/use"
 cp "$pgo/use/release/kustos" "$pgo/kustos"
 echo "built $pgo/kustos"

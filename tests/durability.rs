@@ -197,7 +197,7 @@ async fn the_sqlite_writer_syncs_commits_with_fdatasync() {
         if attached() {
             break;
         }
-        std::thread::sleep(Duration::from_millis(50));
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(attached(), "strace did not attach to the writer thread {writer} within 10 s");
 

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The linker rustc calls in this workspace on x86_64 Linux (.cargo/config.toml).
+#
+# Every link is `cc` with rustc's arguments, unchanged, except a release build of the kustos
+# executable, which is then linked a second time with the functions an idle `kustos server`
+# runs placed side by side at the start of its code (scripts/idle-functions.txt, lld's
+# `--symbol-ordering-file`). The kernel maps an executable's code in page-cache folios of up
+# to megabytes, whole, on the first touch; spread over the 28 MiB of code, the ~7 MiB that
+# start-up runs kept ~21 MiB of it resident (docs/BENCHMARKS.md, "Code laid out by use").
+# Nothing else differs: the same objects, the same code, another order. When the second link
+# fails (a linker without `--symbol-ordering-file`), the first one's output stays.
+# KUSTOS_LINK_ORDER=0 links as asked (scripts/release-pgo.sh: the compiler lays that build out).
+#
+#   scripts/link-kustos.sh --names BINARY   prints the names the list is matched by: each
+#                                          function symbol demangled, without crate hashes
+#                                          or LLVM's clone suffixes, then a tab, then the
+#                                          symbol as linked.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+
+names() {
+  local syms
+  syms=$(mktemp)
+  nm --defined-only "$1" | awk '$2 ~ /^[tTwW]$/ { print $3 }' > "$syms"
+  c++filt < "$syms" | sed -E 's/([A-Za-z0-9_])\[[0-9a-f]{1,16}\]/\1/g; s/::h[0-9a-f]{16}$//; s/ \[clone [^]]*\]//g' | paste - "$syms"
+  rm -f "$syms"
+}
+
+if [[ ${1:-} == --names ]]; then
+  [[ -f ${2:-} ]] || { echo "usage: $0 --names BINARY" >&2; exit 2; }
+  names "$2"
+  exit 0
+fi
+
+args=("$@")
+out=
+for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+  [[ ${args[i]} == -o ]] && out=${args[i + 1]}
+done
+case ${KUSTOS_LINK_ORDER:-1}:$out in
+  1:*/release/deps/kustos-*) ;;
+  *) exec cc "$@" ;;
+esac
+
+cc "$@"
+work=$(mktemp -d "$(dirname "$out")/.kustos-link.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+names "$out" | awk -F'\t' 'NR == FNR { want[$0] = 1; next } ($1 in want) { print $2 }' \
+  "$here/idle-functions.txt" - > "$work/order" || exit 0
+for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+  [[ ${args[i]} == -o ]] && args[i + 1]=$work/kustos
+done
+if cc "${args[@]}" -Wl,--symbol-ordering-file="$work/order" -Wl,--no-warn-symbol-ordering 2> "$work/err"; then
+  mv -f "$work/kustos" "$out"
+fi
