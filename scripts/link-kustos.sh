@@ -5,10 +5,11 @@
 # executable, which is then linked a second time with the functions an idle `kustos server`
 # runs placed side by side at the start of its code (scripts/idle-functions.txt, lld's
 # `--symbol-ordering-file`). The kernel maps an executable's code in page-cache folios of up
-# to megabytes, whole, on the first touch; spread over the 28 MiB of code, the ~7 MiB that
+# to megabytes, whole, on the first touch; spread over the 28 MiB of code, the ~6.5 MiB that
 # start-up runs kept ~21 MiB of it resident (docs/BENCHMARKS.md, "Code laid out by use").
 # Nothing else differs: the same objects, the same code, another order. When the second link
-# fails (a linker without `--symbol-ordering-file`), the first one's output stays.
+# fails (a linker without `--symbol-ordering-file`), the first one's output stays. Arguments
+# in a response file (`@file`) hide `-o` from this script: such a link is linked as asked.
 # KUSTOS_LINK_ORDER=0 links as asked (scripts/release-pgo.sh: the compiler lays that build out).
 #
 #   scripts/link-kustos.sh --names BINARY   prints the names the list is matched by: each
