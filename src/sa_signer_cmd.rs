@@ -218,7 +218,7 @@ fn spawn_upkeep(pki: PathBuf, sync: Option<PkiSync>, max_token_seconds: i64) {
             if outcome.is_ok() && last_maintain.elapsed() >= MAINTAIN_EVERY {
                 last_maintain = tokio::time::Instant::now();
                 let pki = pki.clone();
-                outcome = tokio::task::spawn_blocking(move || {
+                outcome = kustos_filework::run(move || {
                     sa_keys::maintain(&pki, max_token_seconds, chrono::Utc::now())
                 })
                 .await

@@ -235,11 +235,17 @@ impl CaFiles {
         state.current.clone()
     }
 
-    /// Check the files every `every` until the task is dropped.
+    /// Check the files every `every` until the task is dropped, on the file-work thread
+    /// (`kustos_filework`).
     pub async fn poll(self: Arc<Self>, every: Duration) {
         loop {
             tokio::time::sleep(every).await;
-            self.current();
+            let files = self.clone();
+            // A check that panicked is tried again next time, like any other.
+            let _ = kustos_filework::run(move || {
+                files.current();
+            })
+            .await;
         }
     }
 }

@@ -215,7 +215,7 @@ pub async fn run(client: Client, cfg: crate::Config) -> anyhow::Result<()> {
             let now = chrono::Utc::now();
             let mut srcs = Vec::new();
             for (signer, path) in &files {
-                let bundle = match tokio::fs::read_to_string(path).await {
+                let bundle = match kustos_filework::read_to_string(path.clone()).await {
                     Ok(text) => bundle_of(&text, now),
                     Err(e) => Err(e.to_string()),
                 };

@@ -83,7 +83,7 @@ pub async fn run(client: Client, ca_file: PathBuf, cfg: crate::Config) -> anyhow
         let (namespaces, configmaps, client, only, ca_file) =
             (namespaces.clone(), configmaps.clone(), client.clone(), only.clone(), ca_file.clone());
         async move {
-            let ca = tokio::fs::read_to_string(&ca_file)
+            let ca = kustos_filework::read_to_string(ca_file.clone())
                 .await
                 .map_err(|e| anyhow::anyhow!("reading the root CA file {}: {e}", ca_file.display()))?;
             let ns = namespaces.list(&ListParams::default()).await?.items;

@@ -140,7 +140,7 @@ pub fn file_changes(path: std::path::PathBuf, every: Duration) -> Trigger {
     futures::stream::unfold((path, None::<Vec<u8>>), move |(path, last)| async move {
         loop {
             tokio::time::sleep(every).await;
-            let now = tokio::fs::read(&path).await.ok();
+            let now = kustos_filework::read(path.clone()).await.ok();
             if now != last {
                 return Some(((), (path, now)));
             }

@@ -213,7 +213,11 @@ pub async fn run(
             (accounts.clone(), secrets.clone(), client.clone(), gen.clone(), ca_file.clone(), token_type.clone());
         async move {
             let ca = match &ca_file {
-                Some(p) => Some(tokio::fs::read(p).await.map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?),
+                Some(p) => Some(
+                    kustos_filework::read(p.clone())
+                        .await
+                        .map_err(|e| anyhow::anyhow!("reading {}: {e}", p.display()))?,
+                ),
                 None => None,
             };
             let sas = accounts.list(&ListParams::default()).await?.items;
@@ -264,13 +268,16 @@ pub async fn run(
 /// How often the generator's keys are checked for a rotation.
 const KEY_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// Fires when [`TokenGenerator::key_state`] changes (polled every `every`).
+/// Fires when [`TokenGenerator::key_state`] changes (polled every `every`, on the file-work
+/// thread: the state may be read from files).
 fn key_changes(gen: Arc<dyn TokenGenerator>, every: std::time::Duration) -> crate::runtime::Trigger {
     let first = gen.key_state();
     futures::stream::unfold((gen, first), move |(gen, last)| async move {
         loop {
             tokio::time::sleep(every).await;
-            let now = gen.key_state();
+            let g = gen.clone();
+            // A read that panicked counts as no change.
+            let Ok(now) = kustos_filework::run(move || g.key_state()).await else { continue };
             if now != last {
                 return Some(((), (gen, now)));
             }

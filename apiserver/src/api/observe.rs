@@ -157,19 +157,31 @@ pub async fn observe(State(state): State<Arc<AppState>>, req: Request, next: Nex
 /// The apiserver's own metrics after flow control's: requests, stored objects, process.
 pub async fn encode(state: &AppState) -> String {
     let mut text = state.observe.requests.encode();
+    // One count per resource (its first version), those in the main store asked together.
+    let mut labels: Vec<String> = Vec::new();
+    let mut direct: Vec<(String, String)> = Vec::new();
     let mut counts = Vec::new();
     for def in &state.registry.resources {
-        if def.create_only {
+        let label =
+            if def.group.is_empty() { def.resource.to_string() } else { format!("{}.{}", def.resource, def.group) };
+        if def.create_only || labels.contains(&label) {
             continue;
         }
-        if let Ok(n) = state.store_for(def).count(&def.prefix()).await {
-            let label =
-                if def.group.is_empty() { def.resource.to_string() } else { format!("{}.{}", def.resource, def.group) };
-            if !counts.iter().any(|(l, _)| *l == label) {
-                counts.push((label, n));
-            }
+        labels.push(label.clone());
+        let store = state.store_for(def);
+        if Arc::ptr_eq(store, &state.storage) {
+            direct.push((label, def.prefix()));
+        } else if let Ok(n) = store.count(&def.prefix()).await {
+            counts.push((label, n));
         }
     }
+    let prefixes: Vec<String> = direct.iter().map(|(_, prefix)| prefix.clone()).collect();
+    for ((label, _), n) in direct.into_iter().zip(state.storage.counts(&prefixes).await) {
+        if let Ok(n) = n {
+            counts.push((label, n));
+        }
+    }
+    counts.sort_by_key(|(label, _)| labels.iter().position(|l| l == label));
     text.push_str(&metrics::encode_storage_objects(&counts));
     text.push_str(&crate::work::encode(kustos_ca::signed_by_checks()));
     if let Some(stats) = metrics::process_stats() {

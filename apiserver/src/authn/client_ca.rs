@@ -136,8 +136,8 @@ pub async fn follow(
             _ = tls.closed() => return Ok(()),
             _ = tokio::time::sleep(every) => {}
         }
-        let cert = tokio::fs::read_to_string(&serving.cert_path).await.ok();
-        let key = tokio::fs::read_to_string(&serving.key_path).await.ok();
+        let cert = kustos_filework::read_to_string(serving.cert_path.clone()).await.ok();
+        let key = kustos_filework::read_to_string(serving.key_path.clone()).await.ok();
         if let Some(pair) = serving_decision(&serving.current, cert, key) {
             match crate::http::serve::tls_config_with(&pair.0, &pair.1, &state.active) {
                 Ok(config) => {
@@ -150,7 +150,7 @@ pub async fn follow(
                 }
             }
         }
-        let read = tokio::fs::read_to_string(&path).await;
+        let read = kustos_filework::read_to_string(path.clone()).await;
         let d = decide(&state, read.as_deref(), Utc::now());
         if d.problem != reported {
             match &d.problem {

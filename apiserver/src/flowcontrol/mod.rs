@@ -78,9 +78,12 @@ pub async fn load(state: &dyn Loopback, fc: &FlowControl) -> anyhow::Result<Rev>
 
 /// Refresh the object counts LIST estimates use, for every served resource.
 async fn count_objects(state: &dyn Loopback, fc: &FlowControl) {
+    let served = state.served_prefixes();
+    let prefixes: Vec<String> = served.iter().map(|(_, _, prefix)| prefix.clone()).collect();
+    let counted = state.storage().counts(&prefixes).await;
     let mut counts = HashMap::new();
-    for (group, resource, prefix) in state.served_prefixes() {
-        if let Ok(n) = state.storage().count(&prefix).await {
+    for ((group, resource, _), n) in served.into_iter().zip(counted) {
+        if let Ok(n) = n {
             counts.insert(filter::count_key(group, resource), n);
         }
     }

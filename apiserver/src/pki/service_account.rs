@@ -526,7 +526,7 @@ pub fn spawn_follower(
             tokio::time::sleep(every).await;
             let Some(keys) = keys.upgrade() else { return Ok(()) };
             let pki = pki.clone();
-            let loaded = tokio::task::spawn_blocking(move || {
+            let loaded = kustos_filework::run(move || {
                 let now = chrono::Utc::now();
                 for kid in super::sa_keys::maintain(&pki, max, now)? {
                     tracing::info!(kid = %kid, "dropped a retired service-account key: past its end or revoked");

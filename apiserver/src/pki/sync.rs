@@ -491,9 +491,7 @@ impl PkiSync {
         let pki = self.paths.pki.clone();
         let mut seen = seen;
         seen.refused = Some(refusal.clone());
-        tokio::task::spawn_blocking(move || generation::write(&pki, &seen))
-            .await
-            .context("recording the refusal")??;
+        kustos_filework::run(move || generation::write(&pki, &seen)).await.context("recording the refusal")??;
         Ok(Round { refused: Some(refusal), ..Round::default() })
     }
 
@@ -565,7 +563,7 @@ impl PkiSync {
         }
         seen.refused = Some(refusal.clone());
         let base = round.pushed.then(|| Base { files: hashes(&state.files), revision: round.revision });
-        tokio::task::spawn_blocking(move || {
+        kustos_filework::run(move || {
             generation::write(&pki, &seen)?;
             if let Some(base) = base {
                 write_base(&pki, &base)?;
@@ -582,8 +580,7 @@ impl PkiSync {
     /// older than one seen.
     pub async fn round(&self) -> anyhow::Result<Round> {
         let pki = self.paths.pki.clone();
-        let state =
-            tokio::task::spawn_blocking(move || read_state(&pki)).await.context("reading the shared files")??;
+        let state = kustos_filework::run(move || read_state(&pki)).await.context("reading the shared files")??;
         let mut remote = match self.remote_or_refused(&state.ring, state.seen.as_ref()).await? {
             Ok(remote) => remote,
             Err(refusal) => return self.record_unopened(refusal, state.seen.unwrap_or_default()).await,
@@ -597,7 +594,7 @@ impl PkiSync {
         if let Some(r) = &remote {
             let pki = self.paths.pki.clone();
             let (r, seen, has_previous) = (r.clone(), seen.clone(), ring.get(keys::Which::Previous).is_some());
-            let changed = tokio::task::spawn_blocking(move || accept(&pki, &r, seen.as_ref(), has_previous))
+            let changed = kustos_filework::run(move || accept(&pki, &r, seen.as_ref(), has_previous))
                 .await
                 .context("following the record")??;
             if changed {
@@ -634,7 +631,7 @@ impl PkiSync {
         let changes = plan.local.clone();
         let agreed = Base { files: plan.agreed.clone(), revision };
         let unchanged_base = base.as_ref() == Some(&agreed);
-        tokio::task::spawn_blocking(move || {
+        kustos_filework::run(move || {
             // The generation this apiserver wrote, before any of the record's files.
             if let Some(seen) = written_seen {
                 generation::write(&pki, &seen)?;

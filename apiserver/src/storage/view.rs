@@ -94,6 +94,11 @@ impl Storage for View {
         self.inner.count(&self.stored_key(prefix)).await
     }
 
+    async fn counts(&self, prefixes: &[String]) -> Vec<Result<u64>> {
+        let stored: Vec<String> = prefixes.iter().map(|p| self.stored_key(p)).collect();
+        self.inner.counts(&stored).await
+    }
+
     async fn create(&self, key: &str, value: Vec<u8>) -> Result<Rev> {
         self.inner.create(&self.stored_key(key), self.convert.write(&value)?).await
     }
@@ -188,6 +193,9 @@ mod tests {
             .unwrap();
         assert_eq!(page.items.len(), 1, "continuation keys are mapped too");
         assert_eq!(view.count("/registry/g/r/").await.unwrap(), 2);
+        // Asked together, the prefixes are mapped too.
+        let both = view.counts(&["/registry/g/r/".into(), "/registry/g/r/ns/b".into()]).await;
+        assert_eq!(both.into_iter().map(Result::unwrap).collect::<Vec<_>>(), vec![2, 1]);
         // A write the conversion refuses stores nothing.
         assert!(view.create("/registry/g/r/ns/c", b"BAD".to_vec()).await.is_err());
         assert!(inner.get("/registry/core/r/ns/c").await.unwrap().is_none());

@@ -62,6 +62,9 @@ impl Storage for CountingStorage {
     async fn count(&self, prefix: &str) -> storage::Result<u64> {
         self.inner.count(prefix).await
     }
+    async fn counts(&self, prefixes: &[String]) -> Vec<storage::Result<u64>> {
+        self.inner.counts(prefixes).await
+    }
     async fn create(&self, key: &str, value: Vec<u8>) -> storage::Result<Rev> {
         let r = self.inner.create(key, value).await;
         self.touched(key);

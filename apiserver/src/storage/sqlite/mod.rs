@@ -296,6 +296,15 @@ impl Drop for SqliteStorage {
     }
 }
 
+/// The number of current keys under `prefix`.
+fn count_prefix(conn: &mut Connection, prefix: String) -> Result<u64> {
+    let mut params = Vec::new();
+    let filter = key_filter("key", &Keys::Prefix(prefix), None, &mut params);
+    let sql = format!("SELECT COUNT(*) FROM cur WHERE {filter}");
+    let n: SqlRev = conn.prepare_cached(&sql)?.query_row(params_from_iter(params.iter()), |r| r.get(0))?;
+    Ok(n.0)
+}
+
 #[async_trait]
 impl Storage for SqliteStorage {
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
@@ -329,15 +338,17 @@ impl Storage for SqliteStorage {
     async fn count(&self, prefix: &str) -> Result<u64> {
         work::storage_read(Counted::Count);
         let prefix = prefix.to_owned();
-        self.reads
-            .run(move |conn| {
-                let mut params = Vec::new();
-                let filter = key_filter("key", &Keys::Prefix(prefix), None, &mut params);
-                let sql = format!("SELECT COUNT(*) FROM cur WHERE {filter}");
-                let n: SqlRev = conn.prepare_cached(&sql)?.query_row(params_from_iter(params.iter()), |r| r.get(0))?;
-                Ok(n.0)
-            })
-            .await
+        self.reads.run(move |conn| count_prefix(conn, prefix)).await
+    }
+
+    async fn counts(&self, prefixes: &[String]) -> Vec<Result<u64>> {
+        for _ in prefixes {
+            work::storage_read(Counted::Count);
+        }
+        let owned = prefixes.to_vec();
+        let counted =
+            self.reads.run(move |conn| Ok(owned.into_iter().map(|p| count_prefix(conn, p)).collect::<Vec<_>>())).await;
+        counted.unwrap_or_else(|e| vec![Err(e); prefixes.len()])
     }
 
     async fn create(&self, key: &str, value: Vec<u8>) -> Result<Rev> {

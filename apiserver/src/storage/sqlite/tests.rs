@@ -265,9 +265,15 @@ async fn count_counts_only_live_keys_under_the_prefix() {
     }
     let b = s.get("/p/b").await.expect("get").expect("present");
     s.delete("/p/b", b.mod_rev).await.expect("delete");
-    for (prefix, want) in [("/p/", 2), ("/q/", 1), ("/", 4), ("", 4), ("/x/", 0)] {
+    let table = [("/p/", 2), ("/q/", 1), ("/", 4), ("", 4), ("/x/", 0)];
+    for (prefix, want) in table {
         assert_eq!(s.count(prefix).await.expect("count"), want, "prefix {prefix:?}");
     }
+    // Asked together, in one job on the read pool: the same answers, in the same order.
+    let prefixes: Vec<String> = table.iter().map(|(p, _)| p.to_string()).collect();
+    let together: Vec<u64> = s.counts(&prefixes).await.into_iter().map(|n| n.expect("counts")).collect();
+    assert_eq!(together, table.iter().map(|(_, n)| *n).collect::<Vec<u64>>());
+    assert!(s.counts(&[]).await.is_empty());
 }
 
 #[tokio::test]
