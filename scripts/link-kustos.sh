@@ -12,6 +12,16 @@
 # in a response file (`@file`) hide `-o` from this script: such a link is linked as asked.
 # KUSTOS_LINK_ORDER=0 links as asked (scripts/release-pgo.sh: the compiler lays that build out).
 #
+# The second link also packs the relative relocations (`-z pack-relative-relocs`, DT_RELR): the
+# ~57,000 of a position-independent executable take 15 KiB instead of 1.3 MiB, which the
+# dynamic loader reads at every start and which then stayed resident (docs/BENCHMARKS.md,
+# "Packed relocations, with the code laid out"). Such an executable needs glibc 2.36 or later
+# to start; an older one refuses it with "version `GLIBC_ABI_DT_RELR' not found". The packed
+# link is kept only when it carries that version need (a linker that packed without it would
+# leave an executable that an older glibc starts unrelocated); otherwise the executable is
+# linked ordered without packing. KUSTOS_LINK_RELR=0 never packs: for an executable that
+# must run on an older glibc than the one it was built on.
+#
 #   scripts/link-kustos.sh --names BINARY   prints the names the list is matched by: each
 #                                          function symbol demangled, without crate hashes
 #                                          or LLVM's clone suffixes, then a tab, then the
@@ -52,6 +62,19 @@ names "$out" | awk -F'\t' 'NR == FNR { want[$0] = 1; next } ($1 in want) { print
 for ((i = 0; i + 1 < ${#args[@]}; i++)); do
   [[ ${args[i]} == -o ]] && args[i + 1]=$work/kustos
 done
-if cc "${args[@]}" -Wl,--symbol-ordering-file="$work/order" -Wl,--no-warn-symbol-ordering 2> "$work/err"; then
+# A packed executable must say that it needs a loader that reads packed relocations.
+packed_safely() {
+  local sections versions
+  sections=$(readelf -SW "$1") || return 1
+  [[ $sections == *' .relr.dyn '* ]] || return 0
+  versions=$(readelf -VW "$1") || return 1
+  [[ $versions == *GLIBC_ABI_DT_RELR* ]]
+}
+
+ordered=(-Wl,--symbol-ordering-file="$work/order" -Wl,--no-warn-symbol-ordering)
+if [[ ${KUSTOS_LINK_RELR:-1} != 0 ]] && cc "${args[@]}" "${ordered[@]}" -Wl,-z,pack-relative-relocs 2> "$work/err" \
+  && packed_safely "$work/kustos"; then
+  mv -f "$work/kustos" "$out"
+elif cc "${args[@]}" "${ordered[@]}" 2> "$work/err"; then
   mv -f "$work/kustos" "$out"
 fi
