@@ -59,7 +59,7 @@ mod writer;
 
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread;
 use std::time::Duration;
@@ -67,16 +67,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures::stream::{self, BoxStream, StreamExt};
 use rusqlite::{params_from_iter, Connection};
-use tokio::sync::{broadcast, oneshot, Semaphore};
+use tokio::sync::{broadcast, oneshot};
 
 use super::compactor::{self, Compact, COMPACT_INTERVAL};
 use super::fanout::Scope;
 use super::{Error, Event, KeyValue, ListOptions, ListResult, Result, Rev, Storage};
 use crate::work::{self, Read as Counted, Write as Written};
 use file::{create_private, lock_exclusive, TempDir};
-use read::{
-    get_current, history_after, key_filter, list_at, open_reader, read_meta_value, stable_plans, Keys, ReadPool, SqlRev,
-};
+use read::{get_current, history_after, key_filter, list_at, read_meta_value, stable_plans, Keys, ReadPool, SqlRev};
 use watch::{key_watch_step, watch_step, KeyRegistration, KeyWatchState, KeyWatchers, Shared, WatchState};
 use writer::{Msg, WriteOp, Writer};
 
@@ -87,6 +85,8 @@ const MAX_BATCH: usize = 1024;
 const LINGER: Duration = Duration::from_millis(1);
 /// Read connections in the pool.
 const READERS: usize = 4;
+/// A read connection other than the first closes after this long without a read.
+const IDLE_READER_CLOSE: Duration = Duration::from_secs(10);
 /// History rows a watch reads per query while catching up.
 const WATCH_CHUNK: usize = 1000;
 /// Revisions one compaction step covers (one short transaction each).
@@ -135,11 +135,17 @@ struct Config {
     durable: bool,
     broadcast_capacity: usize,
     compact_step: u64,
+    idle_reader_close: Duration,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { durable: true, broadcast_capacity: BROADCAST_CAPACITY, compact_step: COMPACT_STEP }
+        Self {
+            durable: true,
+            broadcast_capacity: BROADCAST_CAPACITY,
+            compact_step: COMPACT_STEP,
+            idle_reader_close: IDLE_READER_CLOSE,
+        }
     }
 }
 
@@ -203,11 +209,7 @@ impl SqliteStorage {
         let compacted = read_meta_value(&conn, "compact_rev")?;
         let cursor = read_meta_value(&conn, "compact_cursor")?;
 
-        let mut conns = Vec::with_capacity(READERS);
-        for _ in 0..READERS {
-            conns.push(Mutex::new(open_reader(path)?));
-        }
-        let reads = Arc::new(ReadPool { conns, next: AtomicUsize::new(0), permits: Arc::new(Semaphore::new(READERS)) });
+        let reads = Arc::new(ReadPool::open(path, READERS, cfg.idle_reader_close)?);
 
         let (events, _) = broadcast::channel(cfg.broadcast_capacity.max(1));
         let shared = Arc::new(Shared {

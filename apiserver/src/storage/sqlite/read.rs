@@ -1,9 +1,10 @@
 //! Reads: the pool of query-only connections and the queries behind get, list, count and
 //! the history a watch replays.
 
-use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::time::{Duration, Instant};
 
 use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, Value, ValueRef};
 use rusqlite::{params_from_iter, Connection, OptionalExtension, ToSql};
@@ -15,15 +16,50 @@ use crate::storage::memo::Memo;
 use crate::storage::{Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Rev};
 
 pub(super) struct ReadPool {
-    pub(super) conns: Vec<Mutex<Connection>>,
-    pub(super) next: AtomicUsize,
+    pub(super) conns: Vec<Mutex<Reader>>,
+    path: PathBuf,
     /// One per connection: reads beyond that wait here, as tasks, instead of each taking a
     /// blocking-pool thread only to block on a connection's mutex (under a storm of
     /// requests that meant hundreds of threads and more context switching than work).
     pub(super) permits: Arc<Semaphore>,
+    /// A connection other than the first that no read took for this long is closed, and
+    /// opened again when reads overlap: each keeps a page cache of its own, which an idle
+    /// server does not need (docs/BENCHMARKS.md, "Read connections closed when idle").
+    idle_close: Duration,
+    started: Instant,
+    /// When the pool last looked for idle connections, in milliseconds since `started`.
+    swept: AtomicU64,
+}
+
+/// A read connection, opened when first needed, and when it last served a read.
+pub(super) struct Reader {
+    pub(super) conn: Option<Connection>,
+    used: Instant,
 }
 
 impl ReadPool {
+    /// `size` connections to the database at `path`, the first opened now and kept open.
+    pub(super) fn open(path: &Path, size: usize, idle_close: Duration) -> Result<Self> {
+        let now = Instant::now();
+        let mut conns: Vec<Mutex<Reader>> =
+            (0..size.max(1)).map(|_| Mutex::new(Reader { conn: None, used: now })).collect();
+        conns[0] = Mutex::new(Reader { conn: Some(open_reader(path)?), used: now });
+        Ok(ReadPool {
+            conns,
+            path: path.to_path_buf(),
+            permits: Arc::new(Semaphore::new(size.max(1))),
+            idle_close,
+            started: now,
+            swept: AtomicU64::new(0),
+        })
+    }
+
+    /// How many of the connections are open.
+    #[cfg(test)]
+    pub(super) fn opened(&self) -> usize {
+        self.conns.iter().filter(|c| c.lock().unwrap_or_else(PoisonError::into_inner).conn.is_some()).count()
+    }
+
     /// Run `f` on a free connection (or wait for one), on the blocking thread pool.
     pub(super) async fn run<T, F>(self: &Arc<Self>, f: F) -> Result<T>
     where
@@ -56,33 +92,72 @@ impl ReadPool {
         T: Send + 'static,
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
     {
-        if let Some(mut conn) = self.conns.iter().find_map(|c| c.try_lock().ok()) {
-            return f(&mut conn);
+        // Only a connection already open: opening one is file I/O, for the blocking pool.
+        {
+            let mut free = self.conns.iter().find_map(|c| c.try_lock().ok().filter(|g| g.conn.is_some()));
+            if let Some(reader) = free.as_mut() {
+                reader.used = Instant::now();
+                if let Some(conn) = reader.conn.as_mut() {
+                    return f(conn);
+                }
+            }
         }
         self.run(f).await
     }
 
+    /// Run `f` on the first free connection, opening it if it is not open; when none is
+    /// free, wait for the first. The first free one rather than the next in turn, so that
+    /// the others go unused, and are closed, while reads do not overlap.
     pub(super) fn with<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
-        let n = self.conns.len();
-        if n == 0 {
+        let Some(first) = self.conns.first() else {
             return Err(Error::Backend("sqlite: no read connections".to_string()));
-        }
-        let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
-        for i in 0..n {
-            let slot = &self.conns[(start + i) % n];
-            // A connection whose user panicked is still usable: its transaction was rolled
-            // back when the guard's Transaction was dropped during unwinding.
-            let guard = match slot.try_lock() {
-                Ok(g) => Some(g),
-                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) => None,
-            };
-            if let Some(mut g) = guard {
-                return f(&mut g);
+        };
+        // A connection whose user panicked is still usable: its transaction was rolled back
+        // when the guard's Transaction was dropped during unwinding.
+        let free = self.conns.iter().find_map(|slot| match slot.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        });
+        let mut guard = free.unwrap_or_else(|| first.lock().unwrap_or_else(PoisonError::into_inner));
+        if guard.conn.is_none() {
+            match open_reader(&self.path) {
+                Ok(conn) => guard.conn = Some(conn),
+                // Out of file descriptors, say: the read waits for the first connection instead.
+                Err(e) => {
+                    tracing::warn!(error = %e, "sqlite: opening another read connection failed; reading on the first");
+                    drop(guard);
+                    guard = first.lock().unwrap_or_else(PoisonError::into_inner);
+                }
             }
         }
-        let mut g = self.conns[start].lock().unwrap_or_else(PoisonError::into_inner);
-        f(&mut g)
+        guard.used = Instant::now();
+        let out = match guard.conn.as_mut() {
+            Some(conn) => f(conn),
+            None => Err(Error::Backend("sqlite: a read connection was not opened".to_string())),
+        };
+        drop(guard);
+        self.close_idle();
+        out
+    }
+
+    /// Close the connections, other than the first, that served no read for `idle_close`;
+    /// looked for at most once a second.
+    fn close_idle(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        let last = self.swept.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < 1000
+            || self.swept.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_err()
+        {
+            return;
+        }
+        for slot in self.conns.iter().skip(1) {
+            if let Ok(mut reader) = slot.try_lock() {
+                if reader.conn.is_some() && reader.used.elapsed() >= self.idle_close {
+                    reader.conn = None;
+                }
+            }
+        }
     }
 }
 

@@ -351,12 +351,53 @@ async fn cached_reads_are_not_prepared_again_for_each_key() {
     assert!(rev > 0);
     let reprepared: i32 = (0..READERS)
         .map(|i| {
-            let conn = s.reads.conns[i].lock().unwrap_or_else(PoisonError::into_inner);
+            let reader = s.reads.conns[i].lock().unwrap_or_else(PoisonError::into_inner);
+            let Some(conn) = reader.conn.as_ref() else { return 0 };
             let stmts = conn.prepare_cached(GET_CURRENT).map(|st| st.get_status(rusqlite::StatementStatus::RePrepare));
             stmts.unwrap_or(0)
         })
         .sum();
     assert_eq!(reprepared, 0, "point reads keep their plan across keys");
+}
+
+#[tokio::test]
+async fn read_connections_open_when_reads_overlap_and_close_when_idle() {
+    let idle = Duration::from_millis(300);
+    let s = fast_store(Config { idle_reader_close: idle, ..Config::default() });
+    assert_eq!(s.reads.opened(), 1, "one connection at start");
+    let rev = s.create("/p/a", b"v".to_vec()).await.expect("create");
+    for _ in 0..20 {
+        s.get("/p/a").await.expect("get");
+        s.list("/p/", ListOptions::default()).await.expect("list");
+        s.count("/p/").await.expect("count");
+    }
+    assert_eq!(s.reads.opened(), 1, "reads one after another share the first connection");
+
+    // Two reads at once: the second opens another connection, which reads the same data.
+    let second = {
+        let _busy = s.reads.conns[0].lock().unwrap_or_else(PoisonError::into_inner);
+        s.reads.with(|conn| get_current(conn, "/p/a"))
+    };
+    let got = second.expect("read on a second connection");
+    assert_eq!(got.map(|kv| (kv.value, kv.mod_rev)), Some((b"v".to_vec(), rev)));
+    assert_eq!(s.reads.opened(), 2);
+
+    // Many reads at once: as many connections as the pool holds, no more.
+    let reads: Vec<_> = (0..3 * READERS).map(|_| s.get("/p/a")).collect();
+    for got in futures::future::join_all(reads).await {
+        assert!(got.expect("get").is_some());
+    }
+    assert!(s.reads.opened() <= READERS);
+
+    // Reads one at a time for longer than the idle period (and the once-a-second look):
+    // the extra connections close, the first stays and serves them.
+    let until = std::time::Instant::now() + idle + Duration::from_millis(1500);
+    while std::time::Instant::now() < until {
+        s.count("/p/").await.expect("count");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(s.reads.opened(), 1, "idle extra connections are closed");
+    assert_eq!(s.count("/p/").await.expect("count"), 1);
 }
 
 #[tokio::test]
