@@ -17,7 +17,8 @@ use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::rules::{applies_to, describe_subject};
 use crate::authn::UserInfo;
@@ -260,6 +261,46 @@ impl Source<'_> {
     }
 }
 
+/// The metadata a snapshot keeps.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
+struct Names {
+    name: Option<String>,
+    namespace: Option<String>,
+}
+
+impl Names {
+    /// (namespace, name), each "" when absent.
+    fn key(&self) -> (String, String) {
+        (self.namespace.clone().unwrap_or_default(), self.name.clone().unwrap_or_default())
+    }
+}
+
+impl From<Names> for ObjectMeta {
+    fn from(n: Names) -> ObjectMeta {
+        ObjectMeta { name: n.name, namespace: n.namespace, ..Default::default() }
+    }
+}
+
+/// A stored Role or ClusterRole, as resolution reads it (an aggregation rule is the
+/// aggregation controller's business; its result is in `rules`).
+#[derive(serde::Deserialize)]
+struct StoredRole {
+    #[serde(default)]
+    metadata: Names,
+    rules: Option<Vec<PolicyRule>>,
+}
+
+/// A stored RoleBinding or ClusterRoleBinding, as resolution reads it.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StoredBinding {
+    #[serde(default)]
+    metadata: Names,
+    role_ref: RoleRef,
+    subjects: Option<Vec<Subject>>,
+}
+
 /// All RBAC objects at one revision.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
@@ -286,22 +327,34 @@ impl Snapshot {
         Ok(s)
     }
 
-    /// Add one stored object of `resource` (JSON).
+    /// Add one stored object of `resource` (JSON), keeping only what resolution reads: rules,
+    /// roleRef, subjects, name and namespace. The rest of the metadata (managedFields, labels,
+    /// annotations) is skipped while decoding, so it takes no memory for as long as the
+    /// snapshot lives.
     fn add(&mut self, resource: &str, bytes: &[u8]) -> Result<(), serde_json::Error> {
         match resource {
             "clusterroles" => {
-                let r: ClusterRole = serde_json::from_slice(bytes)?;
-                self.cluster_roles.insert(r.metadata.name.clone().unwrap_or_default(), r);
+                let r: StoredRole = serde_json::from_slice(bytes)?;
+                let name = r.metadata.name.clone().unwrap_or_default();
+                let role = ClusterRole { metadata: r.metadata.into(), rules: r.rules, aggregation_rule: None };
+                self.cluster_roles.insert(name, role);
             }
             "roles" => {
-                let r: Role = serde_json::from_slice(bytes)?;
-                let ns = r.metadata.namespace.clone().unwrap_or_default();
-                self.roles.entry(ns).or_default().insert(r.metadata.name.clone().unwrap_or_default(), r);
+                let r: StoredRole = serde_json::from_slice(bytes)?;
+                let (ns, name) = r.metadata.key();
+                self.roles.entry(ns).or_default().insert(name, Role { metadata: r.metadata.into(), rules: r.rules });
             }
-            "clusterrolebindings" => self.cluster_role_bindings.push(serde_json::from_slice(bytes)?),
+            "clusterrolebindings" => {
+                let b: StoredBinding = serde_json::from_slice(bytes)?;
+                let binding =
+                    ClusterRoleBinding { metadata: b.metadata.into(), role_ref: b.role_ref, subjects: b.subjects };
+                self.cluster_role_bindings.push(binding);
+            }
             "rolebindings" => {
-                let b: RoleBinding = serde_json::from_slice(bytes)?;
-                self.role_bindings.entry(b.metadata.namespace.clone().unwrap_or_default()).or_default().push(b);
+                let b: StoredBinding = serde_json::from_slice(bytes)?;
+                let (ns, _) = b.metadata.key();
+                let binding = RoleBinding { metadata: b.metadata.into(), role_ref: b.role_ref, subjects: b.subjects };
+                self.role_bindings.entry(ns).or_default().push(binding);
             }
             _ => {}
         }
@@ -489,6 +542,76 @@ mod tests {
         put(&store, "clusterroles", json!({"metadata": {"name": "good"}})).await;
         let s = cache.snapshot().await.unwrap();
         assert_eq!(s.cluster_roles.keys().collect::<Vec<_>>(), ["good"]);
+    }
+
+    /// A snapshot keeps rules, roleRef, subjects, name and namespace of each object; the rest
+    /// of its metadata (managedFields, labels, annotations, uid) and an aggregation rule are
+    /// not kept.
+    #[tokio::test]
+    async fn snapshot_keeps_what_resolution_reads_and_no_more() {
+        let (store, cache) = memory();
+        let meta = |name: &str, ns: Option<&str>| {
+            let mut m = json!({"name": name, "uid": "u-1", "resourceVersion": "7",
+                "labels": {"kubernetes.io/bootstrapping": "rbac-defaults"},
+                "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"},
+                "managedFields": [{"manager": "m", "operation": "Update", "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "fieldsType": "FieldsV1", "fieldsV1": {"f:rules": {}}}]});
+            if let Some(ns) = ns {
+                m["namespace"] = json!(ns);
+            }
+            m
+        };
+        let rules = json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]);
+        let subjects = json!([{"kind": "User", "name": "u", "apiGroup": "rbac.authorization.k8s.io"}]);
+        put(
+            &store,
+            "clusterroles",
+            json!({"metadata": meta("cr", None), "rules": rules,
+            "aggregationRule": {"clusterRoleSelectors": [{"matchLabels": {"a": "b"}}]}}),
+        )
+        .await;
+        put(&store, "roles", json!({"metadata": meta("r", Some("ns1")), "rules": rules})).await;
+        put(
+            &store,
+            "clusterrolebindings",
+            json!({"metadata": meta("crb", None), "subjects": subjects,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cr"}}),
+        )
+        .await;
+        put(
+            &store,
+            "rolebindings",
+            json!({"metadata": meta("rb", Some("ns1")), "subjects": subjects,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "r"}}),
+        )
+        .await;
+        let s = cache.snapshot().await.unwrap();
+        let only = |name: &str, ns: Option<&str>| ObjectMeta {
+            name: Some(name.into()),
+            namespace: ns.map(Into::into),
+            ..Default::default()
+        };
+        let want_rules: Vec<PolicyRule> = serde_json::from_value(rules).unwrap();
+        let want_subjects: Vec<Subject> = serde_json::from_value(subjects).unwrap();
+        let cr = &s.cluster_roles["cr"];
+        assert_eq!(
+            (&cr.metadata, cr.rules.as_ref(), &cr.aggregation_rule),
+            (&only("cr", None), Some(&want_rules), &None)
+        );
+        let r = &s.roles["ns1"]["r"];
+        assert_eq!((&r.metadata, r.rules.as_ref()), (&only("r", Some("ns1")), Some(&want_rules)));
+        let crb = &s.cluster_role_bindings[0];
+        assert_eq!(
+            (&crb.metadata, crb.subjects.as_ref(), crb.role_ref.name.as_str()),
+            (&only("crb", None), Some(&want_subjects), "cr")
+        );
+        let rb = &s.role_bindings["ns1"][0];
+        assert_eq!(
+            (&rb.metadata, rb.subjects.as_ref(), rb.role_ref.kind.as_str()),
+            (&only("rb", Some("ns1")), Some(&want_subjects), "Role")
+        );
+        let (got, errors) = s.rules_for(&user("u", &[]), "ns1");
+        assert_eq!((got.len(), errors), (2, vec![]), "the cluster binding's rule, then the namespace's");
     }
 
     #[test]
